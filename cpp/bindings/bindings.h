@@ -1,0 +1,7 @@
+// Registration functions of the extension's parts, one per concept file.
+#pragma once
+#include <nanobind/nanobind.h>
+
+namespace autoshard::bindings {
+void register_json(nanobind::module_& m);
+}  // namespace autoshard::bindings

@@ -1,0 +1,66 @@
+// The solver problem: the waist between the sharding model and the solver.
+//
+// It is the IOPDDL form (shared/bench/iopddl/README.md): nodes pick one strategy each, a
+// strategy has a cost and a memory usage live over the node's [start, end) interval, edges
+// carry |S_u| x |S_v| cost matrices, and the usage of live nodes must stay within a limit at
+// every time point. Beyond IOPDDL it carries global budgets (a sum over all nodes with a lower
+// and upper bound: AutoParallel's parameter-memory constraint, counted in bytes here).
+// Ties and pins are lowered into it as infeasible edge entries and infeasible node costs, so
+// the solver needs no special case for them.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace autoshard {
+
+// Costs are doubles: IOPDDL costs are integers below 2^53 (exact in a double) and the PyTorch
+// path costs are microseconds. A cost >= kInfeasibleCost marks a forbidden choice.
+using Cost = double;
+inline constexpr Cost kInfeasibleCost = 1e18;
+inline bool is_infeasible(Cost c) { return !(c < kInfeasibleCost); }
+
+struct Interval {
+  int64_t start = 0;  // inclusive
+  int64_t end = 0;    // exclusive; end == start means never live
+};
+
+struct Edge {
+  int32_t u = 0;  // producer node
+  int32_t v = 0;  // consumer node
+  // Row-major |S_u| x |S_v|: costs[su * |S_v| + sv].
+  std::vector<Cost> costs;
+};
+
+// A constraint on the sum of usages of the chosen strategies of all nodes (no time
+// dimension): low <= sum <= high.
+struct GlobalBudget {
+  std::string name;
+  std::vector<std::vector<int64_t>> usage;  // [node][strategy]; an empty row means 0
+  int64_t low = 0;
+  int64_t high = std::numeric_limits<int64_t>::max();
+};
+
+struct Problem {
+  std::string name;
+  std::vector<std::vector<Cost>> node_costs;      // [node][strategy]
+  std::vector<std::vector<int64_t>> node_usages;  // [node][strategy]; an empty row means 0
+  std::vector<Interval> intervals;                // [node]
+  std::vector<Edge> edges;
+  // At every time t: sum of usages of nodes whose interval contains t <= usage_limit.
+  // A negative limit means "no limit".
+  int64_t usage_limit = -1;
+  std::vector<GlobalBudget> budgets;
+  // Optional names, for reports (empty or one per node).
+  std::vector<std::string> node_names;
+
+  size_t num_nodes() const { return node_costs.size(); }
+  size_t num_strategies(size_t node) const { return node_costs[node].size(); }
+};
+
+// One strategy index per node.
+using Solution = std::vector<int32_t>;
+
+}  // namespace autoshard
