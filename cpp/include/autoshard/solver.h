@@ -1,0 +1,35 @@
+// The solver's public entry point. `solve` is the dispatcher: exact search for small (or
+// reduced-to-small) problems, the anytime heuristic for large ones. Everything is
+// deterministic for a given problem, options and thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "autoshard/problem.h"
+
+namespace autoshard {
+
+struct SolveOptions {
+  double time_limit_s = 60.0;  // wall clock, including reductions; the best plan so far is returned
+  int threads = 1;
+  bool exact = false;          // prove optimality (no time-limit shortcut unless time runs out)
+  uint64_t seed = 0;
+  bool verbose = false;        // progress lines on stderr
+};
+
+struct SolveResult {
+  bool found = false;           // a valid plan (no infeasible choice, all memory limits held)
+  bool proven_optimal = false;
+  Solution solution;            // one strategy per node (valid only when found)
+  Cost cost = 0;                // objective of `solution`
+  Cost lower_bound = 0;         // proven lower bound on the optimum
+  int64_t peak_usage = 0;       // max over time of the live usage of `solution`
+  double time_to_first_s = -1;  // when the first valid plan was found
+  double total_time_s = 0;
+  std::string status;           // human-readable: "optimal", "time limit", "infeasible", ...
+};
+
+SolveResult solve(const Problem& problem, const SolveOptions& options);
+
+}  // namespace autoshard
