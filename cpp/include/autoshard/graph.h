@@ -1,0 +1,90 @@
+// Tensor graph IR: the joint forward+backward ATen graph as traced by the Python front end
+// (docs/formats.md section 1). Shapes are global. getitem nodes are already folded away: a
+// tensor reference names (producer node, output index).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "autoshard/cost_model.h"
+#include "autoshard/json.h"
+
+namespace autoshard {
+
+struct TensorMeta {
+  std::vector<int64_t> shape;
+  DType dtype = DType::Float32;
+  int64_t numel() const;
+  int64_t bytes() const;
+  int rank() const { return static_cast<int>(shape.size()); }
+};
+
+struct TensorRef {
+  int32_t node = -1;   // index into Graph::nodes
+  int32_t output = 0;  // which output of that node
+};
+
+enum class NodeRole { Parameter, Buffer, Input, Tangent, Compute };
+enum class Phase { Forward, Backward, Unknown };
+
+// A non-tensor or tensor argument value, kept close to the JSON form.
+struct ArgValue {
+  enum class Kind { None, Int, Float, Bool, String, Tensor, List, DType, Device, Enum };
+  Kind kind = Kind::None;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  std::string s;         // String, DType name, Device, Enum
+  TensorRef tensor;      // Tensor
+  std::vector<ArgValue> list;
+
+  bool is_tensor() const { return kind == Kind::Tensor; }
+  // Convenience accessors that throw a clear error naming `what` on a kind mismatch.
+  int64_t as_int(const char* what) const;
+  double as_number(const char* what) const;  // Int or Float
+  bool as_bool(const char* what) const;
+  std::vector<int64_t> as_int_list(const char* what) const;  // List of Int (or a single Int)
+};
+
+struct Node {
+  std::string name;
+  std::string op;            // "placeholder" or e.g. "aten.mm.default"
+  NodeRole role = NodeRole::Compute;
+  Phase phase = Phase::Unknown;
+  std::string fqn;           // parameters / buffers
+  int input_index = -1;      // user inputs
+  int tangent_of = -1;       // tangents
+  std::vector<ArgValue> args;
+  std::vector<std::pair<std::string, ArgValue>> kwargs;
+  std::vector<std::optional<TensorMeta>> outputs;  // nullopt for None outputs
+  std::string source;        // user source line, for errors and reports
+  std::string module;        // module path (e.g. "layers.0.attention"), for reports
+
+  // Tensor references among args then kwargs, depth-first (the order plan "inputs" use).
+  std::vector<TensorRef> tensor_inputs() const;
+  const ArgValue* kwarg(const std::string& key) const;
+};
+
+struct GraphOutput {
+  TensorRef ref;
+  enum class Role { Output, Grad } role = Role::Output;
+  int output_index = -1;     // Output: position among forward outputs
+  int32_t grad_of = -1;      // Grad: node index of the parameter / input placeholder
+};
+
+struct Graph {
+  std::vector<Node> nodes;   // topological order
+  std::vector<GraphOutput> outputs;
+  std::unordered_map<std::string, int32_t> index_by_name;
+
+  const TensorMeta& meta(const TensorRef& r) const;  // throws if the output is None
+};
+
+// Parses docs/formats.md section 1; throws JsonError naming the node and field on bad input.
+Graph parse_graph(const Json& doc);
+Graph read_graph_file(const std::string& path);
+
+}  // namespace autoshard
