@@ -22,4 +22,6 @@ NB_MODULE(_core, m) {
       },
       "Run `autoshard <args>`; returns (exit code, stdout text, stderr text).");
   autoshard::bindings::register_json(m);
+  autoshard::bindings::register_planner(m);
+  autoshard::bindings::register_cost(m);
 }

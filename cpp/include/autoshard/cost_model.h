@@ -1,5 +1,6 @@
 // Cost models: compute roofline per op, collectives per mesh dim, hardware profiles.
-// Every constant has its source documented in cpp/src/cost/*.cpp. Times are microseconds.
+// Every constant has its source documented in cpp/src/cost/*.cpp and docs/cost_model.md.
+// Times are microseconds, sizes bytes, rates per second.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +10,20 @@
 
 namespace autoshard {
 
-enum class DType { Float64, Float32, BFloat16, Float16, Float8, Int64, Int32, Int16, Int8, UInt8, Bool, Complex64 };
-DType parse_dtype(std::string_view name);  // "float32", "bfloat16", ...; throws on unknown
-std::string_view dtype_name(DType d);
-int dtype_bytes(DType d);
+// Element types of traced tensors. Float8 is torch.float8_e4m3fn; the other float8 / float4
+// variants, complex32/128 and the wide unsigned types are appended so names round-trip.
+enum class DType {
+  Float64, Float32, BFloat16, Float16, Float8, Int64, Int32, Int16, Int8, UInt8, Bool, Complex64,
+  Float8E5M2, Float8E4M3FNUZ, Float8E5M2FNUZ, Float8E8M0FNU, Float4E2M1FNx2,
+  Complex32, Complex128, UInt16, UInt32, UInt64
+};
+// Accepts the torch names and aliases ("float32", "float", "half", "long", "cfloat", ...), with
+// or without a "torch." prefix; throws std::invalid_argument naming the value otherwise.
+DType parse_dtype(std::string_view name);
+std::string_view dtype_name(DType d);   // canonical torch name: "float32", "float8_e4m3fn"
+int dtype_bytes(DType d);               // torch itemsize (float4_e2m1fn_x2 packs 2 -> 1 byte)
+bool dtype_is_floating(DType d);        // real floating point (float8..float64)
+bool dtype_is_complex(DType d);
 
 struct HardwareProfile {
   std::string name;                // "H100", "H200", "A100", "B200"
@@ -31,19 +42,42 @@ struct HardwareProfile {
   double intra_node_latency_us = 0;
   double inter_node_bandwidth = 0; // bytes/s per GPU (network)
   double inter_node_latency_us = 0;
+
+  // --- added by the cost model (defaults keep hand-built profiles working) ---
+  // float32 matmuls run on TF32 tensor cores only when the user allows it
+  // (torch.backends.cuda.matmul.allow_tf32 / set_float32_matmul_precision("high"));
+  // PyTorch's default is "highest", i.e. plain FP32 on CUDA cores.
+  bool fp32_matmul_uses_tf32 = true;
+  double peak_flops_fp32_cuda_core = 0;  // FLOP/s of non-tensor-core FP32 (0: use peak_flops_fp32)
+  // Achievable fraction of the link rates for collectives (NCCL bus bandwidth / wire rate).
+  double intra_node_efficiency = 1.0;
+  double inter_node_efficiency = 1.0;
+  double collective_launch_us = 0;       // fixed cost of one collective call (kernel launch, sync)
 };
 
 // Known profiles: throws std::invalid_argument naming the known ones for an unknown name.
+// Names are matched case-insensitively against each profile's short name and a few exact
+// aliases (e.g. "NVIDIA H100 80GB HBM3", torch.cuda.get_device_name of an H100 SXM). Other
+// variants (A100 40GB, H100 PCIe) are different hardware and are rejected, not approximated.
 const HardwareProfile& hardware_profile(std::string_view name);
 std::vector<std::string> known_hardware();
+// Throws std::invalid_argument naming the first field that is negative, NaN or zero where a
+// rate is needed (peak bf16, HBM bandwidth, link bandwidths, gpus_per_node).
+void validate_hardware_profile(const HardwareProfile& hw);
+
+// Peak FLOP/s the roofline uses for a dtype; 0 for integer and bool dtypes (memory bound).
+double peak_flops(const HardwareProfile& hw, DType dtype);
 
 // Roofline: max(flops / (peak(dtype) * eff), bytes / (bw * eff), floor).
+// Zero flops and zero bytes (no kernel at all, e.g. a view) cost 0.
 double compute_time_us(const HardwareProfile& hw, double flops, double bytes_moved, DType dtype);
 // A pure memory-bound kernel (copies, pointwise): max(bytes / (bw * eff), floor).
 double memory_time_us(const HardwareProfile& hw, double bytes_moved);
 
 enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
 enum class CollectiveAlgorithm { Auto, Ring, Tree };
+std::string_view collective_name(Collective kind);             // "all_gather", ...
+std::string_view collective_algorithm_name(CollectiveAlgorithm a);  // "auto", "ring", "tree"
 
 // The link a process group of one mesh dim runs over, derived from the mesh shape assuming a
 // row-major rank layout with the innermost mesh dims packed inside a node.
@@ -52,6 +86,9 @@ struct MeshDimLink {
   int nodes = 1;           // distinct nodes the group spans
   double bandwidth = 0;    // bytes/s per rank on the bottleneck link
   double latency_us = 0;   // per step
+  // --- added by the cost model ---
+  int ranks_per_node = 1;  // group members that share one node
+  double launch_us = 0;    // fixed cost per collective call (0 for size-1 groups)
 };
 std::vector<MeshDimLink> mesh_dim_links(const HardwareProfile& hw, const std::vector<int64_t>& mesh_shape);
 
@@ -60,5 +97,18 @@ std::vector<MeshDimLink> mesh_dim_links(const HardwareProfile& hw, const std::ve
 // the all-to-all per-rank buffer. Uneven shards are padded as PyTorch does by the caller.
 double collective_time_us(Collective kind, double bytes, const MeshDimLink& link,
                           CollectiveAlgorithm algo = CollectiveAlgorithm::Auto);
+
+// The time and the algorithm Auto picks (Ring on ties), for reports.
+struct CollectiveEstimate {
+  double us = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::Ring;
+};
+CollectiveEstimate estimate_collective(Collective kind, double bytes, const MeshDimLink& link,
+                                       CollectiveAlgorithm algo = CollectiveAlgorithm::Auto);
+
+// Bytes of the padded buffer a collective moves for a tensor dim of `dim_size` rows split over
+// `group_size` ranks with torch.chunk semantics: every shard is padded to ceil(dim_size / n)
+// rows, so the buffer holds ceil(dim_size / n) * n rows. Example: 5 rows over 4 ranks -> 8 rows.
+int64_t padded_collective_bytes(int64_t dim_size, int64_t group_size, int64_t bytes_per_row);
 
 }  // namespace autoshard

@@ -1,11 +1,172 @@
-// `autoshard solve`: placeholder until the solver lands (issue 3).
+// `autoshard solve PROBLEM.json[.gz]`: read and check a solver problem, solve it with the
+// memory limit enforced at every time point, write the plan, and report it. The reported
+// plan is re-evaluated here, independently of the solver, before anything is printed.
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <ostream>
+#include <string>
 
 #include "autoshard/cli.h"
+#include "autoshard/evaluate.h"
+#include "autoshard/problem_io.h"
+#include "autoshard/solver.h"
 
 namespace autoshard {
-int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  err << "autoshard solve: not implemented yet\n";
-  return 2;
+
+namespace {
+
+const char* kSolveUsage =
+    "usage: autoshard solve PROBLEM.json[.gz] [--time-limit SECONDS] [--threads N]\n"
+    "                       [--out SOLUTION.json] [--exact] [--seed N] [--verbose]\n"
+    "  --time-limit SECONDS  wall-clock limit, including reading (default 60)\n"
+    "  --threads N           worker threads (default 1)\n"
+    "  --out PATH            write {\"solution\": [...]} to PATH\n"
+    "  --exact               prove optimality (branch and bound) within the time limit\n"
+    "  --seed N              seed for randomised search (default 0)\n"
+    "  --verbose             progress on stderr\n";
+
+struct UsageError {
+  std::string message;
+};
+
+std::string format_cost(double c) {
+  if (std::fabs(c) < 9e15 && std::nearbyint(c) == c) return std::to_string(static_cast<int64_t>(c));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", c);
+  return buf;
 }
+
+double parse_double(const std::string& opt, const std::string& v) {
+  double d = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), d);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(d))
+    throw UsageError{opt + " expects a number, got '" + v + "'"};
+  return d;
+}
+
+int64_t parse_int(const std::string& opt, const std::string& v) {
+  int64_t x = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size())
+    throw UsageError{opt + " expects an integer, got '" + v + "'"};
+  return x;
+}
+
+}  // namespace
+
+int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string path, out_path;
+  SolveOptions opt;
+  try {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      auto value = [&]() -> const std::string& {
+        if (i + 1 >= args.size()) throw UsageError{a + " needs a value"};
+        return args[++i];
+      };
+      if (a == "-h" || a == "--help") {
+        out << kSolveUsage;
+        return 0;
+      } else if (a == "--time-limit") {
+        opt.time_limit_s = parse_double(a, value());
+        if (!(opt.time_limit_s > 0)) throw UsageError{"--time-limit must be > 0 seconds"};
+      } else if (a == "--threads") {
+        int64_t t = parse_int(a, value());
+        if (t < 1 || t > 1024) throw UsageError{"--threads must be between 1 and 1024"};
+        opt.threads = static_cast<int>(t);
+      } else if (a == "--out") {
+        out_path = value();
+      } else if (a == "--exact") {
+        opt.exact = true;
+      } else if (a == "--seed") {
+        int64_t s = parse_int(a, value());
+        if (s < 0) throw UsageError{"--seed must be >= 0"};
+        opt.seed = static_cast<uint64_t>(s);
+      } else if (a == "--verbose") {
+        opt.verbose = true;
+      } else if (!a.empty() && a[0] == '-') {
+        throw UsageError{"unknown option '" + a + "'"};
+      } else if (path.empty()) {
+        path = a;
+      } else {
+        throw UsageError{"more than one problem file given ('" + path + "' and '" + a + "')"};
+      }
+    }
+    if (path.empty()) throw UsageError{"missing PROBLEM file"};
+  } catch (const UsageError& e) {
+    err << "autoshard solve: " << e.message << "\n" << kSolveUsage;
+    return 2;
+  }
+
+  Problem problem;
+  try {
+    problem = read_problem(path);
+  } catch (const std::exception& e) {
+    err << "autoshard solve: error: " << e.what() << "\n";
+    return 1;
+  }
+  size_t strategies = 0;
+  for (size_t i = 0; i < problem.num_nodes(); ++i) strategies += problem.num_strategies(i);
+  out << "problem: " << path << " (" << problem.num_nodes() << " nodes, " << problem.edges.size() << " edges, "
+      << strategies << " strategies";
+  if (problem.usage_limit >= 0) out << ", usage limit " << problem.usage_limit;
+  if (!problem.budgets.empty()) out << ", " << problem.budgets.size() << " budget(s)";
+  out << ")\n";
+
+  SolveResult r = solve(problem, opt);
+
+  // Independent re-check of what the solver claims.
+  Evaluation ev;
+  if (r.found) ev = evaluate(problem, r.solution);
+  if (!r.found || !ev.valid) {
+    out << "status: " << (r.found ? "the solver's plan failed the independent check: " + ev.violation : r.status) << "\n";
+    out << "no valid plan found";
+    if (r.lower_bound > -kInfeasibleCost && r.lower_bound < kInfeasibleCost) out << " (lower bound " << format_cost(r.lower_bound) << ")";
+    out << "\n";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3f", r.total_time_s);
+    out << "total time: " << buf << " s\n";
+    err << "autoshard solve: no valid plan found for '" << path << "'\n";
+    return 3;
+  }
+  char buf[128];
+  out << "status: " << r.status << "\n";
+  out << "cost: " << format_cost(ev.cost) << "\n";
+  if (problem.usage_limit >= 0) {
+    std::snprintf(buf, sizeof buf, " (%.1f%%)", 100.0 * static_cast<double>(ev.peak_usage) /
+                                                    static_cast<double>(std::max<int64_t>(1, problem.usage_limit)));
+    out << "peak memory: " << ev.peak_usage << " / limit " << problem.usage_limit << buf << "\n";
+  } else {
+    out << "peak memory: " << ev.peak_usage << " (no limit)\n";
+  }
+  for (size_t b = 0; b < problem.budgets.size(); ++b)
+    out << "budget " << (problem.budgets[b].name.empty() ? std::to_string(b) : problem.budgets[b].name) << ": "
+        << ev.budget_sums[b] << " in [" << problem.budgets[b].low << ", " << problem.budgets[b].high << "]\n";
+  double lb = std::min(r.lower_bound, ev.cost);
+  if (lb > -kInfeasibleCost) {
+    out << "lower bound: " << format_cost(lb) << "\n";
+    double gap = ev.cost > 0 ? (ev.cost - lb) / ev.cost : 0.0;
+    std::snprintf(buf, sizeof buf, "%.4f%%", 100.0 * gap);
+    out << "gap: " << buf << "\n";
+  } else {
+    out << "lower bound: none\n";
+  }
+  std::snprintf(buf, sizeof buf, "%.3f", r.time_to_first_s);
+  out << "time to first valid plan: " << buf << " s\n";
+  std::snprintf(buf, sizeof buf, "%.3f", r.total_time_s);
+  out << "total time: " << buf << " s\n";
+  if (r.proven_optimal) out << "proven optimal\n";
+  if (!out_path.empty()) {
+    try {
+      write_solution(r.solution, out_path);
+    } catch (const std::exception& e) {
+      err << "autoshard solve: error: " << e.what() << "\n";
+      return 1;
+    }
+    out << "solution written to " << out_path << "\n";
+  }
+  return 0;
+}
+
 }  // namespace autoshard

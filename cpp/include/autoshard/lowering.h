@@ -1,0 +1,80 @@
+// The sharding model of one graph (strategies per node, constraints) and its lowering to the
+// solver problem (problem.h): one solver node per graph node with a choice, edges with
+// redistribution cost matrices, gradient and output sinks, parameter-memory budget, memory
+// limit over activation live intervals.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autoshard/graph.h"
+#include "autoshard/problem.h"
+#include "autoshard/redistribute.h"
+#include "autoshard/strategy.h"
+
+namespace autoshard {
+
+// User constraints (pins). Layouts are checked against the tensors they pin.
+struct PlacementConstraints {
+  std::map<std::string, Layout> inputs;  // placeholder name -> its layout
+  std::map<int, Layout> outputs;         // forward output index -> the layout it leaves in
+  std::map<std::string, Layout> nodes;   // node name -> layout of its first tensor output
+};
+
+// Graph + strategies after pins, and where each graph output must end up.
+struct ShardingModel {
+  const Graph* graph = nullptr;
+  const MeshModel* model = nullptr;
+  std::vector<std::vector<Strategy>> strategies;  // per graph node, pins applied
+  std::vector<size_t> enumerated;                 // per graph node, strategies before pins
+  std::vector<bool> pinned;                       // per graph node
+  // Per entry of graph->outputs: the layout a forward output must leave in (all-R unless
+  // constrained); unused for gradients (they leave in their parameter's layout).
+  std::vector<Layout> output_targets;
+};
+
+// Applies the constraints; throws std::invalid_argument naming the constraint when it names
+// an unknown node/output, or when no strategy of the node has the requested layout (listing
+// the layouts that exist). Tangents of constrained outputs are pinned to the same layout.
+ShardingModel build_sharding_model(const Graph& graph, const MeshModel& model,
+                                   std::vector<std::vector<Strategy>> strategies,
+                                   const PlacementConstraints& constraints);
+
+struct LoweringOptions {
+  // AutoParallel's add_parameter_memory_constraint(low, high) as fractions of each
+  // parameter's bytes; nullopt: no constraint.
+  std::optional<std::pair<double, double>> parameter_memory;
+  int64_t memory_limit_bytes = -1;  // per GPU over time; negative: none
+  bool fold_single_strategy = true; // nodes with one strategy become constants
+};
+
+struct LoweredProblem {
+  Problem problem;
+  std::vector<int32_t> solver_node;  // graph node -> solver node (-1: folded, strategy 0)
+  std::vector<int32_t> graph_node;   // solver node -> graph node
+  Cost constant_cost = 0;            // costs that no choice changes (folded nodes / edges)
+  int budget_index = -1;             // index of the parameter-memory budget in problem.budgets
+};
+
+LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options,
+                                RedistributionCache& cache);
+
+// Strategy index per graph node from a solver solution.
+std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& solution);
+
+// Independent re-evaluation of a choice (one strategy per graph node) straight from the graph:
+// compute of every node + every redistribution on every tensor reference + output sinks.
+struct ChoiceCost {
+  double compute_us = 0;
+  double comm_us = 0;
+  double total_us = 0;
+  std::vector<double> node_comm_us;     // per graph node: incoming redistributions + its sinks
+  std::vector<Layout> output_layouts;   // per graph output: the layout it leaves in
+  int64_t parameter_bytes_per_gpu = 0;  // max local bytes of every parameter
+};
+ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache);
+
+}  // namespace autoshard

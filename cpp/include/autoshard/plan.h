@@ -1,0 +1,30 @@
+// A plan: the chosen strategy of every graph node, its costs, and the plan JSON of
+// docs/formats.md section 3 that the Python runtime executes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autoshard/json.h"
+#include "autoshard/lowering.h"
+
+namespace autoshard {
+
+struct Plan {
+  std::vector<int32_t> choice;  // strategy index per graph node (into ShardingModel::strategies)
+  ChoiceCost cost;              // independent evaluation of `choice`
+  double lower_bound_us = 0;    // the solver's proven bound (+ constant costs)
+  double solver_objective_us = 0;  // the solver's objective (+ constant costs), equals cost.total_us
+  bool proven_optimal = false;
+  std::string solver_status;
+  double solve_time_s = 0;
+  double total_time_s = 0;      // enumeration + lowering + solve
+  size_t solver_nodes = 0;      // problem size after folding
+  size_t solver_edges = 0;
+};
+
+// The plan JSON document (without the "report" field).
+Json plan_to_json(const ShardingModel& sm, const Plan& plan);
+
+}  // namespace autoshard

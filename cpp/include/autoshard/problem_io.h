@@ -1,0 +1,50 @@
+// Reading and writing solver problems and solutions (IOPDDL JSON, optionally gzip).
+//
+// File shape (shared/bench/iopddl/README.md), with autoshard's optional extensions marked (+):
+//   {"problem": {
+//      "name": "...",
+//      "nodes": {"costs": [[...]], "usages": [[...]], "intervals": [[start, end]],
+//                "names"(+): ["..."]},
+//      "edges": {"nodes": [[u, v]], "costs": [[... |S_u| x |S_v| row-major ...]]},
+//      "usage_limit": N,                         (absent: no memory limit)
+//      "budgets"(+): [{"name": "...", "usages": [[...]], "low": L, "high": H}]}}
+// "usages" and "intervals" may be absent only when there is no "usage_limit" (then every
+// usage is 0). Every reader error is a ProblemError whose message names the file, the field
+// (e.g. "problem.edges.costs[3]") and what to do.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "autoshard/json.h"
+#include "autoshard/problem.h"
+
+namespace autoshard {
+
+class ProblemError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads PATH (plain or gzip JSON) and validates it. Throws ProblemError.
+Problem read_problem(const std::string& path);
+// Parses JSON text; `source` names the input in messages (a path or "<string>").
+Problem parse_problem(std::string_view json_text, const std::string& source = "<string>");
+// Converts an already parsed document.
+Problem problem_from_json(const Json& doc, const std::string& source = "<json>");
+
+// Checks the invariants every solver relies on (sizes, ranges, usages >= 0, ...).
+// Throws ProblemError naming the first violation. read_problem calls it.
+void validate_problem(const Problem& problem, const std::string& source = "problem");
+
+// The IOPDDL document of a problem (extensions written only when used).
+Json problem_to_json(const Problem& problem);
+void write_problem(const Problem& problem, const std::string& path);
+
+// Solutions: {"solution": [s0, s1, ...]}.
+Json solution_to_json(const Solution& solution);
+void write_solution(const Solution& solution, const std::string& path);
+// Reads a solution file and checks it against the problem (length, strategy ranges).
+Solution read_solution(const std::string& path, const Problem& problem);
+
+}  // namespace autoshard

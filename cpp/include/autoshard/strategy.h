@@ -1,0 +1,36 @@
+// Strategies of graph nodes: for each node, the legal (output layouts, input layouts) choices
+// on the full mesh, with their compute cost. Built from the op rules (rules.h) by Cartesian
+// product of single-mesh-dim rows; placeholders get every R/S layout.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autoshard/graph.h"
+#include "autoshard/placement.h"
+#include "autoshard/redistribute.h"
+
+namespace autoshard {
+
+struct Strategy {
+  std::vector<std::optional<Layout>> outputs;  // one per Node::outputs (nullopt for None outputs)
+  std::vector<Layout> inputs;                  // one per Node::tensor_inputs()
+  double compute_us = 0;
+};
+
+// Raised when an op has no sharding rule: names the op, the node and its source line.
+class UnsupportedOpError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Strategies of one node (deduplicated, deterministic order: all-Replicate first for ops).
+std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t node, const MeshModel& model);
+// All nodes; throws UnsupportedOpError listing every op without a rule (not only the first).
+std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model);
+
+// "S(0)R -> S(0)S(1) | R" style one-line description for reports.
+std::string strategy_str(const Strategy& s);
+
+}  // namespace autoshard

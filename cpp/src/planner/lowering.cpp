@@ -1,0 +1,280 @@
+// Lowering the sharding model to the solver problem (problem.h).
+#include "autoshard/lowering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "autoshard/layout.h"
+#include "autoshard/rules.h"
+
+namespace autoshard {
+
+namespace {
+
+Cost clamp_cost(double c) { return c < kInfeasibleCost ? c : kInfeasibleCost; }
+
+class Lowerer {
+ public:
+  Lowerer(const ShardingModel& sm, const LoweringOptions& opt, RedistributionCache& cache)
+      : sm_(sm), g_(*sm.graph), opt_(opt), cache_(cache) {}
+
+  LoweredProblem run() {
+    const size_t n = g_.nodes.size();
+    const bool memlimit = opt_.memory_limit_bytes >= 0;
+    const bool budget = opt_.parameter_memory.has_value();
+    lp_.solver_node.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = g_.nodes[i];
+      bool keep = sm_.strategies[i].size() > 1 || !opt_.fold_single_strategy || memlimit ||
+                  (budget && node.role == NodeRole::Parameter);
+      if (!keep) {
+        lp_.constant_cost += sm_.strategies[i][0].compute_us;
+        continue;
+      }
+      lp_.solver_node[i] = static_cast<int32_t>(lp_.graph_node.size());
+      lp_.graph_node.push_back(static_cast<int32_t>(i));
+      std::vector<Cost> costs;
+      for (const auto& s : sm_.strategies[i]) costs.push_back(s.compute_us);
+      lp_.problem.node_costs.push_back(std::move(costs));
+      lp_.problem.node_names.push_back(node.name);
+    }
+    add_data_edges();
+    add_output_sinks();
+    for (auto& [key, costs] : edges_) {
+      Edge e;
+      e.u = key.first;
+      e.v = key.second;
+      e.costs = std::move(costs);
+      lp_.problem.edges.push_back(std::move(e));
+    }
+    add_intervals_and_usage(memlimit);
+    if (budget) add_parameter_budget();
+    lp_.problem.name = "autoshard plan";
+    return std::move(lp_);
+  }
+
+ private:
+  const ShardingModel& sm_;
+  const Graph& g_;
+  const LoweringOptions& opt_;
+  RedistributionCache& cache_;
+  LoweredProblem lp_;
+  std::map<std::pair<int32_t, int32_t>, std::vector<Cost>> edges_;
+
+  // Adds the cost of moving a tensor between a layout chosen by graph node `gu` (lu[su]) and
+  // one chosen by `gv` (lv[sv]); `u_to_v` says which side is the source.
+  void add_pair(int32_t gu, int32_t gv, const TensorMeta& meta, const std::vector<const Layout*>& lu,
+                const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what) {
+    // Distinct layouts on each side: most strategies share a handful of them.
+    auto distinct = [](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<const Layout*>& reps) {
+      std::unordered_map<uint64_t, int> seen;
+      for (const Layout* x : l) {
+        auto [it, fresh] = seen.emplace(layout_code(*x), static_cast<int>(reps.size()));
+        if (fresh) reps.push_back(x);
+        id.push_back(it->second);
+      }
+    };
+    std::vector<int> iu, iv;
+    std::vector<const Layout*> ru, rv;
+    distinct(lu, iu, ru);
+    distinct(lv, iv, rv);
+    std::vector<double> table(ru.size() * rv.size());
+    for (size_t a = 0; a < ru.size(); ++a)
+      for (size_t b = 0; b < rv.size(); ++b)
+        table[a * rv.size() + b] = u_to_v ? cache_.time_us(meta, *ru[a], *rv[b]) : cache_.time_us(meta, *rv[b], *ru[a]);
+    auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
+
+    const int32_t u = lp_.solver_node[gu], v = lp_.solver_node[gv];
+    auto& pc = lp_.problem.node_costs;
+    if (gu == gv) {
+      if (u < 0) { add_constant(cost(0, 0), what); return; }
+      for (size_t s = 0; s < lu.size(); ++s) pc[u][s] = clamp_cost(pc[u][s] + cost(s, s));
+    } else if (u < 0 && v < 0) {
+      add_constant(cost(0, 0), what);
+    } else if (u < 0) {
+      for (size_t sv = 0; sv < lv.size(); ++sv) pc[v][sv] = clamp_cost(pc[v][sv] + cost(0, sv));
+    } else if (v < 0) {
+      for (size_t su = 0; su < lu.size(); ++su) pc[u][su] = clamp_cost(pc[u][su] + cost(su, 0));
+    } else {
+      bool ordered = u < v;
+      auto key = ordered ? std::make_pair(u, v) : std::make_pair(v, u);
+      auto& m = edges_[key];
+      size_t nu = lu.size(), nv = lv.size();
+      if (m.empty()) m.assign(nu * nv, 0.0);
+      for (size_t su = 0; su < nu; ++su)
+        for (size_t sv = 0; sv < nv; ++sv) {
+          Cost& c = ordered ? m[su * nv + sv] : m[sv * nu + su];
+          c = clamp_cost(c + cost(su, sv));
+        }
+    }
+  }
+
+  void add_constant(double c, const std::string& what) {
+    if (!(c < kInfeasibleCost))
+      throw std::invalid_argument("no feasible plan: " + what +
+                                  " needs a redistribution that is impossible (e.g. Shard -> Partial); relax the "
+                                  "constraints on these nodes");
+    lp_.constant_cost += c;
+  }
+
+  std::vector<const Layout*> output_layouts(int32_t node, int32_t k) {
+    std::vector<const Layout*> v;
+    for (const auto& s : sm_.strategies[node]) v.push_back(&*s.outputs[k]);
+    return v;
+  }
+
+  void add_data_edges() {
+    for (size_t c = 0; c < g_.nodes.size(); ++c) {
+      const Node& node = g_.nodes[c];
+      std::vector<TensorRef> refs = node.tensor_inputs();
+      for (size_t a = 0; a < refs.size(); ++a) {
+        const TensorRef& r = refs[a];
+        std::vector<const Layout*> in;
+        for (const auto& s : sm_.strategies[c]) in.push_back(&s.inputs[a]);
+        add_pair(r.node, static_cast<int32_t>(c), g_.meta(r), output_layouts(r.node, r.output), in, true,
+                 "the edge " + g_.nodes[r.node].name + " -> " + node.name);
+      }
+    }
+  }
+
+  void add_output_sinks() {
+    for (size_t j = 0; j < g_.outputs.size(); ++j) {
+      const GraphOutput& o = g_.outputs[j];
+      const TensorMeta& meta = g_.meta(o.ref);
+      if (o.role == GraphOutput::Role::Output) {
+        std::vector<const Layout*> target(1, &sm_.output_targets[j]);
+        // A one-strategy pseudo side: fold it into the producer through a self pair.
+        const int32_t p = o.ref.node;
+        auto outs = output_layouts(p, o.ref.output);
+        const int32_t u = lp_.solver_node[p];
+        std::string what = "forward output " + std::to_string(o.output_index) + " (" + g_.nodes[p].name + ")";
+        if (u < 0) {
+          add_constant(cache_.time_us(meta, *outs[0], *target[0]), what);
+        } else {
+          auto& pc = lp_.problem.node_costs[u];
+          for (size_t s = 0; s < outs.size(); ++s) pc[s] = clamp_cost(pc[s] + cache_.time_us(meta, *outs[s], *target[0]));
+        }
+      } else {
+        // The gradient leaves in its parameter's layout: producer layout -> parameter layout.
+        const int32_t q = o.grad_of, p = o.ref.node;
+        add_pair(q, p, meta, output_layouts(q, 0), output_layouts(p, o.ref.output), false,
+                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")");
+      }
+    }
+  }
+
+  int64_t output_bytes(int32_t node, const Strategy& s) {
+    const Node& n = g_.nodes[node];
+    int64_t b = 0;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (n.outputs[k]) b += local_meta(*n.outputs[k], *s.outputs[k], sm_.model->mesh).bytes();
+    return b;
+  }
+
+  void add_intervals_and_usage(bool memlimit) {
+    const int64_t n = static_cast<int64_t>(g_.nodes.size());
+    std::vector<int64_t> last_use(n, -1);
+    for (int64_t c = 0; c < n; ++c)
+      for (const auto& r : g_.nodes[c].tensor_inputs()) last_use[r.node] = std::max(last_use[r.node], c);
+    for (const auto& o : g_.outputs) last_use[o.ref.node] = n;
+    register_all_rules();
+    for (int32_t gi : lp_.graph_node) {
+      const Node& node = g_.nodes[gi];
+      Interval iv;
+      bool resident = node.role == NodeRole::Parameter || node.role == NodeRole::Buffer;
+      iv.start = resident ? 0 : gi;
+      iv.end = resident ? n + 1 : std::max<int64_t>(gi, last_use[gi]) + 1;
+      lp_.problem.intervals.push_back(iv);
+      std::vector<int64_t> usage;
+      if (memlimit) {
+        const OpRule* rule = node.op == "placeholder" ? nullptr : RuleRegistry::instance().find(node.op);
+        bool view = rule && rule->is_view;  // a view aliases its input's storage
+        for (const auto& s : sm_.strategies[gi]) usage.push_back(view ? 0 : output_bytes(gi, s));
+      }
+      lp_.problem.node_usages.push_back(std::move(usage));
+    }
+    lp_.problem.usage_limit = memlimit ? opt_.memory_limit_bytes : -1;
+  }
+
+  void add_parameter_budget() {
+    auto [low, high] = *opt_.parameter_memory;
+    GlobalBudget b;
+    b.name = "parameter memory";
+    b.usage.resize(lp_.graph_node.size());
+    double lo = 0, hi = 0;
+    for (size_t s = 0; s < lp_.graph_node.size(); ++s) {
+      int32_t gi = lp_.graph_node[s];
+      if (g_.nodes[gi].role != NodeRole::Parameter) continue;
+      int64_t smallest = INT64_MAX;
+      for (const auto& st : sm_.strategies[gi]) {
+        b.usage[s].push_back(output_bytes(gi, st));
+        smallest = std::min(smallest, b.usage[s].back());
+      }
+      double full = static_cast<double>(g_.nodes[gi].outputs[0]->bytes());
+      // Each parameter's share is relaxed to the smallest fraction it can reach (AutoParallel).
+      lo += std::max(static_cast<double>(smallest), low * full);
+      hi += std::max(static_cast<double>(smallest), high * full);
+    }
+    b.low = static_cast<int64_t>(std::floor(lo));
+    b.high = static_cast<int64_t>(std::ceil(hi));
+    lp_.budget_index = static_cast<int>(lp_.problem.budgets.size());
+    lp_.problem.budgets.push_back(std::move(b));
+  }
+};
+
+}  // namespace
+
+LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options, RedistributionCache& cache) {
+  if (options.parameter_memory) {
+    auto [low, high] = *options.parameter_memory;
+    if (!(low >= 0 && low <= high))
+      throw std::invalid_argument("parameter_memory: need 0 <= low <= high, got low=" + std::to_string(low) +
+                                  " high=" + std::to_string(high));
+  }
+  return Lowerer(sm, options, cache).run();
+}
+
+std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& solution) {
+  if (solution.size() != lp.graph_node.size())
+    throw std::invalid_argument("solution has " + std::to_string(solution.size()) + " entries for " +
+                                std::to_string(lp.graph_node.size()) + " solver nodes");
+  std::vector<int32_t> choice(lp.solver_node.size(), 0);
+  for (size_t g = 0; g < lp.solver_node.size(); ++g)
+    if (lp.solver_node[g] >= 0) choice[g] = solution[lp.solver_node[g]];
+  return choice;
+}
+
+ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache) {
+  const Graph& g = *sm.graph;
+  const Mesh& mesh = sm.model->mesh;
+  if (choice.size() != g.nodes.size()) throw std::invalid_argument("evaluate_choice: one choice per graph node");
+  auto strat = [&](int32_t node) -> const Strategy& { return sm.strategies[node].at(choice[node]); };
+  ChoiceCost r;
+  r.node_comm_us.assign(g.nodes.size(), 0.0);
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    const Strategy& s = strat(static_cast<int32_t>(c));
+    r.compute_us += s.compute_us;
+    std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
+    for (size_t a = 0; a < refs.size(); ++a) {
+      const Layout& from = *strat(refs[a].node).outputs[refs[a].output];
+      r.node_comm_us[c] += cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
+    }
+    if (g.nodes[c].role == NodeRole::Parameter)
+      r.parameter_bytes_per_gpu += local_meta(*g.nodes[c].outputs[0], *s.outputs[0], mesh).bytes();
+  }
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    const GraphOutput& o = g.outputs[j];
+    const Layout& from = *strat(o.ref.node).outputs[o.ref.output];
+    Layout to = o.role == GraphOutput::Role::Output ? sm.output_targets[j] : *strat(o.grad_of).outputs[0];
+    r.node_comm_us[o.ref.node] += cache.time_us(g.meta(o.ref), from, to);
+    r.output_layouts.push_back(to);
+  }
+  for (double c : r.node_comm_us) r.comm_us += c;
+  r.total_us = r.compute_us + r.comm_us;
+  return r;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,155 @@
+// The planning flow: graph -> strategies -> solver problem -> solve -> plan JSON + report.
+#include "autoshard/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <sstream>
+
+#include "autoshard/evaluate.h"
+#include "autoshard/report.h"
+#include "autoshard/solver.h"
+
+namespace autoshard {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string constraint_hint(const ShardingModel& sm, int32_t g) {
+  return sm.pinned[g] ? " (it is pinned by a constraint)" : "";
+}
+
+// Cheap necessary conditions, checked before solving so that an impossible request gets a
+// message naming the constraint to relax instead of a bare "infeasible".
+void check_obviously_infeasible(const ShardingModel& sm, const LoweredProblem& lp) {
+  const Problem& p = lp.problem;
+  const Graph& g = *sm.graph;
+  for (size_t s = 0; s < p.num_nodes(); ++s) {
+    bool any = std::any_of(p.node_costs[s].begin(), p.node_costs[s].end(), [](Cost c) { return !is_infeasible(c); });
+    if (!any) {
+      int32_t gi = lp.graph_node[s];
+      throw InfeasiblePlanError("no feasible plan: node '" + g.nodes[gi].name + "' (" + g.nodes[gi].op + ")" +
+                                constraint_hint(sm, gi) +
+                                " has no strategy compatible with the fixed layouts around it; relax the "
+                                "input/output/node constraints on it or its neighbours");
+    }
+  }
+  if (lp.budget_index >= 0) {
+    const GlobalBudget& b = p.budgets[lp.budget_index];
+    int64_t most = 0;
+    for (const auto& row : b.usage)
+      if (!row.empty()) most += *std::max_element(row.begin(), row.end());
+    if (most < b.low)
+      throw InfeasiblePlanError("no feasible plan: parameter_memory low asks for at least " + std::to_string(b.low) +
+                                " parameter bytes per GPU but fully replicated parameters only take " +
+                                std::to_string(most) + "; lower parameter_memory.low");
+  }
+  if (p.usage_limit >= 0) {
+    // Smallest possible live usage at each time point.
+    std::map<int64_t, int64_t> delta;
+    for (size_t s = 0; s < p.num_nodes(); ++s) {
+      if (p.node_usages[s].empty()) continue;
+      int64_t m = *std::min_element(p.node_usages[s].begin(), p.node_usages[s].end());
+      if (p.intervals[s].end <= p.intervals[s].start || m == 0) continue;
+      delta[p.intervals[s].start] += m;
+      delta[p.intervals[s].end] -= m;
+    }
+    int64_t live = 0, peak = 0, at = 0;
+    for (const auto& [t, d] : delta) {
+      live += d;
+      if (live > peak) { peak = live; at = t; }
+    }
+    if (peak > p.usage_limit) {
+      std::string where = at < static_cast<int64_t>(g.nodes.size()) ? " (at node '" + g.nodes[at].name + "')" : "";
+      throw InfeasiblePlanError("no feasible plan: memory_limit_bytes=" + std::to_string(p.usage_limit) +
+                                " is below the smallest possible peak of " + std::to_string(peak) +
+                                " bytes per GPU" + where + " even with every tensor maximally sharded; raise "
+                                "memory_limit_bytes or use a larger mesh");
+    }
+  }
+}
+
+}  // namespace
+
+PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
+  auto t0 = Clock::now();
+  PlanningResult r;
+  r.model = std::make_unique<MeshModel>(MeshModel::make(options.mesh, options.hardware));
+  r.sharding = build_sharding_model(graph, *r.model, enumerate_strategies(graph, *r.model), options.constraints);
+  LoweringOptions lo;
+  if (options.parameter_memory_default)
+    lo.parameter_memory = std::make_pair(0.0, 1.0 / static_cast<double>(r.model->mesh.size()));
+  else
+    lo.parameter_memory = options.parameter_memory;
+  lo.memory_limit_bytes = options.memory_limit_bytes;
+  RedistributionCache cache(*r.model);
+  r.lowered = lower_to_problem(r.sharding, lo, cache);
+  check_obviously_infeasible(r.sharding, r.lowered);
+
+  const Problem& p = r.lowered.problem;
+  Plan& plan = r.plan;
+  plan.solver_nodes = p.num_nodes();
+  plan.solver_edges = p.edges.size();
+  Solution solution;
+  Cost objective = 0, bound = 0;
+  if (p.num_nodes() > 0) {
+    SolveOptions so;
+    so.time_limit_s = std::max(0.1, options.time_limit_s - seconds_since(t0));
+    so.verbose = options.verbose;
+    SolveResult sr = solve(p, so);
+    plan.solver_status = sr.status;
+    plan.proven_optimal = sr.proven_optimal;
+    plan.solve_time_s = sr.total_time_s;
+    Evaluation ev = sr.solution.size() == p.num_nodes() ? evaluate(p, sr.solution) : Evaluation{};
+    if (!ev.valid) {
+      std::string why = ev.violation.empty() ? "the solver returned no plan" : ev.violation;
+      throw InfeasiblePlanError(
+          "no feasible plan found (solver: " + sr.status + "; " + why + "). Relax the constraints: " +
+          (p.usage_limit >= 0 ? "raise memory_limit_bytes, " : std::string()) +
+          (r.lowered.budget_index >= 0 ? "raise parameter_memory.high (or lower .low), " : std::string()) +
+          "or remove input/output/node constraints" +
+          (sr.status == "time limit" ? "; or raise time_limit_s" : std::string()));
+    }
+    solution = sr.solution;
+    objective = ev.cost;
+    bound = std::min(sr.lower_bound, ev.cost);
+  } else {
+    plan.solver_status = "trivial";
+    plan.proven_optimal = true;
+  }
+  plan.choice = expand_solution(r.lowered, solution);
+  plan.cost = evaluate_choice(r.sharding, plan.choice, cache);
+  plan.solver_objective_us = objective + r.lowered.constant_cost;
+  plan.lower_bound_us = (plan.proven_optimal ? objective : bound) + r.lowered.constant_cost;
+  plan.total_time_s = seconds_since(t0);
+  return r;
+}
+
+Json plan_graph(const Graph& graph, const PlannerOptions& options) {
+  PlanningResult r = run_planner(graph, options);
+  Json j = plan_to_json(r.sharding, r.plan);
+  j.set("report", Json::string(plan_report(r.sharding, r.plan, options.verbose)));
+  return j;
+}
+
+std::string plan_graph_json(const std::string& graph_json, const std::string& options_json) {
+  Json options_doc;
+  try {
+    options_doc = parse_json(options_json);
+  } catch (const JsonError& e) {
+    throw JsonError(std::string("options: ") + e.what());
+  }
+  PlannerOptions options = parse_planner_options(options_doc);
+  Json graph_doc;
+  try {
+    graph_doc = parse_json(graph_json);
+  } catch (const JsonError& e) {
+    throw JsonError(std::string("graph: ") + e.what());
+  }
+  Graph graph = parse_graph(graph_doc);
+  return plan_graph(graph, options).dump();
+}
+
+}  // namespace autoshard

@@ -1,0 +1,381 @@
+// IOPDDL problem reader/writer with validation that names the field and the fix.
+#include "autoshard/problem_io.h"
+
+#include <cmath>
+#include <fstream>
+
+namespace autoshard {
+
+namespace {
+
+std::string idx(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
+
+// Every message starts with the source so that a user with many files knows which one.
+[[noreturn]] void fail(const std::string& source, const std::string& msg) {
+  throw ProblemError(source + ": " + msg);
+}
+
+// Wraps the Json accessors so their JsonError becomes a ProblemError with the source.
+template <class F>
+auto guarded(const std::string& source, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const JsonError& e) {
+    fail(source, e.what());
+  }
+}
+
+const Json& require(const Json& obj, const char* key, const std::string& where, const std::string& source) {
+  if (!obj.is_object()) fail(source, where + ": expected an object, found " + json_kind_name(obj.kind()));
+  const Json* v = obj.find(key);
+  if (!v) fail(source, where + ": missing key \"" + key + "\"");
+  return *v;
+}
+
+const std::vector<Json>& array_of(const Json& v, const std::string& where, const std::string& source) {
+  if (!v.is_array()) fail(source, where + ": expected an array, found " + json_kind_name(v.kind()));
+  return v.as_array();
+}
+
+// Costs: any finite number that fits a 64-bit integer range (IOPDDL costs are integers; the
+// PyTorch path writes microseconds). Values >= 1e18 mean "infeasible" and are kept as is.
+Cost read_cost(const Json& v, const std::string& where, const std::string& source) {
+  if (!v.is_number()) fail(source, where + ": expected a number, found " + json_kind_name(v.kind()));
+  double d = v.as_double();
+  if (!std::isfinite(d) || std::fabs(d) >= 9.2e18)
+    fail(source, where + ": cost " + std::to_string(d) +
+                     " does not fit in 64 bits; write infeasible choices as 1000000000000000000 (1e18)");
+  return v.is_integer() ? static_cast<Cost>(v.as_int()) : d;
+}
+
+int64_t read_int(const Json& v, const std::string& where, const std::string& source) {
+  return guarded(source, [&] { return v.as_int(where); });
+}
+
+int64_t read_usage(const Json& v, const std::string& where, const std::string& source) {
+  int64_t u = read_int(v, where, source);
+  if (u < 0) fail(source, where + ": negative usage " + std::to_string(u) + "; usages are bytes (>= 0)");
+  return u;
+}
+
+}  // namespace
+
+Problem problem_from_json(const Json& doc, const std::string& source) {
+  Problem p;
+  if (!doc.is_object())
+    fail(source, std::string("expected a JSON object {\"problem\": {...}} at the top level, found ") +
+                     json_kind_name(doc.kind()));
+  const Json* root = doc.find("problem");
+  if (!root) fail(source, "missing top-level key \"problem\" (IOPDDL format: {\"problem\": {\"nodes\": ..., \"edges\": ...}})");
+  const Json& pr = *root;
+  if (!pr.is_object()) fail(source, std::string("problem: expected an object, found ") + json_kind_name(pr.kind()));
+
+  if (const Json* name = pr.find("name")) {
+    if (!name->is_string()) fail(source, "problem.name: expected a string");
+    p.name = name->as_string();
+  }
+  const Json& nodes = require(pr, "nodes", "problem", source);
+  const auto& costs = array_of(require(nodes, "costs", "problem.nodes", source), "problem.nodes.costs", source);
+  const size_t n = costs.size();
+  p.node_costs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::string w = idx("problem.nodes.costs", i);
+    const auto& row = array_of(costs[i], w, source);
+    if (row.empty()) fail(source, w + ": node " + std::to_string(i) + " has no strategies; every node needs at least one");
+    p.node_costs[i].reserve(row.size());
+    for (size_t s = 0; s < row.size(); ++s) p.node_costs[i].push_back(read_cost(row[s], idx(w, s), source));
+  }
+
+  const Json* limit = pr.find("usage_limit");
+  if (limit && !limit->is_null()) {
+    p.usage_limit = read_int(*limit, "problem.usage_limit", source);
+    if (p.usage_limit < 0) fail(source, "problem.usage_limit: negative limit " + std::to_string(p.usage_limit) + "; omit the key for no limit");
+  }
+  const Json* usages = nodes.find("usages");
+  const Json* intervals = nodes.find("intervals");
+  if (p.usage_limit >= 0 && !usages) fail(source, "problem.nodes: missing key \"usages\" (required with \"usage_limit\")");
+  if (p.usage_limit >= 0 && !intervals) fail(source, "problem.nodes: missing key \"intervals\" (required with \"usage_limit\")");
+  p.node_usages.assign(n, {});
+  if (usages) {
+    const auto& rows = array_of(*usages, "problem.nodes.usages", source);
+    if (rows.size() != n)
+      fail(source, "problem.nodes.usages: has " + std::to_string(rows.size()) + " rows but problem.nodes.costs has " +
+                       std::to_string(n) + "; give one row per node");
+    for (size_t i = 0; i < n; ++i) {
+      std::string w = idx("problem.nodes.usages", i);
+      const auto& row = array_of(rows[i], w, source);
+      if (row.size() != p.node_costs[i].size())
+        fail(source, w + ": has " + std::to_string(row.size()) + " entries but node " + std::to_string(i) + " has " +
+                         std::to_string(p.node_costs[i].size()) + " strategies in problem.nodes.costs; give one usage per strategy");
+      p.node_usages[i].reserve(row.size());
+      for (size_t s = 0; s < row.size(); ++s) p.node_usages[i].push_back(read_usage(row[s], idx(w, s), source));
+    }
+  }
+  p.intervals.assign(n, Interval{});
+  if (intervals) {
+    const auto& rows = array_of(*intervals, "problem.nodes.intervals", source);
+    if (rows.size() != n)
+      fail(source, "problem.nodes.intervals: has " + std::to_string(rows.size()) + " entries but problem.nodes.costs has " +
+                       std::to_string(n) + "; give one [start, end) per node");
+    for (size_t i = 0; i < n; ++i) {
+      std::string w = idx("problem.nodes.intervals", i);
+      const auto& iv = array_of(rows[i], w, source);
+      if (iv.size() != 2) fail(source, w + ": expected [start, end], found " + std::to_string(iv.size()) + " numbers");
+      p.intervals[i].start = read_int(iv[0], idx(w, 0), source);
+      p.intervals[i].end = read_int(iv[1], idx(w, 1), source);
+      if (p.intervals[i].end < p.intervals[i].start)
+        fail(source, w + ": interval end " + std::to_string(p.intervals[i].end) + " is before its start " +
+                         std::to_string(p.intervals[i].start) + " (intervals are [start, end) with end >= start)");
+    }
+  }
+  if (const Json* names = nodes.find("names")) {
+    const auto& rows = array_of(*names, "problem.nodes.names", source);
+    if (rows.size() != n)
+      fail(source, "problem.nodes.names: has " + std::to_string(rows.size()) + " entries, expected one per node (" + std::to_string(n) + ")");
+    for (size_t i = 0; i < n; ++i) {
+      if (!rows[i].is_string()) fail(source, idx("problem.nodes.names", i) + ": expected a string");
+      p.node_names.push_back(rows[i].as_string());
+    }
+  }
+
+  const Json& edges = require(pr, "edges", "problem", source);
+  const auto& enodes = array_of(require(edges, "nodes", "problem.edges", source), "problem.edges.nodes", source);
+  const auto& ecosts = array_of(require(edges, "costs", "problem.edges", source), "problem.edges.costs", source);
+  if (enodes.size() != ecosts.size())
+    fail(source, "problem.edges: \"nodes\" has " + std::to_string(enodes.size()) + " entries but \"costs\" has " +
+                     std::to_string(ecosts.size()) + "; give one cost matrix per edge");
+  p.edges.resize(enodes.size());
+  for (size_t e = 0; e < enodes.size(); ++e) {
+    std::string w = idx("problem.edges.nodes", e);
+    const auto& uv = array_of(enodes[e], w, source);
+    if (uv.size() != 2) fail(source, w + ": expected [u, v], found " + std::to_string(uv.size()) + " numbers");
+    int64_t ends[2];
+    for (int k = 0; k < 2; ++k) {
+      ends[k] = read_int(uv[k], idx(w, k), source);
+      if (ends[k] < 0 || static_cast<size_t>(ends[k]) >= n)
+        fail(source, idx(w, k) + ": node id " + std::to_string(ends[k]) + " is out of range (the problem has " +
+                         std::to_string(n) + " nodes, ids 0.." + std::to_string(n == 0 ? 0 : n - 1) + ")");
+    }
+    Edge& edge = p.edges[e];
+    edge.u = static_cast<int32_t>(ends[0]);
+    edge.v = static_cast<int32_t>(ends[1]);
+    std::string wc = idx("problem.edges.costs", e);
+    const auto& m = array_of(ecosts[e], wc, source);
+    size_t su = p.node_costs[edge.u].size(), sv = p.node_costs[edge.v].size();
+    if (m.size() != su * sv)
+      fail(source, wc + ": edge " + std::to_string(e) + " (" + std::to_string(edge.u) + " -> " + std::to_string(edge.v) +
+                       ") has " + std::to_string(m.size()) + " costs but needs |S_u| x |S_v| = " + std::to_string(su) +
+                       " x " + std::to_string(sv) + " = " + std::to_string(su * sv) + " (row-major)");
+    edge.costs.reserve(m.size());
+    for (size_t k = 0; k < m.size(); ++k) edge.costs.push_back(read_cost(m[k], idx(wc, k), source));
+  }
+
+  if (const Json* budgets = pr.find("budgets")) {
+    const auto& list = array_of(*budgets, "problem.budgets", source);
+    for (size_t b = 0; b < list.size(); ++b) {
+      std::string w = idx("problem.budgets", b);
+      GlobalBudget g;
+      if (const Json* nm = list[b].find("name")) {
+        if (!nm->is_string()) fail(source, w + ".name: expected a string");
+        g.name = nm->as_string();
+      }
+      const auto& rows = array_of(require(list[b], "usages", w, source), w + ".usages", source);
+      if (rows.size() != n)
+        fail(source, w + ".usages: has " + std::to_string(rows.size()) + " rows, expected one per node (" + std::to_string(n) + ")");
+      g.usage.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        std::string wr = idx(w + ".usages", i);
+        const auto& row = array_of(rows[i], wr, source);
+        if (!row.empty() && row.size() != p.node_costs[i].size())
+          fail(source, wr + ": has " + std::to_string(row.size()) + " entries but node " + std::to_string(i) + " has " +
+                           std::to_string(p.node_costs[i].size()) + " strategies (use [] for all zero)");
+        for (size_t s = 0; s < row.size(); ++s) g.usage[i].push_back(read_usage(row[s], idx(wr, s), source));
+      }
+      if (const Json* lo = list[b].find("low")) g.low = read_int(*lo, w + ".low", source);
+      if (const Json* hi = list[b].find("high")) g.high = read_int(*hi, w + ".high", source);
+      if (g.low > g.high)
+        fail(source, w + ": low " + std::to_string(g.low) + " > high " + std::to_string(g.high) + "; no plan can satisfy it");
+      p.budgets.push_back(std::move(g));
+    }
+  }
+  validate_problem(p, source);
+  return p;
+}
+
+void validate_problem(const Problem& p, const std::string& source) {
+  const size_t n = p.num_nodes();
+  for (size_t i = 0; i < n; ++i) {
+    if (p.node_costs[i].empty()) fail(source, "node " + std::to_string(i) + " has no strategies; every node needs at least one");
+    for (size_t s = 0; s < p.node_costs[i].size(); ++s)
+      if (std::isnan(p.node_costs[i][s])) fail(source, "node " + std::to_string(i) + " strategy " + std::to_string(s) + ": cost is NaN");
+  }
+  if (p.node_usages.size() != n && !p.node_usages.empty())
+    fail(source, "node_usages has " + std::to_string(p.node_usages.size()) + " rows for " + std::to_string(n) + " nodes");
+  for (size_t i = 0; i < p.node_usages.size(); ++i) {
+    if (!p.node_usages[i].empty() && p.node_usages[i].size() != p.node_costs[i].size())
+      fail(source, "node " + std::to_string(i) + ": " + std::to_string(p.node_usages[i].size()) + " usages for " +
+                       std::to_string(p.node_costs[i].size()) + " strategies");
+    for (int64_t u : p.node_usages[i])
+      if (u < 0) fail(source, "node " + std::to_string(i) + ": negative usage " + std::to_string(u));
+  }
+  if (p.intervals.size() != n && !p.intervals.empty())
+    fail(source, "intervals has " + std::to_string(p.intervals.size()) + " entries for " + std::to_string(n) + " nodes");
+  for (size_t i = 0; i < p.intervals.size(); ++i)
+    if (p.intervals[i].end < p.intervals[i].start)
+      fail(source, "node " + std::to_string(i) + ": interval end " + std::to_string(p.intervals[i].end) + " < start " +
+                       std::to_string(p.intervals[i].start));
+  for (size_t e = 0; e < p.edges.size(); ++e) {
+    const Edge& ed = p.edges[e];
+    if (ed.u < 0 || static_cast<size_t>(ed.u) >= n || ed.v < 0 || static_cast<size_t>(ed.v) >= n)
+      fail(source, "edge " + std::to_string(e) + ": node id out of range (" + std::to_string(ed.u) + ", " +
+                       std::to_string(ed.v) + ") for " + std::to_string(n) + " nodes");
+    size_t want = p.node_costs[ed.u].size() * p.node_costs[ed.v].size();
+    if (ed.costs.size() != want)
+      fail(source, "edge " + std::to_string(e) + " (" + std::to_string(ed.u) + " -> " + std::to_string(ed.v) + "): " +
+                       std::to_string(ed.costs.size()) + " costs, expected " + std::to_string(p.node_costs[ed.u].size()) +
+                       " x " + std::to_string(p.node_costs[ed.v].size()) + " = " + std::to_string(want));
+  }
+  for (size_t b = 0; b < p.budgets.size(); ++b) {
+    const GlobalBudget& g = p.budgets[b];
+    if (g.usage.size() != n && !g.usage.empty())
+      fail(source, "budget " + std::to_string(b) + ": " + std::to_string(g.usage.size()) + " rows for " + std::to_string(n) + " nodes");
+    for (size_t i = 0; i < g.usage.size(); ++i) {
+      if (!g.usage[i].empty() && g.usage[i].size() != p.node_costs[i].size())
+        fail(source, "budget " + std::to_string(b) + " node " + std::to_string(i) + ": wrong number of usages");
+      for (int64_t u : g.usage[i])
+        if (u < 0) fail(source, "budget " + std::to_string(b) + " node " + std::to_string(i) + ": negative usage");
+    }
+    if (g.low > g.high) fail(source, "budget " + std::to_string(b) + ": low > high");
+  }
+  if (!p.node_names.empty() && p.node_names.size() != n)
+    fail(source, "node_names has " + std::to_string(p.node_names.size()) + " entries for " + std::to_string(n) + " nodes");
+}
+
+Problem parse_problem(std::string_view text, const std::string& source) {
+  Json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const JsonError& e) {
+    fail(source, e.what());
+  }
+  return problem_from_json(doc, source);
+}
+
+Problem read_problem(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file_maybe_gzip(path);
+  } catch (const std::exception& e) {
+    throw ProblemError(e.what());
+  }
+  return parse_problem(text, path);
+}
+
+namespace {
+Json cost_json(Cost c) {
+  if (std::nearbyint(c) == c && std::fabs(c) < 9.2e18) return Json::integer(static_cast<int64_t>(c));
+  return Json::number(c);
+}
+Json usage_row(const std::vector<int64_t>& row, size_t strategies) {
+  Json a = Json::array();
+  for (size_t s = 0; s < strategies; ++s) a.push_back(Json::integer(row.empty() ? 0 : row[s]));
+  return a;
+}
+}  // namespace
+
+Json problem_to_json(const Problem& p) {
+  const size_t n = p.num_nodes();
+  Json nodes = Json::object();
+  Json costs = Json::array(), usages = Json::array(), intervals = Json::array();
+  for (size_t i = 0; i < n; ++i) {
+    Json row = Json::array();
+    for (Cost c : p.node_costs[i]) row.push_back(cost_json(c));
+    costs.push_back(std::move(row));
+    usages.push_back(usage_row(i < p.node_usages.size() ? p.node_usages[i] : std::vector<int64_t>{}, p.num_strategies(i)));
+    Interval iv = i < p.intervals.size() ? p.intervals[i] : Interval{};
+    intervals.push_back(Json::array({Json::integer(iv.start), Json::integer(iv.end)}));
+  }
+  nodes.set("costs", std::move(costs));
+  nodes.set("usages", std::move(usages));
+  nodes.set("intervals", std::move(intervals));
+  if (!p.node_names.empty()) {
+    Json names = Json::array();
+    for (const auto& s : p.node_names) names.push_back(Json::string(s));
+    nodes.set("names", std::move(names));
+  }
+  Json edges = Json::object();
+  Json enodes = Json::array(), ecosts = Json::array();
+  for (const Edge& e : p.edges) {
+    enodes.push_back(Json::array({Json::integer(e.u), Json::integer(e.v)}));
+    Json m = Json::array();
+    for (Cost c : e.costs) m.push_back(cost_json(c));
+    ecosts.push_back(std::move(m));
+  }
+  edges.set("nodes", std::move(enodes));
+  edges.set("costs", std::move(ecosts));
+  Json pr = Json::object();
+  if (!p.name.empty()) pr.set("name", Json::string(p.name));
+  pr.set("nodes", std::move(nodes));
+  pr.set("edges", std::move(edges));
+  if (p.usage_limit >= 0) pr.set("usage_limit", Json::integer(p.usage_limit));
+  if (!p.budgets.empty()) {
+    Json list = Json::array();
+    for (const GlobalBudget& g : p.budgets) {
+      Json b = Json::object();
+      b.set("name", Json::string(g.name));
+      Json rows = Json::array();
+      for (size_t i = 0; i < n; ++i)
+        rows.push_back(usage_row(i < g.usage.size() ? g.usage[i] : std::vector<int64_t>{}, p.num_strategies(i)));
+      b.set("usages", std::move(rows));
+      b.set("low", Json::integer(g.low));
+      b.set("high", Json::integer(g.high));
+      list.push_back(std::move(b));
+    }
+    pr.set("budgets", std::move(list));
+  }
+  Json doc = Json::object();
+  doc.set("problem", std::move(pr));
+  return doc;
+}
+
+static void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw ProblemError("cannot write '" + path + "': check that the directory exists and is writable");
+  out << text << "\n";
+  if (!out) throw ProblemError("error while writing '" + path + "'");
+}
+
+void write_problem(const Problem& p, const std::string& path) { write_text(path, problem_to_json(p).dump()); }
+
+Json solution_to_json(const Solution& s) {
+  Json a = Json::array();
+  for (int32_t x : s) a.push_back(Json::integer(x));
+  Json doc = Json::object();
+  doc.set("solution", std::move(a));
+  return doc;
+}
+
+void write_solution(const Solution& s, const std::string& path) { write_text(path, solution_to_json(s).dump()); }
+
+Solution read_solution(const std::string& path, const Problem& p) {
+  Json doc;
+  try {
+    doc = parse_json(read_file_maybe_gzip(path));
+  } catch (const std::exception& e) {
+    fail(path, e.what());
+  }
+  const auto& arr = array_of(require(doc, "solution", "top level", path), "solution", path);
+  if (arr.size() != p.num_nodes())
+    fail(path, "solution: has " + std::to_string(arr.size()) + " entries but the problem has " + std::to_string(p.num_nodes()) + " nodes");
+  Solution s(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    int64_t v = read_int(arr[i], idx("solution", i), path);
+    if (v < 0 || static_cast<size_t>(v) >= p.num_strategies(i))
+      fail(path, idx("solution", i) + ": strategy " + std::to_string(v) + " out of range (node " + std::to_string(i) +
+                     " has " + std::to_string(p.num_strategies(i)) + " strategies)");
+    s[i] = static_cast<int32_t>(v);
+  }
+  return s;
+}
+
+}  // namespace autoshard

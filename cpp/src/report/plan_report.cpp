@@ -1,0 +1,151 @@
+// The human-readable plan report (logged by the Python side, printed by `autoshard plan`).
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "autoshard/layout.h"
+#include "autoshard/report.h"
+
+namespace autoshard {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+std::string ms(double us) { return fmt("%.3f", us / 1000.0); }
+std::string mib(double bytes) { return fmt("%.2f", bytes / (1024.0 * 1024.0)); }
+
+bool is_number(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+struct Group {
+  std::string name;
+  int nodes = 0;
+  double compute_us = 0, comm_us = 0;
+  int64_t param_bytes = 0;
+  std::vector<std::string> weights;  // "wq.weight S(0)R"
+  int32_t main_activation = -1;
+  int64_t main_activation_bytes = -1;
+};
+
+}  // namespace
+
+std::string module_group(const std::string& module) {
+  if (module.empty()) return "(other)";
+  std::vector<std::string> parts;
+  std::stringstream ss(module);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i ? "." : "") + parts[i];
+    if (is_number(parts[i])) return out;
+  }
+  return parts.front();
+}
+
+std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool verbose) {
+  const Graph& g = *sm.graph;
+  const MeshModel& m = *sm.model;
+  std::ostringstream os;
+  os << "autoshard plan: mesh " << shape_str(m.mesh.shape) << " (";
+  for (size_t i = 0; i < m.mesh.dim_names.size(); ++i) os << (i ? "," : "") << m.mesh.dim_names[i];
+  os << ") on " << m.hw.name << ", " << m.mesh.size() << " GPUs\n";
+  os << "  estimated step: " << ms(plan.cost.total_us) << " ms = compute " << ms(plan.cost.compute_us) << " ms + comm "
+     << ms(plan.cost.comm_us) << " ms (lower bound " << ms(plan.lower_bound_us) << " ms"
+     << (plan.proven_optimal ? ", optimal" : "") << ")\n";
+  int64_t total_param = 0;
+  for (const auto& n : g.nodes)
+    if (n.role == NodeRole::Parameter) total_param += n.outputs[0]->bytes();
+  os << "  parameters per GPU: " << mib(static_cast<double>(plan.cost.parameter_bytes_per_gpu)) << " MiB of "
+     << mib(static_cast<double>(total_param)) << " MiB"
+     << (total_param > 0
+             ? " (" + fmt("%.4f", static_cast<double>(plan.cost.parameter_bytes_per_gpu) / static_cast<double>(total_param)) +
+                   " of the total)"
+             : std::string())
+     << "\n";
+  size_t strategies = 0;
+  for (const auto& s : sm.strategies) strategies += s.size();
+  os << "  graph: " << g.nodes.size() << " nodes, " << strategies << " strategies; solver problem: " << plan.solver_nodes
+     << " nodes, " << plan.solver_edges << " edges; solver " << plan.solver_status << " in "
+     << fmt("%.2f", plan.solve_time_s) << " s; planning " << fmt("%.2f", plan.total_time_s) << " s\n";
+
+  // Per module group, in first-appearance order.
+  std::vector<Group> groups;
+  std::map<std::string, size_t> index;
+  auto group_of = [&](const Node& n) -> Group& {
+    std::string name;
+    if (n.role == NodeRole::Parameter || n.role == NodeRole::Buffer) {
+      std::string owner = n.fqn;
+      size_t dot = owner.rfind('.');
+      name = module_group(dot == std::string::npos ? owner : owner.substr(0, dot));
+    } else if (n.op == "placeholder") {
+      name = "(inputs)";
+    } else {
+      name = module_group(n.module);
+    }
+    auto [it, fresh] = index.emplace(name, groups.size());
+    if (fresh) groups.push_back(Group{name});
+    return groups[it->second];
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const Strategy& s = sm.strategies[i][plan.choice[i]];
+    Group& grp = group_of(n);
+    grp.nodes++;
+    grp.compute_us += s.compute_us;
+    grp.comm_us += plan.cost.node_comm_us[i];
+    if (n.role == NodeRole::Parameter) {
+      grp.param_bytes += local_meta(*n.outputs[0], *s.outputs[0], m.mesh).bytes();
+      grp.weights.push_back(n.fqn + " " + layout_str(*s.outputs[0]));
+    } else if (n.role == NodeRole::Compute && n.phase != Phase::Backward && !n.outputs.empty() && n.outputs[0]) {
+      int64_t b = n.outputs[0]->bytes();
+      if (b >= grp.main_activation_bytes) { grp.main_activation_bytes = b; grp.main_activation = static_cast<int32_t>(i); }
+    }
+  }
+  os << "\nper module (compute ms | comm ms | params MiB/GPU | weights | main activation):\n";
+  for (const auto& grp : groups) {
+    os << "  " << grp.name << " [" << grp.nodes << " nodes]: " << ms(grp.compute_us) << " | " << ms(grp.comm_us) << " | "
+       << mib(static_cast<double>(grp.param_bytes));
+    if (!grp.weights.empty()) {
+      os << " | ";
+      for (size_t k = 0; k < grp.weights.size(); ++k) os << (k ? ", " : "") << grp.weights[k];
+    }
+    if (grp.main_activation >= 0) {
+      const Node& a = g.nodes[grp.main_activation];
+      os << " | " << a.name << " " << shape_str(a.outputs[0]->shape) << " "
+         << layout_str(*sm.strategies[grp.main_activation][plan.choice[grp.main_activation]].outputs[0]);
+    }
+    os << "\n";
+  }
+
+  // Where the communication goes.
+  std::vector<size_t> order(g.nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return plan.cost.node_comm_us[a] > plan.cost.node_comm_us[b]; });
+  os << "\nlargest communication (node: us, chosen inputs -> outputs):\n";
+  for (size_t k = 0; k < std::min<size_t>(10, order.size()) && plan.cost.node_comm_us[order[k]] > 0; ++k) {
+    size_t i = order[k];
+    os << "  " << g.nodes[i].name << " (" << g.nodes[i].op << "): " << fmt("%.1f", plan.cost.node_comm_us[i]) << " us, "
+       << strategy_str(sm.strategies[i][plan.choice[i]]) << "\n";
+  }
+
+  if (verbose) {
+    os << "\nper node (strategies, chosen inputs -> outputs, compute us, comm us):\n";
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      const Strategy& s = sm.strategies[i][plan.choice[i]];
+      os << "  " << n.name << " " << n.op << " [" << sm.enumerated[i] << (sm.pinned[i] ? ", pinned" : "") << "] "
+         << strategy_str(s) << " " << fmt("%.2f", s.compute_us) << " " << fmt("%.2f", plan.cost.node_comm_us[i]) << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace autoshard

@@ -1,0 +1,147 @@
+// Scaled dot-product attention kernels (forward and backward): flash (CUDA), flash for CPU,
+// memory-efficient, cuDNN and the math fallback.
+// Attention is independent per (batch, head), so two rows exist: shard dim 0 (batch) or dim 1
+// (heads) of every activation-shaped tensor together: q, k, v, out, logsumexp, grads, and
+// the math kernel's attention weights. Tensors of rank < 3 (philox seed/offset, rng_state,
+// cum_seq, an empty debug mask) stay Replicate. An attention bias / mask follows the row on a
+// dim where it has the full size and is Replicate where it broadcasts.
+// Grouped-query attention (k/v with fewer heads than q): rank r's q heads must use exactly the
+// kv heads rank r holds, which holds iff both head counts divide by the number of shards of the
+// head dim; `accept` enforces that (for equal head counts, uneven chunks line up by themselves).
+// No Partial and no sequence rows (those need ring attention, not the plain local kernel).
+// FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes.
+// Note for the runtime: DTensor 2.13 has no rule for _scaled_dot_product_flash_attention_for_cpu
+// (+_backward); running these rows needs a local-kernel path (to_local, call, from_local).
+#include <set>
+#include <string>
+
+#include "autoshard/rule_helpers.h"
+
+namespace autoshard {
+namespace {
+
+using namespace rule;
+
+struct AttentionSpec {
+  int q_input;                        // tensor-input index of q (k and v follow it)
+  std::vector<size_t> bias_args;      // positional args holding a bias / mask, if any
+  std::vector<const char*> bias_kwargs;  // keyword args holding a bias / mask
+  double flop_factor;                 // 1 forward, 2.5 backward
+};
+
+std::set<int> bias_inputs(const RuleContext& ctx, const AttentionSpec& spec) {
+  std::set<int> out;
+  for (size_t pos : spec.bias_args)
+    if (int i = tensor_input_index(ctx, pos); i >= 0) out.insert(i);
+  for (const char* name : spec.bias_kwargs)
+    if (int i = tensor_kwarg_index(ctx, name); i >= 0) out.insert(i);
+  return out;
+}
+
+// Placement of a broadcastable bias for a row sharding q's dim `dim` (q is 4-D [B,H,S,D]).
+Placement bias_placement(const TensorMeta& q, const TensorMeta& bias, int dim) {
+  int bdim = dim - (q.rank() - bias.rank());
+  if (bdim < 0 || bias.shape[bdim] != q.shape[dim] || bias.shape[bdim] == 1) return R();
+  return S(bdim);
+}
+
+std::vector<ShardingRow> attention_rows(const RuleContext& ctx, const AttentionSpec& spec) {
+  const TensorMeta& q = input_meta(ctx, spec.q_input);
+  if (q.rank() != 4) return {};  // only the batched [B,H,S,D] layout is understood
+  const std::set<int> biases = bias_inputs(ctx, spec);
+  const bool backward = spec.flop_factor > 1.0;
+  std::vector<ShardingRow> rows;
+  for (int dim : {0, 1}) {
+    ShardingRow r = replicate_row(ctx);
+    bool broadcast_bias = false;
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      const TensorMeta& m = ctx.inputs[i];
+      if (biases.count(static_cast<int>(i))) {
+        r.inputs[i] = bias_placement(q, m, dim);
+        broadcast_bias = broadcast_bias || r.inputs[i].is_replicate();
+      } else {
+        r.inputs[i] = m.rank() >= 3 ? S(dim) : R();
+      }
+    }
+    // A backward with a bias broadcast along `dim` would owe a summed bias gradient whose
+    // layout the kernel does not promise; keep such calls replicated on that dim.
+    if (backward && broadcast_bias) continue;
+    for (size_t o = 0; o < ctx.outputs.size(); ++o) {
+      if (!ctx.outputs[o]) continue;
+      r.outputs[o] = ctx.outputs[o]->rank() >= 3 ? S(dim) : R();
+    }
+    rows.push_back(r);
+  }
+  return dedup_rows(std::move(rows));
+}
+
+// GQA alignment: when activation tensors disagree on the head count, every head count must
+// divide by the number of shards of the head dim.
+bool attention_accept(const RuleContext& ctx, const AttentionSpec& spec, const std::vector<Layout>&,
+                      const std::vector<Layout>& inputs) {
+  const std::set<int> biases = bias_inputs(ctx, spec);
+  std::set<int64_t> heads;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i)
+    if (!biases.count(static_cast<int>(i)) && ctx.inputs[i].rank() == 4) heads.insert(ctx.inputs[i].shape[1]);
+  if (heads.size() <= 1) return true;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    if (biases.count(static_cast<int>(i)) || ctx.inputs[i].rank() != 4) continue;
+    int64_t n = shards_on_dim(ctx.mesh, inputs.at(i), 1);
+    for (int64_t h : heads)
+      if (!divides(h, n)) return false;
+  }
+  return true;
+}
+
+double attention_flops(const std::vector<TensorMeta>& in, const AttentionSpec& spec) {
+  const TensorMeta& q = in.at(spec.q_input);
+  const TensorMeta& k = in.at(spec.q_input + 1);
+  if (q.rank() != 4 || k.rank() != 4) return 0;
+  double b = q.shape[0], h = q.shape[1], sq = q.shape[2], d = q.shape[3], skv = k.shape[2];
+  return spec.flop_factor * 4.0 * b * h * sq * skv * d;
+}
+
+OpRule attention_rule(AttentionSpec spec) {
+  OpRule r;
+  r.rows = [spec](const RuleContext& ctx) { return attention_rows(ctx, spec); };
+  r.accept = [spec](const RuleContext& ctx, const std::vector<Layout>& outs, const std::vector<Layout>& ins) {
+    return attention_accept(ctx, spec, outs, ins);
+  };
+  r.flops = [spec](const RuleContext&, const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&) {
+    return attention_flops(in, spec);
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_attention_rules() {
+  // _scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, *, attn_mask, scale)
+  add_rule("aten._scaled_dot_product_flash_attention_for_cpu.default", attention_rule({0, {}, {"attn_mask"}, 1.0}));
+  // ..._backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale)
+  add_rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+           attention_rule({1, {}, {"attn_mask"}, 2.5}));
+  // _scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, return_debug_mask, *, scale)
+  add_rule("aten._scaled_dot_product_flash_attention.default", attention_rule({0, {}, {}, 1.0}));
+  // ..._backward(grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+  //              is_causal, philox_seed, philox_offset, *, scale)
+  add_rule("aten._scaled_dot_product_flash_attention_backward.default", attention_rule({1, {}, {}, 2.5}));
+  // _scaled_dot_product_efficient_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
+  add_rule("aten._scaled_dot_product_efficient_attention.default", attention_rule({0, {3}, {"attn_bias"}, 1.0}));
+  // ..._backward(grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p,
+  //              grad_input_mask, is_causal, *, scale)
+  add_rule("aten._scaled_dot_product_efficient_attention_backward.default",
+           attention_rule({1, {4}, {"attn_bias"}, 2.5}));
+  // _scaled_dot_product_cudnn_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal,
+  //                                     return_debug_mask, *, scale)
+  add_rule("aten._scaled_dot_product_cudnn_attention.default", attention_rule({0, {3}, {"attn_bias"}, 1.0}));
+  // ..._backward(grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q,
+  //              cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale)
+  add_rule("aten._scaled_dot_product_cudnn_attention_backward.default", attention_rule({1, {8}, {"attn_bias"}, 2.5}));
+  // _scaled_dot_product_attention_math(q, k, v, attn_mask, dropout_p, is_causal, dropout_mask, *, scale,
+  //                                    enable_gqa) -> (out, attn_weights)
+  add_rule("aten._scaled_dot_product_attention_math.default",
+           attention_rule({0, {3, 6}, {"attn_mask", "dropout_mask"}, 1.0}));
+}
+
+}  // namespace autoshard

@@ -1,0 +1,168 @@
+// Strategy enumeration: expand single-mesh-dim rule rows to the full mesh (Cartesian product
+// over mesh dims), filter what DTensor would reject, dedupe, and cost each strategy on its
+// LOCAL shapes.
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "autoshard/layout.h"
+#include "autoshard/rules.h"
+#include "autoshard/strategy.h"
+
+namespace autoshard {
+
+namespace {
+
+std::string node_label(const Node& n) {
+  std::string s = "node '" + n.name + "'";
+  if (!n.source.empty()) s += " (source: " + n.source + ")";
+  return s;
+}
+
+std::vector<Strategy> placeholder_strategies(const Node& n, const Mesh& mesh) {
+  std::vector<Strategy> out;
+  for (auto& l : all_unpartial_layouts(n.outputs[0]->shape, mesh)) {
+    Strategy s;
+    s.outputs.emplace_back(std::move(l));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool layout_ok(const TensorMeta& m, const Layout& l, const Mesh& mesh) {
+  return !has_mixed_partial(l) && is_shardable(m.shape, l, mesh);
+}
+
+// A strategy's identity for deduplication.
+std::vector<uint64_t> strategy_key(const Strategy& s) {
+  std::vector<uint64_t> k;
+  for (const auto& o : s.outputs) k.push_back(o ? layout_code(*o) : ~0ull);
+  for (const auto& i : s.inputs) k.push_back(layout_code(i));
+  return k;
+}
+
+}  // namespace
+
+std::string strategy_str(const Strategy& s) {
+  std::string out;
+  for (size_t i = 0; i < s.inputs.size(); ++i) out += (i ? "," : "") + layout_str(s.inputs[i]);
+  out += " -> ";
+  bool first = true;
+  for (const auto& o : s.outputs) {
+    out += (first ? "" : ",") + (o ? layout_str(*o) : std::string("None"));
+    first = false;
+  }
+  return out;
+}
+
+std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t index, const MeshModel& model) {
+  const Node& n = graph.nodes.at(index);
+  const Mesh& mesh = model.mesh;
+  if (n.op == "placeholder") return placeholder_strategies(n, mesh);
+
+  register_all_rules();
+  const OpRule* rule = RuleRegistry::instance().find(n.op);
+  if (!rule)
+    throw UnsupportedOpError("no sharding rule for op '" + n.op + "' at " + node_label(n) +
+                             ". To proceed: add a rule for it in cpp/src/rules/<family>.cpp (see "
+                             "cpp/include/autoshard/rules.h), or change the model so the op is not traced "
+                             "(e.g. let the tracer decompose it)");
+
+  std::vector<TensorRef> refs = n.tensor_inputs();
+  RuleContext ctx{graph, n, {}, n.outputs, mesh};
+  for (const auto& r : refs) ctx.inputs.push_back(graph.meta(r));
+
+  std::vector<ShardingRow> rows;
+  ShardingRow all_r;
+  all_r.outputs.assign(n.outputs.size(), Placement::replicate());
+  all_r.inputs.assign(refs.size(), Placement::replicate());
+  rows.push_back(all_r);
+  for (auto& row : rule->rows(ctx)) {
+    if (row.outputs.size() != n.outputs.size() || row.inputs.size() != refs.size())
+      throw std::logic_error("the rule of op '" + n.op + "' returned a row with " + std::to_string(row.outputs.size()) +
+                             " outputs and " + std::to_string(row.inputs.size()) + " inputs, but " + node_label(n) +
+                             " has " + std::to_string(n.outputs.size()) + " outputs and " +
+                             std::to_string(refs.size()) + " tensor inputs");
+    rows.push_back(std::move(row));
+  }
+
+  const int nd = mesh.ndim();
+  std::vector<Strategy> out;
+  std::set<std::vector<uint64_t>> seen;
+  std::vector<size_t> idx(nd, 0);
+  while (true) {
+    Strategy s;
+    bool ok = true;
+    for (size_t k = 0; k < n.outputs.size() && ok; ++k) {
+      if (!n.outputs[k]) { s.outputs.emplace_back(std::nullopt); continue; }
+      Layout l(nd);
+      for (int i = 0; i < nd; ++i) l[i] = rows[idx[i]].outputs[k];
+      ok = layout_ok(*n.outputs[k], l, mesh);
+      s.outputs.emplace_back(std::move(l));
+    }
+    for (size_t a = 0; a < refs.size() && ok; ++a) {
+      Layout l(nd);
+      for (int i = 0; i < nd; ++i) l[i] = rows[idx[i]].inputs[a];
+      ok = layout_ok(ctx.inputs[a], l, mesh);
+      s.inputs.push_back(std::move(l));
+    }
+    if (ok && rule->accept) {
+      std::vector<Layout> outs;
+      for (const auto& o : s.outputs) outs.push_back(o ? *o : replicate_layout(nd));
+      ok = rule->accept(ctx, outs, s.inputs);
+    }
+    if (ok && seen.insert(strategy_key(s)).second) out.push_back(std::move(s));
+    int i = nd - 1;
+    while (i >= 0 && ++idx[i] == rows.size()) idx[i--] = 0;
+    if (i < 0) break;
+  }
+
+  // Compute cost on local shapes (views move no data).
+  for (auto& s : out) {
+    if (rule->is_view) { s.compute_us = 0; continue; }
+    std::vector<TensorMeta> li, lo;
+    double bytes = 0;
+    for (size_t a = 0; a < refs.size(); ++a) {
+      li.push_back(local_meta(ctx.inputs[a], s.inputs[a], mesh));
+      bytes += static_cast<double>(li.back().bytes());
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (!n.outputs[k]) { lo.push_back(TensorMeta{}); continue; }
+      lo.push_back(local_meta(*n.outputs[k], *s.outputs[k], mesh));
+      bytes += static_cast<double>(lo.back().bytes());
+    }
+    double flops = rule->flops ? rule->flops(ctx, li, lo) : 0.0;
+    DType dt = !li.empty() ? li[0].dtype : (!lo.empty() && n.outputs[0] ? lo[0].dtype : DType::Float32);
+    s.compute_us = (flops == 0 && bytes == 0) ? 0.0 : compute_time_us(model.hw, flops, bytes, dt);
+  }
+  return out;
+}
+
+std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model) {
+  std::vector<std::vector<Strategy>> all(graph.nodes.size());
+  std::map<std::string, std::string> missing;  // op -> first node, deterministic order
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    try {
+      all[i] = enumerate_node_strategies(graph, static_cast<int32_t>(i), model);
+    } catch (const UnsupportedOpError&) {
+      const Node& n = graph.nodes[i];
+      missing.emplace(n.op, node_label(n));
+      continue;
+    }
+    if (all[i].empty())
+      throw std::runtime_error("node '" + graph.nodes[i].name + "' (" + graph.nodes[i].op +
+                               ") has no valid strategy (not even all-Replicate); the rule's accept() "
+                               "rejects everything, which is a rule bug");
+  }
+  if (!missing.empty()) {
+    std::ostringstream os;
+    os << missing.size() << " op(s) have no sharding rule:";
+    for (const auto& [op, where] : missing) os << "\n  " << op << " at " << where;
+    os << "\nTo proceed: add a rule for each in cpp/src/rules/<family>.cpp (see cpp/include/autoshard/rules.h), "
+          "or change the model so these ops are not traced.";
+    throw UnsupportedOpError(os.str());
+  }
+  return all;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,116 @@
+#include "graph_view.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace autoshard::detail {
+
+GraphView build_graph_view(const Problem& p) {
+  GraphView g;
+  const int32_t n = static_cast<int32_t>(p.num_nodes());
+  g.num_nodes = n;
+  g.num_labels.resize(n);
+  g.label_offset.assign(n + 1, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    g.num_labels[i] = static_cast<int32_t>(p.node_costs[i].size());
+    if (g.num_labels[i] == 0)
+      throw std::invalid_argument("node " + std::to_string(i) +
+                                  " has no strategy; every node needs at least one");
+    g.label_offset[i + 1] = g.label_offset[i] + g.num_labels[i];
+  }
+  g.node_cost.resize(g.label_offset[n]);
+  g.usage.assign(g.label_offset[n], 0);
+  g.interval.resize(n);
+  for (int32_t i = 0; i < n; ++i) {
+    std::copy(p.node_costs[i].begin(), p.node_costs[i].end(), g.node_cost.begin() + g.label_offset[i]);
+    if (i < static_cast<int32_t>(p.intervals.size())) g.interval[i] = p.intervals[i];
+    const bool live = g.interval[i].end > g.interval[i].start;
+    if (live && i < static_cast<int32_t>(p.node_usages.size()) && !p.node_usages[i].empty())
+      std::copy(p.node_usages[i].begin(), p.node_usages[i].end(), g.usage.begin() + g.label_offset[i]);
+  }
+
+  for (const GlobalBudget& b : p.budgets) {
+    GraphView::Budget vb;
+    vb.low = b.low;
+    vb.high = b.high;
+    vb.usage.assign(g.label_offset[n], 0);
+    for (int32_t i = 0; i < n && i < static_cast<int32_t>(b.usage.size()); ++i)
+      if (!b.usage[i].empty())
+        std::copy(b.usage[i].begin(), b.usage[i].end(), vb.usage.begin() + g.label_offset[i]);
+    g.budgets.push_back(std::move(vb));
+  }
+
+  // Merge parallel edges (either orientation) into one matrix keyed by (min, max).
+  std::unordered_map<uint64_t, int32_t> index_of_pair;
+  index_of_pair.reserve(p.edges.size() * 2);
+  std::vector<int32_t> edge_of_input(p.edges.size(), -1);
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    const Edge& e = p.edges[k];
+    if (e.u == e.v) continue;
+    const int32_t a = std::min(e.u, e.v), b = std::max(e.u, e.v);
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+    auto [it, inserted] = index_of_pair.emplace(key, static_cast<int32_t>(g.edge_a.size()));
+    if (inserted) {
+      g.edge_a.push_back(a);
+      g.edge_b.push_back(b);
+    }
+    edge_of_input[k] = it->second;
+  }
+  const int32_t m = static_cast<int32_t>(g.edge_a.size());
+  g.matrix_offset.assign(m + 1, 0);
+  for (int32_t e = 0; e < m; ++e)
+    g.matrix_offset[e + 1] = g.matrix_offset[e] +
+                             static_cast<int64_t>(g.num_labels[g.edge_a[e]]) * g.num_labels[g.edge_b[e]];
+  g.matrix.assign(g.matrix_offset[m], 0.0);
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    const Edge& e = p.edges[k];
+    const int32_t su = g.num_labels[e.u], sv = g.num_labels[e.v];
+    if (static_cast<int64_t>(e.costs.size()) != static_cast<int64_t>(su) * sv)
+      throw std::invalid_argument("edge " + std::to_string(k) + " has " + std::to_string(e.costs.size()) +
+                                  " costs, expected |S_u| x |S_v| = " + std::to_string(int64_t(su) * sv));
+    if (e.u == e.v) {
+      for (int32_t s = 0; s < su; ++s) g.node_cost[g.label_offset[e.u] + s] += e.costs[int64_t(s) * sv + s];
+      continue;
+    }
+    Cost* mat = g.matrix.data() + g.matrix_offset[edge_of_input[k]];
+    if (e.u < e.v) {
+      for (int64_t t = 0; t < int64_t(su) * sv; ++t) mat[t] += e.costs[t];
+    } else {  // stored as (v, u): transpose
+      for (int32_t a = 0; a < su; ++a)
+        for (int32_t b = 0; b < sv; ++b) mat[int64_t(b) * su + a] += e.costs[int64_t(a) * sv + b];
+    }
+  }
+  // Sums of infeasible entries stay infeasible; clamp so they do not grow without bound.
+  for (Cost& c : g.matrix) c = std::min(c, kInfeasibleCost);
+  for (Cost& c : g.node_cost) c = std::min(c, kInfeasibleCost);
+
+  g.adj_offset.assign(n + 1, 0);
+  for (int32_t e = 0; e < m; ++e) {
+    ++g.adj_offset[g.edge_a[e] + 1];
+    ++g.adj_offset[g.edge_b[e] + 1];
+  }
+  for (int32_t i = 0; i < n; ++i) g.adj_offset[i + 1] += g.adj_offset[i];
+  g.adj_edge.resize(g.adj_offset[n]);
+  g.adj_other.resize(g.adj_offset[n]);
+  std::vector<int64_t> fill(g.adj_offset.begin(), g.adj_offset.end() - 1);
+  for (int32_t e = 0; e < m; ++e) {
+    const int32_t a = g.edge_a[e], b = g.edge_b[e];
+    g.adj_edge[fill[a]] = e;
+    g.adj_other[fill[a]++] = b;
+    g.adj_edge[fill[b]] = e;
+    g.adj_other[fill[b]++] = a;
+  }
+  return g;
+}
+
+Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x) {
+  Cost total = 0;
+  for (int32_t i = 0; i < g.num_nodes; ++i) total += g.costs(i)[x[i]];
+  for (int32_t e = 0; e < g.num_edges(); ++e)
+    total += g.edge_matrix(e)[int64_t(x[g.edge_a[e]]) * g.num_labels[g.edge_b[e]] + x[g.edge_b[e]]];
+  return total;
+}
+
+}  // namespace autoshard::detail

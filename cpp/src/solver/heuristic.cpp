@@ -1,0 +1,136 @@
+#include "autoshard/heuristic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "autoshard/reduce.h"
+#include "graph_view.h"
+#include "local_search.h"
+#include "memory_profile.h"
+#include "trws.h"
+
+namespace autoshard {
+namespace {
+
+using detail::Clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(std::max(0.0, options.time_limit_s)));
+  SolveResult result;
+  result.lower_bound = -std::numeric_limits<Cost>::infinity();
+
+  const Reduction red = reduce(problem);
+  if (options.verbose)
+    std::fprintf(stderr, "[heuristic] reduce: %zu -> %zu nodes, %lld -> %lld strategies "
+                 "(infeasible %lld, memory %lld, dominated %lld, eliminated %lld) in %.2fs\n",
+                 problem.num_nodes(), red.reduced.num_nodes(), (long long)red.stats.strategies_before,
+                 (long long)red.stats.strategies_after, (long long)red.stats.infeasible_removed,
+                 (long long)red.stats.memory_removed, (long long)red.stats.dominated_removed,
+                 (long long)red.stats.nodes_eliminated, red.stats.seconds);
+  if (red.infeasible) {
+    result.status = "infeasible: " + red.infeasible_reason;
+    result.lower_bound = std::numeric_limits<Cost>::infinity();
+    result.total_time_s = seconds_since(t0);
+    return result;
+  }
+
+  const detail::GraphView g = detail::build_graph_view(red.reduced);
+  detail::MemoryProfile memory(g, red.reduced.usage_limit);
+  detail::PlanState state(g, memory);
+  detail::Trws trws(g);
+  const int32_t T = memory.num_points();
+  const double limit = double(red.reduced.usage_limit);
+  std::vector<double> lambda(T, 0.0), prefix(T + 1, 0.0);
+  std::vector<Cost> unary(g.node_cost.size());
+  std::vector<int32_t> labeling, best_x;
+  std::vector<int64_t> profile;
+  Cost best_cost = std::numeric_limits<Cost>::infinity();
+  Cost best_bound = -std::numeric_limits<Cost>::infinity();
+  double step_scale = 1.0;
+  int rounds_without_bound_gain = 0;
+
+  for (int round = 0; Clock::now() < deadline; ++round) {
+    // Unaries: node cost plus usage times the summed multipliers over the node's live points.
+    double lambda_sum = 0;
+    for (int32_t t = 0; t < T; ++t) {
+      prefix[t + 1] = prefix[t] + lambda[t];
+      lambda_sum += lambda[t];
+    }
+    for (int32_t i = 0; i < g.num_nodes; ++i) {
+      const double pen = prefix[memory.last(i)] - prefix[memory.first(i)];
+      const int64_t off = g.label_offset[i];
+      for (int32_t s = 0; s < g.labels(i); ++s) unary[off + s] = g.node_cost[off + s] + pen * double(g.usage[off + s]);
+    }
+    trws.set_unary(unary);
+    const int iterations = round == 0 ? 10 : 3;
+    for (int k = 0; k < iterations && Clock::now() < deadline; ++k) trws.iterate(labeling);
+    if (labeling.empty()) break;
+    // Valid for any multipliers >= 0: every valid plan has penalised cost <= cost + sum(lambda) * limit.
+    const Cost bound = trws.lower_bound() - (memory.limited() ? lambda_sum * limit : 0.0);
+    if (!std::isfinite(best_bound) || bound > best_bound + 1e-9 * std::abs(best_bound)) {
+      best_bound = bound;
+      rounds_without_bound_gain = 0;
+    } else if (++rounds_without_bound_gain >= 5) {
+      step_scale *= 0.5;
+      rounds_without_bound_gain = 0;
+    }
+
+    state.reset(labeling);
+    memory.values(profile);
+    if (state.repair(deadline)) {
+      state.descend(deadline);
+      if (state.valid() && state.cost() < best_cost) {
+        best_cost = state.cost();
+        best_x = state.labels();
+        if (result.time_to_first_s < 0) result.time_to_first_s = seconds_since(t0);
+      }
+    }
+    if (options.verbose)
+      std::fprintf(stderr, "[heuristic] round %d t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g\n",
+                   round, seconds_since(t0), best_bound + red.cost_offset, best_cost + red.cost_offset,
+                   (long long)(profile.empty() ? 0 : *std::max_element(profile.begin(), profile.end())),
+                   (long long)red.reduced.usage_limit, step_scale);
+    if (!best_x.empty() && best_cost - best_bound <= 1e-9 * std::abs(best_cost)) break;  // proven
+    if (!memory.limited() || T == 0) {
+      continue;  // no multipliers to move: keep passing messages
+    }
+    // Projected subgradient step (Polyak) on the multipliers.
+    const double target = std::isfinite(best_cost) ? best_cost : bound + 0.05 * std::abs(bound) + 1.0;
+    double norm2 = 0;
+    for (int32_t t = 0; t < T; ++t) {
+      const double sg = double(profile[t]) - limit;
+      if (lambda[t] > 0 || sg > 0) norm2 += sg * sg;
+    }
+    if (norm2 > 0) {
+      const double step = step_scale * std::max(target - bound, 1e-6 * std::abs(target)) / norm2;
+      for (int32_t t = 0; t < T; ++t) lambda[t] = std::max(0.0, lambda[t] + step * (double(profile[t]) - limit));
+    }
+  }
+
+  result.lower_bound = best_bound + red.cost_offset;
+  if (!best_x.empty()) {
+    result.found = true;
+    result.solution = red.expand(best_x);
+    result.cost = best_cost + red.cost_offset;
+    state.reset(best_x);
+    result.peak_usage = memory.peak();
+    result.proven_optimal = result.cost - result.lower_bound <= 1e-9 * std::abs(result.cost);
+    result.status = result.proven_optimal ? "optimal" : "time limit";
+  } else {
+    result.status = "no valid plan found within the time limit";
+  }
+  result.total_time_s = seconds_since(t0);
+  return result;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,180 @@
+#include "local_search.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+
+namespace autoshard::detail {
+
+PlanState::PlanState(const GraphView& g, MemoryProfile& memory) : g_(g), memory_(memory) {}
+
+void PlanState::reset(const std::vector<int32_t>& x) {
+  x_ = x;
+  cost_ = graph_cost(g_, x_);
+  memory_.reset(x_);
+  budget_sum_.assign(g_.budgets.size(), 0);
+  for (size_t k = 0; k < g_.budgets.size(); ++k)
+    for (int32_t i = 0; i < g_.num_nodes; ++i) budget_sum_[k] += g_.budgets[k].usage[g_.label_offset[i] + x_[i]];
+}
+
+bool PlanState::budgets_ok() const {
+  for (size_t k = 0; k < g_.budgets.size(); ++k)
+    if (budget_sum_[k] < g_.budgets[k].low || budget_sum_[k] > g_.budgets[k].high) return false;
+  return true;
+}
+
+void PlanState::local_costs(int32_t i, std::vector<Cost>& out) const {
+  const int32_t S = g_.labels(i);
+  out.assign(g_.costs(i), g_.costs(i) + S);
+  for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+    const int32_t e = g_.adj_edge[k], j = g_.adj_other[k];
+    const Cost* m = g_.edge_matrix(e);
+    if (g_.edge_a[e] == i) {
+      const int32_t Sj = g_.labels(j);
+      for (int32_t s = 0; s < S; ++s) out[s] += m[int64_t(s) * Sj + x_[j]];
+    } else {
+      const Cost* row = m + int64_t(x_[j]) * S;
+      for (int32_t s = 0; s < S; ++s) out[s] += row[s];
+    }
+  }
+}
+
+bool PlanState::move_fits(int32_t i, int32_t s) const {
+  if (!memory_.fits(i, x_[i], s)) return false;
+  for (size_t k = 0; k < g_.budgets.size(); ++k) {
+    const auto& u = g_.budgets[k].usage;
+    const int64_t next = budget_sum_[k] - u[g_.label_offset[i] + x_[i]] + u[g_.label_offset[i] + s];
+    // A move may not leave the range, nor move further away from it.
+    const int64_t lo = g_.budgets[k].low, hi = g_.budgets[k].high;
+    if (next > hi && next > budget_sum_[k]) return false;
+    if (next < lo && next < budget_sum_[k]) return false;
+  }
+  return true;
+}
+
+void PlanState::move(int32_t i, int32_t s, Cost delta) {
+  if (s == x_[i]) return;
+  memory_.move(i, x_[i], s);
+  for (size_t k = 0; k < g_.budgets.size(); ++k) {
+    const auto& u = g_.budgets[k].usage;
+    budget_sum_[k] += u[g_.label_offset[i] + s] - u[g_.label_offset[i] + x_[i]];
+  }
+  cost_ += delta;
+  x_[i] = s;
+}
+
+bool PlanState::repair(Clock::time_point deadline) {
+  const int64_t limit = memory_.limit();
+  std::vector<Cost> lc;
+  while (memory_.limited() && memory_.peak() > limit) {
+    if (Clock::now() > deadline) return false;
+    const int32_t t = memory_.peak_point();
+    const int64_t excess = memory_.peak() - limit;
+    double best_ratio = std::numeric_limits<double>::infinity();
+    int32_t best_node = -1, best_label = -1;
+    Cost best_delta = 0;
+    for (int32_t i = 0; i < g_.num_nodes; ++i) {
+      if (memory_.first(i) > t || memory_.last(i) <= t) continue;
+      const int64_t* u = g_.usages(i);
+      bool any = false;
+      for (int32_t s = 0; s < g_.labels(i) && !any; ++s) any = u[s] < u[x_[i]];
+      if (!any) continue;
+      local_costs(i, lc);
+      for (int32_t s = 0; s < g_.labels(i); ++s) {
+        if (u[s] >= u[x_[i]] || is_infeasible(lc[s])) continue;
+        const double gain = double(std::min(u[x_[i]] - u[s], excess));
+        const double ratio = (lc[s] - lc[x_[i]]) / gain;
+        if (ratio < best_ratio) {
+          best_ratio = ratio;
+          best_node = i;
+          best_label = s;
+          best_delta = lc[s] - lc[x_[i]];
+        }
+      }
+    }
+    if (best_node < 0) return false;  // nothing live at the peak can shrink
+    move(best_node, best_label, best_delta);
+  }
+  return repair_budgets(deadline);
+}
+
+bool PlanState::repair_budgets(Clock::time_point deadline) {
+  std::vector<Cost> lc;
+  for (size_t k = 0; k < g_.budgets.size(); ++k) {
+    const auto& b = g_.budgets[k];
+    while (budget_sum_[k] < b.low || budget_sum_[k] > b.high) {
+      if (Clock::now() > deadline) return false;
+      const bool too_high = budget_sum_[k] > b.high;
+      const int64_t excess = too_high ? budget_sum_[k] - b.high : b.low - budget_sum_[k];
+      double best_ratio = std::numeric_limits<double>::infinity();
+      int32_t best_node = -1, best_label = -1;
+      Cost best_delta = 0;
+      for (int32_t i = 0; i < g_.num_nodes; ++i) {
+        const int64_t* u = b.usage.data() + g_.label_offset[i];
+        bool any = false;
+        for (int32_t s = 0; s < g_.labels(i) && !any; ++s) any = too_high ? u[s] < u[x_[i]] : u[s] > u[x_[i]];
+        if (!any) continue;
+        local_costs(i, lc);
+        for (int32_t s = 0; s < g_.labels(i); ++s) {
+          const int64_t change = too_high ? u[x_[i]] - u[s] : u[s] - u[x_[i]];
+          if (change <= 0 || is_infeasible(lc[s]) || !memory_.fits(i, x_[i], s)) continue;
+          // Other budgets must not be pushed out of range.
+          bool others_ok = true;
+          for (size_t q = 0; q < g_.budgets.size() && others_ok; ++q) {
+            if (q == k) continue;
+            const auto& uq = g_.budgets[q].usage;
+            const int64_t next = budget_sum_[q] - uq[g_.label_offset[i] + x_[i]] + uq[g_.label_offset[i] + s];
+            others_ok = next >= g_.budgets[q].low && next <= g_.budgets[q].high;
+          }
+          if (!others_ok) continue;
+          const double ratio = (lc[s] - lc[x_[i]]) / double(std::min(change, excess));
+          if (ratio < best_ratio) {
+            best_ratio = ratio;
+            best_node = i;
+            best_label = s;
+            best_delta = lc[s] - lc[x_[i]];
+          }
+        }
+      }
+      if (best_node < 0) return false;
+      move(best_node, best_label, best_delta);
+    }
+  }
+  return true;
+}
+
+int64_t PlanState::descend(Clock::time_point deadline, const std::vector<int32_t>& seeds) {
+  std::deque<int32_t> queue;
+  std::vector<uint8_t> queued(g_.num_nodes, 0);
+  if (seeds.empty()) {
+    for (int32_t i = 0; i < g_.num_nodes; ++i) queue.push_back(i);
+    std::fill(queued.begin(), queued.end(), 1);
+  } else {
+    for (int32_t i : seeds) if (!queued[i]) { queued[i] = 1; queue.push_back(i); }
+  }
+  int64_t moves = 0, steps = 0;
+  std::vector<Cost> lc;
+  while (!queue.empty()) {
+    if ((++steps & 1023) == 0 && Clock::now() > deadline) break;
+    const int32_t i = queue.front();
+    queue.pop_front();
+    queued[i] = 0;
+    local_costs(i, lc);
+    const Cost current = lc[x_[i]];
+    int32_t best = x_[i];
+    for (int32_t s = 0; s < g_.labels(i); ++s)
+      if (lc[s] < lc[best] && move_fits(i, s)) best = s;
+    // Relative tolerance: ignore changes lost in floating-point noise.
+    if (best != x_[i] && lc[best] < current - 1e-9 * std::max(1.0, std::abs(current))) {
+      move(i, best, lc[best] - current);
+      ++moves;
+      for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+        const int32_t j = g_.adj_other[k];
+        if (!queued[j]) { queued[j] = 1; queue.push_back(j); }
+      }
+    }
+  }
+  return moves;
+}
+
+}  // namespace autoshard::detail

@@ -1,0 +1,57 @@
+// A plan under construction with its exact cost, live-usage profile and budget sums kept up to
+// date under single-node moves, plus the two moves the heuristic needs: repair (make the plan
+// respect memory and budgets, giving up as little cost as possible) and descent (single-node
+// improving moves that never break a limit).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "graph_view.h"
+#include "memory_profile.h"
+
+namespace autoshard::detail {
+
+using Clock = std::chrono::steady_clock;
+
+class PlanState {
+ public:
+  PlanState(const GraphView& g, MemoryProfile& memory);
+
+  void reset(const std::vector<int32_t>& x);
+  const std::vector<int32_t>& labels() const { return x_; }
+  Cost cost() const { return cost_; }
+  bool memory_ok() const { return !memory_.limited() || memory_.peak() <= memory_.limit(); }
+  bool budgets_ok() const;
+  bool takes_infeasible() const { return is_infeasible(cost_); }
+  bool valid() const { return memory_ok() && budgets_ok() && !takes_infeasible(); }
+
+  // Cost of every label of node i with the neighbours fixed (node cost + incident edges).
+  void local_costs(int32_t i, std::vector<Cost>& out) const;
+  // Whether node i may take label s without breaking memory or a budget bound.
+  bool move_fits(int32_t i, int32_t s) const;
+  void move(int32_t i, int32_t s, Cost delta);
+
+  // Greedy repair: while some limit is broken, take the usage-reducing (or budget-fixing)
+  // single-node move with the smallest cost increase per unit of excess removed.
+  bool repair(Clock::time_point deadline);
+  // Best-improvement single-node descent over a work queue, seeded with `seeds` (all nodes
+  // when empty). Returns the number of moves made.
+  int64_t descend(Clock::time_point deadline, const std::vector<int32_t>& seeds = {});
+
+  const GraphView& graph() const { return g_; }
+  MemoryProfile& memory() { return memory_; }
+
+ private:
+  const GraphView& g_;
+  MemoryProfile& memory_;
+  std::vector<int32_t> x_;
+  Cost cost_ = 0;
+  std::vector<int64_t> budget_sum_;
+  mutable std::vector<Cost> scratch_;
+
+  bool repair_budgets(Clock::time_point deadline);
+};
+
+}  // namespace autoshard::detail

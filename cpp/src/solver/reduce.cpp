@@ -1,0 +1,483 @@
+// Exact reductions (see autoshard/reduce.h). The working state keeps every matrix indexed by
+// ORIGINAL strategy numbers plus an alive mask per node, so removals never re-index anything
+// and elimination records can be replayed directly on the original plan.
+#include "autoshard/reduce.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace autoshard {
+namespace {
+
+struct WorkEdge {
+  int32_t a = 0, b = 0;  // a < b; matrix |S_a| x |S_b| (original sizes) row-major
+  std::vector<Cost> m;
+  bool alive = true;
+};
+
+class Reducer {
+ public:
+  Reducer(const Problem& p, const ReduceOptions& o, Reduction& out) : p_(p), opt_(o), out_(out) {}
+
+  void run() {
+    build();
+    if (out_.infeasible) return;
+    for (int round = 0; round < 20; ++round) {
+      bool changed = false;
+      if (opt_.remove_infeasible) {
+        changed |= arc_consistency();
+        if (out_.infeasible) return;
+        changed |= memory_prune();
+        if (out_.infeasible) return;
+        if (changed) changed |= arc_consistency();
+        if (out_.infeasible) return;
+      }
+      if (opt_.remove_dominated) changed |= remove_dominated();
+      if (opt_.eliminate_memory_free) changed |= eliminate();
+      if (out_.infeasible) return;
+      if (!changed) break;
+    }
+    emit();
+  }
+
+ private:
+  const Problem& p_;
+  const ReduceOptions& opt_;
+  Reduction& out_;
+  int32_t n_ = 0;
+  std::vector<int32_t> size_;                 // original strategy count
+  std::vector<std::vector<Cost>> cost_;       // per node, original-indexed
+  std::vector<std::vector<uint8_t>> alive_;   // per node, per original strategy
+  std::vector<int32_t> alive_count_;
+  std::vector<uint8_t> node_alive_;
+  std::vector<WorkEdge> edges_;
+  std::vector<std::vector<int32_t>> adj_;     // edge ids, dead ones filtered lazily
+  std::unordered_map<uint64_t, int32_t> edge_of_pair_;
+
+  bool live(int32_t i) const {
+    return i < static_cast<int32_t>(p_.intervals.size()) && p_.intervals[i].end > p_.intervals[i].start;
+  }
+  int64_t usage(int32_t i, int32_t s) const {
+    if (!live(i) || i >= static_cast<int32_t>(p_.node_usages.size()) || p_.node_usages[i].empty()) return 0;
+    return p_.node_usages[i][s];
+  }
+  int64_t budget_usage(size_t k, int32_t i, int32_t s) const {
+    const auto& rows = p_.budgets[k].usage;
+    if (i >= static_cast<int32_t>(rows.size()) || rows[i].empty()) return 0;
+    return rows[i][s];
+  }
+  Cost& at(WorkEdge& e, int32_t i, int32_t si, int32_t so) {
+    return e.a == i ? e.m[int64_t(si) * size_[e.b] + so] : e.m[int64_t(so) * size_[e.b] + si];
+  }
+  int32_t other(const WorkEdge& e, int32_t i) const { return e.a == i ? e.b : e.a; }
+  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(a) << 32) | uint32_t(b); }
+
+  void kill_label(int32_t i, int32_t s) {
+    alive_[i][s] = 0;
+    if (--alive_count_[i] == 0) {
+      out_.infeasible = true;
+      out_.infeasible_reason = "node " + std::to_string(i) +
+                               " has no strategy left that is finite, compatible with its "
+                               "neighbours and within the memory limit";
+    }
+  }
+
+  std::vector<int32_t> alive_edges(int32_t i) {
+    auto& list = adj_[i];
+    list.erase(std::remove_if(list.begin(), list.end(), [&](int32_t e) { return !edges_[e].alive; }),
+               list.end());
+    return list;
+  }
+
+  int32_t add_edge(int32_t u, int32_t v) {
+    const int32_t a = std::min(u, v), b = std::max(u, v);
+    auto [it, inserted] = edge_of_pair_.emplace(key(a, b), static_cast<int32_t>(edges_.size()));
+    if (inserted) {
+      WorkEdge e;
+      e.a = a;
+      e.b = b;
+      e.m.assign(int64_t(size_[a]) * size_[b], 0.0);
+      edges_.push_back(std::move(e));
+      adj_[a].push_back(it->second);
+      adj_[b].push_back(it->second);
+    }
+    return it->second;
+  }
+
+  void build() {
+    n_ = static_cast<int32_t>(p_.num_nodes());
+    out_.original_num_nodes = n_;
+    size_.resize(n_);
+    cost_.resize(n_);
+    alive_.resize(n_);
+    alive_count_.resize(n_);
+    node_alive_.assign(n_, 1);
+    adj_.resize(n_);
+    for (int32_t i = 0; i < n_; ++i) {
+      size_[i] = static_cast<int32_t>(p_.node_costs[i].size());
+      if (size_[i] == 0) throw std::invalid_argument("reduce: node " + std::to_string(i) + " has no strategy");
+      cost_[i] = p_.node_costs[i];
+      alive_[i].assign(size_[i], 1);
+      alive_count_[i] = size_[i];
+      out_.stats.strategies_before += size_[i];
+    }
+    for (size_t k = 0; k < p_.edges.size(); ++k) {
+      const Edge& e = p_.edges[k];
+      const int32_t su = size_[e.u], sv = size_[e.v];
+      if (int64_t(e.costs.size()) != int64_t(su) * sv)
+        throw std::invalid_argument("reduce: edge " + std::to_string(k) + " matrix size does not match");
+      if (e.u == e.v) {
+        for (int32_t s = 0; s < su; ++s) cost_[e.u][s] += e.costs[int64_t(s) * sv + s];
+        continue;
+      }
+      WorkEdge& w = edges_[add_edge(e.u, e.v)];
+      for (int32_t a = 0; a < su; ++a)
+        for (int32_t b = 0; b < sv; ++b) at(w, e.u, a, b) += e.costs[int64_t(a) * sv + b];
+    }
+    for (auto& c : cost_) for (Cost& x : c) x = std::min(x, kInfeasibleCost);
+    for (auto& e : edges_) for (Cost& x : e.m) x = std::min(x, kInfeasibleCost);
+  }
+
+  // Removes strategies with an infinite cost or no finite partner on some edge, to a fixpoint.
+  bool arc_consistency() {
+    bool changed = false;
+    std::deque<int32_t> queue;
+    std::vector<uint8_t> queued(n_, 0);
+    for (int32_t i = 0; i < n_; ++i)
+      if (node_alive_[i]) { queue.push_back(i); queued[i] = 1; }
+    while (!queue.empty()) {
+      const int32_t i = queue.front();
+      queue.pop_front();
+      queued[i] = 0;
+      bool removed = false;
+      const auto inc = alive_edges(i);
+      for (int32_t s = 0; s < size_[i]; ++s) {
+        if (!alive_[i][s]) continue;
+        bool ok = !is_infeasible(cost_[i][s]);
+        for (size_t k = 0; ok && k < inc.size(); ++k) {
+          WorkEdge& e = edges_[inc[k]];
+          const int32_t j = other(e, i);
+          bool supported = false;
+          for (int32_t t = 0; t < size_[j] && !supported; ++t)
+            supported = alive_[j][t] && !is_infeasible(at(e, i, s, t));
+          ok = supported;
+        }
+        if (!ok) {
+          kill_label(i, s);
+          ++out_.stats.infeasible_removed;
+          if (out_.infeasible) return true;
+          removed = true;
+        }
+      }
+      if (removed) {
+        changed = true;
+        for (int32_t ei : inc) {
+          const int32_t j = other(edges_[ei], i);
+          if (!queued[j]) { queued[j] = 1; queue.push_back(j); }
+        }
+      }
+    }
+    return changed;
+  }
+
+  // A strategy whose extra usage over the node's cheapest-in-memory choice cannot fit at some
+  // time point of its interval, even with every other live node at its smallest usage.
+  bool memory_prune() {
+    if (p_.usage_limit < 0) return false;
+    std::vector<int64_t> starts;
+    for (int32_t i = 0; i < n_; ++i) if (live(i)) starts.push_back(p_.intervals[i].start);
+    std::sort(starts.begin(), starts.end());
+    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+    const int32_t T = static_cast<int32_t>(starts.size());
+    if (T == 0) return false;
+    auto range = [&](int32_t i) {
+      const auto lo = std::lower_bound(starts.begin(), starts.end(), p_.intervals[i].start) - starts.begin();
+      const auto hi = std::lower_bound(starts.begin(), starts.end(), p_.intervals[i].end) - starts.begin();
+      return std::pair<int32_t, int32_t>(int32_t(lo), int32_t(hi));
+    };
+    std::vector<int64_t> min_usage(n_, 0), diff(T + 1, 0);
+    for (int32_t i = 0; i < n_; ++i) {
+      if (!live(i)) continue;
+      int64_t mu = INT64_MAX;
+      for (int32_t s = 0; s < size_[i]; ++s) if (alive_[i][s]) mu = std::min(mu, usage(i, s));
+      min_usage[i] = mu;
+      auto [lo, hi] = range(i);
+      diff[lo] += mu;
+      diff[hi] -= mu;
+    }
+    // Sparse table for range max of the smallest possible profile.
+    std::vector<std::vector<int64_t>> table(1, std::vector<int64_t>(T));
+    int64_t run = 0;
+    for (int32_t t = 0; t < T; ++t) table[0][t] = (run += diff[t]);
+    for (int32_t k = 1; (1 << k) <= T; ++k) {
+      table.emplace_back(T - (1 << k) + 1);
+      for (int32_t t = 0; t + (1 << k) <= T; ++t)
+        table[k][t] = std::max(table[k - 1][t], table[k - 1][t + (1 << (k - 1))]);
+    }
+    auto range_max = [&](int32_t lo, int32_t hi) {  // [lo, hi), non-empty
+      int32_t k = 31 - __builtin_clz(uint32_t(hi - lo));
+      return std::max(table[k][lo], table[k][hi - (1 << k)]);
+    };
+    bool changed = false;
+    for (int32_t i = 0; i < n_; ++i) {
+      if (!live(i)) continue;
+      auto [lo, hi] = range(i);
+      if (lo >= hi) continue;
+      const int64_t peak = range_max(lo, hi);
+      if (peak > p_.usage_limit) {
+        out_.infeasible = true;
+        out_.infeasible_reason = "the memory limit " + std::to_string(p_.usage_limit) +
+                                 " is below the smallest possible live usage " + std::to_string(peak) +
+                                 " at time " + std::to_string(starts[lo]) + " or later in node " +
+                                 std::to_string(i) + "'s interval; raise the limit";
+        return true;
+      }
+      for (int32_t s = 0; s < size_[i]; ++s) {
+        if (alive_[i][s] && usage(i, s) - min_usage[i] > p_.usage_limit - peak) {
+          kill_label(i, s);
+          ++out_.stats.memory_removed;
+          changed = true;
+        }
+      }
+    }
+    return changed;
+  }
+
+  bool dominates(int32_t i, int32_t b, int32_t a, const std::vector<int32_t>& inc) {
+    if (cost_[i][b] > cost_[i][a] || usage(i, b) > usage(i, a)) return false;
+    for (size_t k = 0; k < p_.budgets.size(); ++k)
+      if (budget_usage(k, i, b) != budget_usage(k, i, a)) return false;
+    bool strictly = cost_[i][b] < cost_[i][a] || usage(i, b) < usage(i, a);
+    for (int32_t ei : inc) {
+      WorkEdge& e = edges_[ei];
+      const int32_t j = other(e, i);
+      for (int32_t t = 0; t < size_[j]; ++t) {
+        if (!alive_[j][t]) continue;
+        const Cost cb = at(e, i, b, t), ca = at(e, i, a, t);
+        if (cb > ca) return false;
+        strictly |= cb < ca;
+      }
+    }
+    return strictly || b < a;  // exact ties keep the lower index
+  }
+
+  bool remove_dominated() {
+    bool changed = false;
+    for (int32_t i = 0; i < n_; ++i) {
+      if (!node_alive_[i] || alive_count_[i] < 2) continue;
+      const auto inc = alive_edges(i);
+      int64_t work = 0;
+      for (int32_t ei : inc) work += size_[other(edges_[ei], i)];
+      if (work * alive_count_[i] * alive_count_[i] > 50'000'000) continue;  // too costly; skip
+      for (int32_t a = 0; a < size_[i]; ++a) {
+        if (!alive_[i][a]) continue;
+        for (int32_t b = 0; b < size_[i]; ++b) {
+          if (b == a || !alive_[i][b]) continue;
+          if (dominates(i, b, a, inc)) {
+            kill_label(i, a);
+            ++out_.stats.dominated_removed;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    return changed;
+  }
+
+  bool memory_free(int32_t i) const {
+    for (int32_t s = 0; s < size_[i]; ++s) {
+      if (usage(i, s) != 0) return false;
+      for (size_t k = 0; k < p_.budgets.size(); ++k) if (budget_usage(k, i, s) != 0) return false;
+    }
+    return true;
+  }
+
+  bool eliminate() {
+    bool changed = false;
+    std::deque<int32_t> queue;
+    for (int32_t i = 0; i < n_; ++i) if (node_alive_[i] && memory_free(i)) queue.push_back(i);
+    std::vector<uint8_t> is_free(n_, 0);
+    for (int32_t i : queue) is_free[i] = 1;
+    while (!queue.empty()) {
+      const int32_t i = queue.front();
+      queue.pop_front();
+      if (!node_alive_[i]) continue;
+      const auto inc = alive_edges(i);
+      if (inc.size() > 2) continue;
+      Reduction::Elimination rec;
+      rec.node = i;
+      if (inc.empty()) {
+        int32_t best = -1;
+        for (int32_t s = 0; s < size_[i]; ++s)
+          if (alive_[i][s] && (best < 0 || cost_[i][s] < cost_[i][best])) best = s;
+        out_.cost_offset += cost_[i][best];
+        rec.choice = {best};
+      } else if (inc.size() == 1) {
+        WorkEdge& e = edges_[inc[0]];
+        const int32_t j = other(e, i);
+        rec.first = j;
+        rec.choice.assign(size_[j], -1);
+        for (int32_t t = 0; t < size_[j]; ++t) {
+          if (!alive_[j][t]) continue;
+          Cost best = kInfeasibleCost;
+          int32_t arg = -1;
+          for (int32_t s = 0; s < size_[i]; ++s) {
+            if (!alive_[i][s]) continue;
+            const Cost c = cost_[i][s] + at(e, i, s, t);
+            if (arg < 0 || c < best) { best = c; arg = s; }
+          }
+          rec.choice[t] = arg;
+          cost_[j][t] = std::min(kInfeasibleCost, cost_[j][t] + best);
+        }
+        e.alive = false;
+        if (is_free[j]) queue.push_back(j);
+      } else {
+        WorkEdge* e1 = &edges_[inc[0]];
+        WorkEdge* e2 = &edges_[inc[1]];
+        const int32_t j = other(*e1, i), k = other(*e2, i);
+        if (int64_t(alive_count_[i]) * alive_count_[j] * alive_count_[k] > opt_.max_chain_work) continue;
+        rec.first = j;
+        rec.second = k;
+        rec.second_size = size_[k];
+        rec.choice.assign(int64_t(size_[j]) * size_[k], -1);
+        std::vector<Cost> fold(static_cast<size_t>(size_[j]) * size_[k], kInfeasibleCost);
+        for (int32_t tj = 0; tj < size_[j]; ++tj) {
+          if (!alive_[j][tj]) continue;
+          for (int32_t tk = 0; tk < size_[k]; ++tk) {
+            if (!alive_[k][tk]) continue;
+            Cost best = kInfeasibleCost;
+            int32_t arg = -1;
+            for (int32_t s = 0; s < size_[i]; ++s) {
+              if (!alive_[i][s]) continue;
+              const Cost c = cost_[i][s] + at(*e1, i, s, tj) + at(*e2, i, s, tk);
+              if (arg < 0 || c < best) { best = c; arg = s; }
+            }
+            rec.choice[int64_t(tj) * size_[k] + tk] = arg;
+            fold[int64_t(tj) * size_[k] + tk] = std::min(best, kInfeasibleCost);
+          }
+        }
+        e1->alive = false;
+        e2->alive = false;
+        // The pair (j, k) may already have an edge; add_edge returns it (or a fresh one).
+        const int32_t ejk = add_edge(j, k);
+        WorkEdge& ne = edges_[ejk];
+        if (!ne.alive) {  // a dead edge for this pair is revived empty
+          std::fill(ne.m.begin(), ne.m.end(), 0.0);
+          ne.alive = true;
+          adj_[ne.a].push_back(ejk);
+          adj_[ne.b].push_back(ejk);
+        }
+        for (int32_t tj = 0; tj < size_[j]; ++tj)
+          for (int32_t tk = 0; tk < size_[k]; ++tk) {
+            Cost& c = at(ne, j, tj, tk);
+            c = std::min(kInfeasibleCost, c + fold[int64_t(tj) * size_[k] + tk]);
+          }
+        if (is_free[j]) queue.push_back(j);
+        if (is_free[k]) queue.push_back(k);
+      }
+      node_alive_[i] = 0;
+      out_.eliminations.push_back(std::move(rec));
+      ++out_.stats.nodes_eliminated;
+      changed = true;
+    }
+    return changed;
+  }
+
+  void emit() {
+    Problem& r = out_.reduced;
+    r.name = p_.name;
+    r.usage_limit = p_.usage_limit;
+    std::vector<int32_t> new_index(n_, -1);
+    std::vector<std::vector<int32_t>> new_label(n_);
+    for (int32_t i = 0; i < n_; ++i) {
+      if (!node_alive_[i]) continue;
+      new_index[i] = static_cast<int32_t>(out_.original_node.size());
+      out_.original_node.push_back(i);
+      std::vector<int32_t> kept;
+      new_label[i].assign(size_[i], -1);
+      std::vector<Cost> costs;
+      std::vector<int64_t> usages;
+      const bool has_usage = i < int32_t(p_.node_usages.size()) && !p_.node_usages[i].empty();
+      for (int32_t s = 0; s < size_[i]; ++s) {
+        if (!alive_[i][s]) continue;
+        new_label[i][s] = static_cast<int32_t>(kept.size());
+        kept.push_back(s);
+        costs.push_back(cost_[i][s]);
+        if (has_usage) usages.push_back(p_.node_usages[i][s]);
+      }
+      out_.stats.strategies_after += static_cast<int64_t>(kept.size());
+      r.node_costs.push_back(std::move(costs));
+      r.node_usages.push_back(std::move(usages));
+      r.intervals.push_back(i < int32_t(p_.intervals.size()) ? p_.intervals[i] : Interval{});
+      if (!p_.node_names.empty()) r.node_names.push_back(p_.node_names[i]);
+      out_.original_strategy.push_back(std::move(kept));
+    }
+    for (const WorkEdge& e : edges_) {
+      if (!e.alive || !node_alive_[e.a] || !node_alive_[e.b]) continue;
+      Edge ne;
+      ne.u = new_index[e.a];
+      ne.v = new_index[e.b];
+      const auto& ka = out_.original_strategy[ne.u];
+      const auto& kb = out_.original_strategy[ne.v];
+      ne.costs.reserve(ka.size() * kb.size());
+      bool all_zero = true;
+      for (int32_t sa : ka)
+        for (int32_t sb : kb) {
+          ne.costs.push_back(e.m[int64_t(sa) * size_[e.b] + sb]);
+          all_zero &= ne.costs.back() == 0;
+        }
+      if (!all_zero) r.edges.push_back(std::move(ne));
+    }
+    for (const GlobalBudget& b : p_.budgets) {
+      GlobalBudget nb;
+      nb.name = b.name;
+      nb.low = b.low;
+      nb.high = b.high;
+      for (size_t r_i = 0; r_i < out_.original_node.size(); ++r_i) {
+        const int32_t i = out_.original_node[r_i];
+        std::vector<int64_t> row;
+        if (i < int32_t(b.usage.size()) && !b.usage[i].empty())
+          for (int32_t s : out_.original_strategy[r_i]) row.push_back(b.usage[i][s]);
+        nb.usage.push_back(std::move(row));
+      }
+      r.budgets.push_back(std::move(nb));
+    }
+  }
+};
+
+}  // namespace
+
+Reduction reduce(const Problem& problem, const ReduceOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Reduction out;
+  Reducer(problem, options, out).run();
+  out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+Solution Reduction::expand(const Solution& reduced_solution) const {
+  if (reduced_solution.size() != original_node.size())
+    throw std::invalid_argument("Reduction::expand: the plan has " + std::to_string(reduced_solution.size()) +
+                                " entries but the reduced problem has " +
+                                std::to_string(original_node.size()) + " nodes");
+  Solution x(original_num_nodes, -1);
+  for (size_t r = 0; r < original_node.size(); ++r) {
+    const int32_t s = reduced_solution[r];
+    if (s < 0 || s >= int32_t(original_strategy[r].size()))
+      throw std::invalid_argument("Reduction::expand: strategy " + std::to_string(s) + " of reduced node " +
+                                  std::to_string(r) + " is out of range");
+    x[original_node[r]] = original_strategy[r][s];
+  }
+  for (auto it = eliminations.rbegin(); it != eliminations.rend(); ++it) {
+    int64_t index = 0;
+    if (it->first >= 0) index = int64_t(x[it->first]) * it->second_size + (it->second >= 0 ? x[it->second] : 0);
+    x[it->node] = it->choice[index];
+  }
+  return x;
+}
+
+}  // namespace autoshard

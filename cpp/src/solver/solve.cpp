@@ -1,0 +1,115 @@
+// The dispatcher behind autoshard::solve(): exact branch and bound for small problems or when
+// asked, the anytime heuristic otherwise; whatever ran, the best valid plan and the best
+// lower bound are kept, and the returned plan is re-evaluated from scratch.
+#include <algorithm>
+#include <cmath>
+
+#include "autoshard/evaluate.h"
+#include "autoshard/exact.h"
+#include "autoshard/problem_io.h"
+#include "autoshard/solver.h"
+#include "exact_model.h"
+
+#if __has_include("autoshard/heuristic.h")
+#include "autoshard/heuristic.h"
+#define AUTOSHARD_HAVE_HEURISTIC 1
+#else
+#define AUTOSHARD_HAVE_HEURISTIC 0
+#endif
+
+namespace autoshard {
+
+namespace detail {
+double simple_lower_bound(const SolverModel& m);
+}
+
+namespace {
+
+// Problems this small are always solved exactly: the search finishes in well under a second.
+bool small_enough_for_exact(const Problem& p) {
+  if (p.num_nodes() <= 12) return true;
+  double plans = 1;
+  for (size_t i = 0; i < p.num_nodes(); ++i) {
+    plans *= static_cast<double>(p.num_strategies(i));
+    if (plans > 1e6) return false;
+  }
+  return true;
+}
+
+SolveResult run_heuristic(const Problem& p, const SolveOptions& o) {
+#if AUTOSHARD_HAVE_HEURISTIC
+  return solve_heuristic(p, o);
+#else
+  return solve_greedy(p, o);
+#endif
+}
+
+// Keeps the better of two results: valid plans beat invalid ones, then lower cost; the lower
+// bound is the larger of the two (both are proven).
+void merge_into(SolveResult& best, const SolveResult& other, const Problem& p, double elapsed_before) {
+  if (other.found) {
+    Evaluation ev = evaluate(p, other.solution);
+    if (ev.valid && (!best.found || ev.cost < best.cost)) {
+      if (!best.found && other.time_to_first_s >= 0) best.time_to_first_s = elapsed_before + other.time_to_first_s;
+      best.found = true;
+      best.solution = other.solution;
+      best.cost = ev.cost;
+      best.peak_usage = ev.peak_usage;
+    }
+  }
+  best.lower_bound = std::max(best.lower_bound, other.lower_bound);
+  if (other.proven_optimal) best.proven_optimal = true;
+  if (!other.status.empty()) best.status = other.status;
+}
+
+}  // namespace
+
+SolveResult solve(const Problem& problem, const SolveOptions& options) {
+  validate_problem(problem);
+  detail::Deadline deadline;
+  deadline.limit_s = options.time_limit_s;
+  SolveResult best;
+  best.lower_bound = -kInfeasibleCost;
+
+  const bool exact_only = small_enough_for_exact(problem);
+  if (!exact_only) {
+    SolveOptions ho = options;
+    // With --exact the heuristic only provides the warm start; the search gets most of the time.
+    if (options.exact) ho.time_limit_s = options.time_limit_s * 0.25;
+    merge_into(best, run_heuristic(problem, ho), problem, 0.0);
+  }
+  // A heuristic whose dual bound meets its plan has already proven optimality.
+  const bool already_proven = best.found && best.proven_optimal;
+  if ((exact_only || options.exact) && !already_proven) {
+    SolveOptions eo = options;
+    double before = deadline.elapsed();
+    eo.time_limit_s = std::max(0.0, options.time_limit_s - before);
+    SolveResult ex = solve_exact(problem, eo, best.found ? &best.solution : nullptr);
+    merge_into(best, ex, problem, before);
+    best.proven_optimal = ex.proven_optimal;
+  } else if (!already_proven) {
+    best.lower_bound = std::max(best.lower_bound, detail::simple_lower_bound(detail::build_model(problem)));
+  }
+
+  // Final, independent check: an invalid plan is never reported as found.
+  if (best.found) {
+    Evaluation ev = evaluate(problem, best.solution);
+    best.found = ev.valid;
+    best.cost = ev.cost;
+    best.peak_usage = ev.peak_usage;
+    if (!ev.valid) { best.proven_optimal = false; best.solution.clear(); }
+  }
+  if (best.found) {
+    best.lower_bound = std::min(best.lower_bound, best.cost);
+    if (best.lower_bound >= best.cost) best.proven_optimal = true;
+    if (best.proven_optimal) { best.status = "optimal"; best.lower_bound = best.cost; }
+  } else {
+    best.proven_optimal = false;
+    if (best.status.rfind("infeasible", 0) != 0) best.status = "no valid plan found";
+  }
+  if (!std::isfinite(best.lower_bound) || best.lower_bound < -kInfeasibleCost) best.lower_bound = -kInfeasibleCost;
+  best.total_time_s = deadline.elapsed();
+  return best;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,147 @@
+#include "trws.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace autoshard::detail {
+
+Trws::Trws(const GraphView& g) : g_(g), unary_(g.node_cost) {
+  const int64_t slots = g.adj_offset[g.num_nodes];
+  msg_offset_.assign(slots + 1, 0);
+  reverse_slot_.assign(slots, -1);
+  for (int32_t i = 0; i < g.num_nodes; ++i)
+    for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) msg_offset_[k + 1] = msg_offset_[k] + g.labels(i);
+  msg_.assign(msg_offset_[slots], 0.0);
+  // The reverse slot: the same edge seen from the other end.
+  std::vector<int64_t> slot_at_a(g.num_edges(), -1), slot_at_b(g.num_edges(), -1);
+  for (int32_t i = 0; i < g.num_nodes; ++i)
+    for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k)
+      (g.edge_a[g.adj_edge[k]] == i ? slot_at_a : slot_at_b)[g.adj_edge[k]] = k;
+  for (int32_t e = 0; e < g.num_edges(); ++e) {
+    reverse_slot_[slot_at_a[e]] = slot_at_b[e];
+    reverse_slot_[slot_at_b[e]] = slot_at_a[e];
+  }
+  gamma_.assign(g.num_nodes, 1.0);
+  for (int32_t i = 0; i < g.num_nodes; ++i) {
+    int32_t before = 0, after = 0;
+    for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) (g.adj_other[k] < i ? before : after)++;
+    gamma_[i] = 1.0 / std::max({before, after, 1});
+  }
+}
+
+void Trws::belief(int32_t i, std::vector<Cost>& out) const {
+  const int32_t S = g_.labels(i);
+  out.assign(unary_.begin() + g_.label_offset[i], unary_.begin() + g_.label_offset[i] + S);
+  for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+    const Cost* m = msg_.data() + msg_offset_[k];
+    for (int32_t s = 0; s < S; ++s) out[s] += m[s];
+  }
+}
+
+// Sends the message from node i (whose belief is in h_) along adjacency slot `slot`.
+void Trws::send(int32_t i, int64_t slot) {
+  const int32_t e = g_.adj_edge[slot], j = g_.adj_other[slot];
+  const int32_t Si = g_.labels(i), Sj = g_.labels(j);
+  const Cost* in = msg_.data() + msg_offset_[slot];
+  tmp_.resize(Si);
+  const double gam = gamma_[i];
+  for (int32_t s = 0; s < Si; ++s) tmp_[s] = gam * h_[s] - in[s];
+  Cost* out = msg_.data() + msg_offset_[reverse_slot_[slot]];
+  const Cost* m = g_.edge_matrix(e);
+  constexpr Cost kBig = std::numeric_limits<Cost>::max();
+  if (g_.edge_a[e] == i) {  // rows are i's labels
+    std::fill(out, out + Sj, kBig);
+    for (int32_t s = 0; s < Si; ++s) {
+      const Cost base = tmp_[s];
+      const Cost* row = m + int64_t(s) * Sj;
+      for (int32_t t = 0; t < Sj; ++t) out[t] = std::min(out[t], base + row[t]);
+    }
+  } else {  // rows are j's labels
+    for (int32_t t = 0; t < Sj; ++t) {
+      const Cost* row = m + int64_t(t) * Si;
+      Cost best = kBig;
+      for (int32_t s = 0; s < Si; ++s) best = std::min(best, tmp_[s] + row[s]);
+      out[t] = best;
+    }
+  }
+  Cost lo = *std::min_element(out, out + Sj);
+  for (int32_t t = 0; t < Sj; ++t) out[t] -= lo;
+}
+
+void Trws::iterate(std::vector<int32_t>& labeling) {
+  const int32_t n = g_.num_nodes;
+  labeling.assign(n, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    belief(i, h_);
+    // Decode: earlier neighbours by their labels, later ones by their messages.
+    const int32_t S = g_.labels(i);
+    tmp_.assign(h_.begin(), h_.end());
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+      const int32_t j = g_.adj_other[k];
+      if (j > i) continue;
+      const Cost* m = msg_.data() + msg_offset_[k];
+      const int32_t e = g_.adj_edge[k];
+      for (int32_t s = 0; s < S; ++s) tmp_[s] += g_.edge_cost(e, i, s, labeling[j]) - m[s];
+    }
+    labeling[i] = int32_t(std::min_element(tmp_.begin(), tmp_.end()) - tmp_.begin());
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
+      if (g_.adj_other[k] > i) send(i, k);
+  }
+  for (int32_t i = n - 1; i >= 0; --i) {
+    belief(i, h_);
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
+      if (g_.adj_other[k] < i) send(i, k);
+  }
+}
+
+// The lower bound of the current reparameterisation, tightened by one forward sweep: each
+// node's term (unary + messages + what earlier nodes pushed into it) is split evenly over its
+// edges to later nodes and minimised out into them; a node with no later neighbour adds its
+// minimum. Every step only drops a term whose minimum is 0, so the result stays a valid bound
+// (exact on a tree ordered leaves-first).
+Cost Trws::lower_bound() const {
+  const int32_t n = g_.num_nodes;
+  std::vector<Cost> pushed(g_.node_cost.size(), 0.0);
+  std::vector<Cost> h, tmp;
+  Cost bound = 0;
+  constexpr Cost kBig = std::numeric_limits<Cost>::max();
+  for (int32_t i = 0; i < n; ++i) {
+    belief(i, h);
+    const int32_t Si = g_.labels(i);
+    for (int32_t s = 0; s < Si; ++s) h[s] += pushed[g_.label_offset[i] + s];
+    int32_t later = 0;
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) later += g_.adj_other[k] > i;
+    if (later == 0) {
+      bound += *std::min_element(h.begin(), h.end());
+      continue;
+    }
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+      const int32_t j = g_.adj_other[k];
+      if (j < i) continue;
+      const int32_t e = g_.adj_edge[k], Sj = g_.labels(j);
+      const Cost* into_i = msg_.data() + msg_offset_[k];
+      const Cost* into_j = msg_.data() + msg_offset_[reverse_slot_[k]];
+      tmp.resize(Si);
+      for (int32_t s = 0; s < Si; ++s) tmp[s] = h[s] / later - into_i[s];
+      const Cost* m = g_.edge_matrix(e);
+      Cost* dst = pushed.data() + g_.label_offset[j];
+      if (g_.edge_a[e] == i) {
+        for (int32_t t = 0; t < Sj; ++t) {
+          Cost best = kBig;
+          for (int32_t s = 0; s < Si; ++s) best = std::min(best, tmp[s] + m[int64_t(s) * Sj + t]);
+          dst[t] += best - into_j[t];
+        }
+      } else {
+        for (int32_t t = 0; t < Sj; ++t) {
+          const Cost* row = m + int64_t(t) * Si;
+          Cost best = kBig;
+          for (int32_t s = 0; s < Si; ++s) best = std::min(best, tmp[s] + row[s]);
+          dst[t] += best - into_j[t];
+        }
+      }
+    }
+  }
+  return bound;
+}
+
+}  // namespace autoshard::detail

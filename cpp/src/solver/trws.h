@@ -1,0 +1,44 @@
+// Sequential tree-reweighted min-sum message passing (TRW-S, Kolmogorov 2006) on a GraphView
+// with replaceable unary terms. It gives (1) a labeling decoded during each forward pass and
+// (2) a lower bound valid for ANY messages: the energy is a sum of reparameterised unary and
+// pairwise terms, and the sum of their minima bounds every labeling from below.
+// Messages persist across calls, so changing the unaries (new memory multipliers) warm-starts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph_view.h"
+
+namespace autoshard::detail {
+
+class Trws {
+ public:
+  explicit Trws(const GraphView& g);
+
+  // Flattened like GraphView::node_cost.
+  void set_unary(const std::vector<Cost>& unary) { unary_ = unary; }
+  const std::vector<Cost>& unary() const { return unary_; }
+
+  // One forward + backward sweep. `labeling` (resized to num_nodes) receives the labeling
+  // decoded in the forward sweep: each node takes its best label given the earlier nodes'
+  // labels and the later nodes' messages.
+  void iterate(std::vector<int32_t>& labeling);
+  Cost lower_bound() const;
+
+  // Unary plus all incoming messages (the node's min-marginal estimate), for node i.
+  void belief(int32_t i, std::vector<Cost>& out) const;
+
+ private:
+  const GraphView& g_;
+  std::vector<Cost> unary_;
+  std::vector<int64_t> msg_offset_;  // per adjacency slot: message INTO the slot's node
+  std::vector<Cost> msg_;
+  std::vector<int64_t> reverse_slot_;
+  std::vector<double> gamma_;
+  std::vector<Cost> h_, tmp_, out_;
+
+  void send(int32_t i, int64_t slot);
+};
+
+}  // namespace autoshard::detail

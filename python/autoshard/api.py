@@ -1,0 +1,342 @@
+"""The AutoParallel-compatible API.
+
+    with AutoParallel(model, input_fn, mesh) as autop:
+        autop.add_parameter_memory_constraint(low=None, high=None)
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        autop.add_output_constraints([(Replicate(), Replicate())])
+        plan = autop.optimize_placement(verbose=True)
+        parallel = autop.apply_placement(plan)
+
+and the one-call form ``auto_parallel(model, mesh, sample_inputs=..., ...)``. The model is
+traced (autoshard.trace), planned by the C++ core (``_core.plan_graph``) and returned as a
+module whose parameters are DTensors (autoshard.apply).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.utils._pytree as pytree
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.placement_types import Placement
+
+from .placements import layout_to_strs, normalize_placements
+from .trace import ForwardInputs, TracedStep, trace_training_step
+
+log = logging.getLogger("autoshard")
+
+_NOT_ENTERED = ("You must use AutoParallel as a context manager: "
+                "`with AutoParallel(model, input_fn, mesh) as autop: ...`")
+
+
+class AutoParallel:
+    """Trace a model's training step, plan its sharding on ``mesh`` and build the parallel
+    module. ``input_fn()`` returns the GLOBAL example inputs (a tensor, a tuple of them or
+    ``ForwardInputs``); it runs under a fake tensor mode, so sizes cost nothing.
+    ``hardware`` names the cost model's device profile ("H100", "A100", ...)."""
+
+    def __init__(self, model: nn.Module, input_fn: Callable[[], Any] | Any, mesh: DeviceMesh,
+                 mp_policy: Any = None, hardware: str = "H100", *, strict: bool = False,
+                 time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
+                 capture: str = "dynamo"):
+        if mp_policy is not None:
+            raise NotImplementedError("autoshard: mixed precision (mp_policy) is not supported "
+                                      "yet; pass mp_policy=None and cast the model yourself")
+        if not isinstance(mesh, DeviceMesh):
+            raise TypeError(f"mesh must be a torch.distributed DeviceMesh, got "
+                            f"{type(mesh).__name__}")
+        self.model = model
+        self.input_fn = input_fn
+        self.mesh = mesh
+        self.hardware = hardware
+        self.strict = strict
+        self.time_limit_s = time_limit_s
+        self.memory_limit_bytes = memory_limit_bytes
+        self.capture = capture
+        self._state = "new"
+        self.step: TracedStep | None = None
+        self._param_memory: tuple | None | str = "default"
+        self._input_constraints: dict[str, list[str]] = {}
+        self._output_constraints: dict[str, list[str]] = {}
+        self._node_constraints: dict[str, list[str]] = {}
+        self.plan: dict | None = None
+        self.parallel_model: nn.Module | None = None
+
+    # ---- context -------------------------------------------------------------------------
+    def __enter__(self) -> "AutoParallel":
+        if self._state != "new":
+            raise RuntimeError("AutoParallel is not reentrant: create a new one")
+        device = _mesh_trace_device(self.mesh)
+        self.step = trace_training_step(self.model, self.input_fn, device,
+                                        capture=self.capture)
+        log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
+                 self.step.trace_seconds)
+        self._state = "entered"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._state = "exited"
+
+    def _check_entered(self) -> None:
+        if self._state == "new":
+            raise RuntimeError(_NOT_ENTERED)
+        if self._state == "exited":
+            raise RuntimeError("AutoParallel is not reentrant: its `with` block has ended; "
+                               "call its methods inside the block")
+
+    @property
+    def gm(self):
+        self._check_entered()
+        return self.step.gm
+
+    # ---- constraints ---------------------------------------------------------------------
+    def add_parameter_memory_constraint(self, low: float | None = None,
+                                        high: float | None = None) -> None:
+        """Each GPU holds between ``low`` and ``high`` of all parameter bytes (defaults 0 and
+        1/mesh.size(): FSDP-like; low=high=1: replicated, DDP-like)."""
+        self._check_entered()
+        lo = 0.0 if low is None else float(low)
+        hi = 1.0 / self.mesh.size() if high is None else float(high)
+        if not (0.0 <= lo <= hi <= 1.0):
+            raise ValueError(f"parameter memory constraint needs 0 <= low <= high <= 1, got "
+                             f"low={lo}, high={hi}")
+        self._param_memory = (lo, hi)
+
+    def remove_parameter_memory_constraint(self) -> None:
+        self._check_entered()
+        self._param_memory = None
+
+    def _layout_strs(self, placements: Sequence[Placement], ndim: int | None, what: str):
+        if isinstance(placements, Placement):
+            placements = (placements,)
+        placements = tuple(placements)
+        if len(placements) != self.mesh.ndim:
+            raise ValueError(f"{what}: expected {self.mesh.ndim} placements (one per mesh "
+                             f"dim), got {placements!r}")
+        for p in placements:
+            if not isinstance(p, Placement):
+                raise TypeError(f"{what}: {p!r} is not a torch.distributed.tensor placement "
+                                "(Shard, Replicate, Partial)")
+        if ndim is not None:
+            placements = normalize_placements(placements, ndim)
+        return layout_to_strs(placements)
+
+    def add_input_constraints(self, constraints: Sequence[Sequence[Placement] | None]) -> None:
+        """One placement tuple per forward input (flattened args then kwargs); None leaves
+        that input free for the planner."""
+        self._check_entered()
+        step = self.step
+        if self._input_constraints:
+            raise RuntimeError("add_input_constraints may only be called once")
+        if len(constraints) != len(step.input_nodes):
+            raise ValueError(f"add_input_constraints: got {len(constraints)} entries, the "
+                             f"model has {len(step.input_nodes)} inputs")
+        for i, (c, name) in enumerate(zip(constraints, step.input_nodes)):
+            if c is None or name is None:
+                continue
+            ndim = len(step.input_metas[i][0])
+            self._input_constraints[name] = self._layout_strs(c, ndim, f"input {i}")
+
+    def add_output_constraints(self, constraints: Sequence[Sequence[Placement] | None]) -> None:
+        self._check_entered()
+        step = self.step
+        if self._output_constraints:
+            raise RuntimeError("add_output_constraints may only be called once")
+        if len(constraints) != step.num_forward_outputs:
+            raise ValueError(f"add_output_constraints: got {len(constraints)} entries, the "
+                             f"model has {step.num_forward_outputs} outputs")
+        for i, c in enumerate(constraints):
+            if c is not None:
+                self._output_constraints[str(i)] = self._layout_strs(c, None, f"output {i}")
+
+    def add_node_constraint(self, node_name: str, placements: Sequence[Placement]) -> None:
+        """Pin one graph node's output layout (node names of ``autop.gm``)."""
+        self._check_entered()
+        self._node_constraints[node_name] = self._layout_strs(placements, None,
+                                                              f"node {node_name}")
+
+    # ---- planning --------------------------------------------------------------------------
+    def graph_json(self) -> str:
+        self._check_entered()
+        from .graph_export import graph_json
+
+        return graph_json(self.step)
+
+    def options(self, verbose: bool = False) -> dict:
+        mesh = self.mesh
+        opts: dict[str, Any] = {
+            "mesh": {"shape": list(mesh.shape),
+                     "dim_names": list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None},
+            "hardware": self.hardware,
+            "input_constraints": self._input_constraints,
+            "output_constraints": self._output_constraints,
+            "node_constraints": self._node_constraints,
+            "verbose": bool(verbose),
+        }
+        if self._param_memory != "default":
+            opts["parameter_memory"] = (None if self._param_memory is None else
+                                        {"low": self._param_memory[0],
+                                         "high": self._param_memory[1]})
+        if self.time_limit_s is not None:
+            opts["time_limit_s"] = self.time_limit_s
+        if self.memory_limit_bytes is not None:
+            opts["memory_limit_bytes"] = self.memory_limit_bytes
+        return opts
+
+    def optimize_placement(self, verbose: bool = False) -> dict:
+        """Plan the traced step; returns the plan (docs/formats.md section 3) as a dict."""
+        self._check_entered()
+        t0 = time.perf_counter()
+        plan = plan_traced_step(self.step, self.options(verbose))
+        plan["plan_seconds"] = time.perf_counter() - t0
+        if verbose:
+            log_plan(plan, self.step)
+        self.plan = plan
+        return plan
+
+    def apply_placement(self, plan: dict | None = None) -> nn.Module:
+        """The parallel module of ``plan`` (default: the last optimize_placement result)."""
+        self._check_entered()
+        from .apply import build_parallel_module
+
+        plan = plan if plan is not None else self.plan
+        if plan is None:
+            raise RuntimeError("apply_placement needs a plan: call optimize_placement() first "
+                               "or pass one")
+        self.parallel_model = build_parallel_module(self.model, self.step, plan, self.mesh,
+                                                    strict=self.strict)
+        return self.parallel_model
+
+
+def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
+    # CUDA meshes trace with fake CUDA tensors when this torch has CUDA; a CPU-only build
+    # aborts on CUDA device guards even for fake tensors, so it traces on CPU (same shapes,
+    # the CPU variants of fused kernels such as flash attention)
+    if mesh.device_type == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def plan_traced_step(step: TracedStep, options: dict) -> dict:
+    """Graph JSON + options -> the C++ planner -> plan dict. Planner errors (unsupported op
+    with its source line, infeasible constraints) surface as ValueError."""
+    from . import _core
+    from .graph_export import graph_json
+
+    if not hasattr(_core, "plan_graph"):
+        raise NotImplementedError("autoshard: this build of autoshard._core has no planner "
+                                  "(plan_graph); rebuild with `pip install -e .`")
+    text = _core.plan_graph(graph_json(step), json.dumps(options))
+    return json.loads(text)
+
+
+def log_plan(plan: dict, step: TracedStep | None = None) -> None:
+    """The verbose plan log (logger "autoshard"): per node its strategy count, chosen
+    placement, compute and communication cost; then the totals."""
+    nodes = plan.get("nodes", {})
+    for name, e in nodes.items():
+        outs = e.get("outputs") or []
+        layout = " ".join("(" + ",".join(o) + ")" if o is not None else "-" for o in outs)
+        ins = e.get("inputs")
+        log.info("%-28s strategies=%-4s out=%-22s in=%-40s compute=%.2fus comm=%.2fus", name,
+                 e.get("strategies", "-"), layout,
+                 " ".join("(" + ",".join(i) + ")" if i else "-" for i in ins) if ins else "-",
+                 float(e.get("compute_us", 0.0)), float(e.get("comm_us", 0.0)))
+    s = plan.get("summary", {})
+    total = float(s.get("total_us", 0.0))
+    comm = float(s.get("comm_us", 0.0))
+    compute = float(s.get("compute_us", 0.0))
+    log.info("total %.1f us per step: compute %.1f us, communication %.1f us (%.0f%%); "
+             "parameters %.1f MiB per GPU; lower bound %.1f us", total, compute, comm,
+             100.0 * comm / total if total else 0.0,
+             float(s.get("parameter_bytes_per_gpu", 0)) / 2**20,
+             float(s.get("lower_bound_us", 0.0)))
+    if plan.get("report"):
+        for line in str(plan["report"]).splitlines():
+            log.info("%s", line)
+
+
+def _input_constraints_from_samples(leaves: list) -> list:
+    out = []
+    for x in leaves:
+        if isinstance(x, DTensor):
+            out.append(tuple(x.placements))
+        elif isinstance(x, torch.Tensor):
+            out.append(None)  # plain tensors: global and replicated
+        else:
+            raise TypeError(f"sample_inputs leaves must be Tensor or DTensor, got "
+                            f"{type(x).__name__}")
+    return out
+
+
+def _flatten_out_shardings(out_shardings: Any) -> list:
+    if out_shardings is None:
+        return []
+    if isinstance(out_shardings, tuple) and out_shardings and all(
+            isinstance(p, Placement) for p in out_shardings):
+        return [out_shardings]
+    leaves: list = []
+
+    def walk(v):
+        if isinstance(v, tuple) and v and all(isinstance(p, Placement) for p in v):
+            leaves.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        else:
+            raise TypeError(f"out_shardings must contain tuples of Placements, found {v!r}")
+
+    walk(out_shardings)
+    if not leaves:
+        raise ValueError("out_shardings must contain at least one placement tuple")
+    return leaves
+
+
+def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
+                  out_shardings: Any = None, *, mp_policy: Any = None,
+                  parameter_memory_budget: tuple | None = None, hardware: str = "H100",
+                  strict: bool = False, verbose: bool = False) -> nn.Module:
+    """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
+    callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
+    shape is traced and its placements become the input constraint, a plain tensor is the
+    global value, replicated. ``parameter_memory_budget=(low, high)``: each may be None for
+    the defaults; None adds no memory constraint."""
+    samples = sample_inputs() if callable(sample_inputs) else sample_inputs
+    fi = samples if isinstance(samples, ForwardInputs) else (
+        ForwardInputs(args=samples) if isinstance(samples, tuple) else ForwardInputs((samples,)))
+    leaves, spec = pytree.tree_flatten((tuple(fi.args), dict(fi.kwargs)))
+    constraints = _input_constraints_from_samples(leaves)
+    replicated = (Replicate(),) * mesh.ndim
+    constraints = [c if c is not None else replicated for c in constraints]
+
+    def input_fn():
+        def meta_like(x):
+            if isinstance(x, torch.Tensor):
+                return torch.empty(tuple(x.shape), dtype=x.dtype)
+            return x
+
+        a, k = pytree.tree_unflatten([meta_like(x) for x in leaves], spec)
+        return ForwardInputs(args=a, kwargs=k)
+
+    with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
+                      strict=strict) as autop:
+        autop.add_input_constraints(constraints)
+        if parameter_memory_budget is not None:
+            low, high = parameter_memory_budget
+            autop.add_parameter_memory_constraint(low, high)
+        else:
+            autop.remove_parameter_memory_constraint()
+        outs = _flatten_out_shardings(out_shardings)
+        if outs:
+            autop.add_output_constraints(outs)
+        plan = autop.optimize_placement(verbose=verbose)
+        return autop.apply_placement(plan)

@@ -1,0 +1,212 @@
+"""From a plan to a runnable module.
+
+``build_parallel_module`` returns an ``nn.Module`` of the user's class (``isinstance`` holds)
+whose parameters are DTensor ``nn.Parameter``s on the meta device with the plan's at-rest
+layouts, registered under the ORIGINAL names (submodules are recreated, so ``state_dict``
+keys match the user's model). Materialise with ``to_empty(device=...)``, then initialise or
+``load_full_state_dict``. ``forward`` takes this rank's LOCAL inputs and returns the local
+outputs (the loss); ``backward`` leaves DTensor gradients in each parameter's layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.utils._pytree as pytree
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+
+from .placements import layout_to_strs
+from .runtime import StepRunner, _StepFunction, contiguous_stride
+from .trace import TracedStep
+
+_MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_forward_hooks",
+                     "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                     "_state_dict_hooks", "_load_state_dict_pre_hooks",
+                     "_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+                     "_non_persistent_buffers_set", "_forward_hooks_with_kwargs",
+                     "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
+                     "_is_full_backward_hook", "training"}
+
+
+def _shell_like(mod: nn.Module, cls: type | None = None) -> nn.Module:
+    """An empty module of ``mod``'s class (its __init__ is not run) with its plain
+    attributes (configs, sizes) copied; parameters, buffers and children are added later."""
+    cls = cls or type(mod)
+    new = cls.__new__(cls)
+    nn.Module.__init__(new)
+    for k, v in mod.__dict__.items():
+        if k not in _MODULE_INTERNALS:
+            new.__dict__[k] = v
+    new.training = mod.training
+    return new
+
+
+def _meta_dtensor(shape, dtype, layout, mesh: DeviceMesh) -> DTensor:
+    from .placements import local_shape
+
+    coords = mesh.get_coordinate() or [0] * mesh.ndim
+    local = torch.empty(local_shape(shape, layout, mesh.shape, coords), dtype=dtype,
+                        device="meta")
+    return DTensor.from_local(local, mesh, layout, run_check=False, shape=torch.Size(shape),
+                              stride=contiguous_stride(shape))
+
+
+def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: DeviceMesh,
+                          *, strict: bool = False) -> nn.Module:
+    runner = StepRunner(step, plan, mesh, strict=strict)
+    placeholder_of_fqn = {fqn: ph for ph, fqn in step.param_fqns.items()}
+    buffer_ph_of_fqn = {fqn: ph for ph, fqn in step.buffer_fqns.items()}
+
+    def forward(self, *args, **kwargs):
+        return _parallel_forward(self, args, kwargs)
+
+    root_cls = type(model)
+    par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,), {"forward": forward})
+    shells: dict[str, nn.Module] = {}
+    for path, mod in model.named_modules(remove_duplicate=False):
+        if path in shells:
+            continue
+        shells[path] = _shell_like(mod, par_cls if path == "" else None)
+    for path, mod in model.named_modules(remove_duplicate=False):
+        for name, child in mod._modules.items():
+            child_path = f"{path}.{name}" if path else name
+            shells[path]._modules[name] = shells[child_path] if child is not None else None
+    root = shells[""]
+
+    # parameters: one DTensor Parameter per distinct tensor, registered under every alias
+    made: dict[int, nn.Parameter] = {}
+    param_layouts: dict[str, list[str]] = {}
+    for path, mod in model.named_modules(remove_duplicate=False):
+        for name, p in mod._parameters.items():
+            fqn = f"{path}.{name}" if path else name
+            if p is None:
+                shells[path]._parameters[name] = None
+                continue
+            if id(p) not in made:
+                ph = placeholder_of_fqn.get(fqn)
+                layout = (runner.placeholder_layout(ph) if ph is not None
+                          else (Replicate(),) * mesh.ndim)
+                made[id(p)] = nn.Parameter(_meta_dtensor(tuple(p.shape), p.dtype, layout, mesh),
+                                           requires_grad=p.requires_grad)
+            shells[path]._parameters[name] = made[id(p)]
+            param_layouts[fqn] = layout_to_strs(made[id(p)].placements)
+        for name, b in mod._buffers.items():
+            fqn = f"{path}.{name}" if path else name
+            if b is None:
+                shells[path]._buffers[name] = None
+                continue
+            if id(b) not in made:
+                ph = buffer_ph_of_fqn.get(fqn)
+                layout = (runner.placeholder_layout(ph) if ph is not None
+                          else (Replicate(),) * mesh.ndim)
+                made[id(b)] = _meta_dtensor(tuple(b.shape), b.dtype, layout, mesh)
+            shells[path]._buffers[name] = made[id(b)]
+            if name in mod._non_persistent_buffers_set:
+                shells[path]._non_persistent_buffers_set.add(name)
+
+    root._autoshard_runner = runner
+    root._autoshard_param_order = [step.param_fqns[n] for n in runner.param_names]
+    root._autoshard_buffer_order = [step.buffer_fqns[n] for n in runner.buffer_names]
+    root._autoshard_param_layouts = param_layouts
+    return root
+
+
+def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+    runner: StepRunner = module._autoshard_runner
+    step = runner.step
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    check_inputs(runner, flat)
+    params = dict(module.named_parameters(remove_duplicate=False))
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    param_locals = []
+    for fqn in module._autoshard_param_order:
+        p = params[fqn]
+        if p.device.type == "meta":
+            raise RuntimeError(f"parameter {fqn} is still on the meta device: call "
+                               "module.to_empty(device=...) and initialise or load the "
+                               "weights before running the module")
+        param_locals.append(p.to_local())
+    buffer_locals = [buffers[f].to_local() for f in module._autoshard_buffer_order]
+    outs = _StepFunction.apply(runner, len(param_locals), len(buffer_locals),
+                               *param_locals, *buffer_locals, *flat)
+    if step.num_forward_outputs == 1:
+        return outs[0]
+    if step.output_spec is not None:
+        try:
+            return pytree.tree_unflatten(list(outs), step.output_spec)
+        except Exception:
+            pass
+    return tuple(outs)
+
+
+def check_inputs(runner: StepRunner, flat: list) -> None:
+    """Local inputs must match what the plan expects of this rank; errors name the input."""
+    step = runner.step
+    if len(flat) != len(step.input_metas):
+        raise ValueError(f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
+                         f"then kwargs) as traced, got {len(flat)}")
+    for i, (v, meta, name) in enumerate(zip(flat, step.input_metas, step.input_nodes)):
+        if isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype):
+            if not isinstance(v, torch.Tensor) or isinstance(v, DTensor):
+                raise TypeError(f"autoshard: input {i} must be a plain torch.Tensor holding "
+                                f"this rank's local shard, got {type(v).__name__}")
+            if name is None:
+                continue
+            want = runner.expected_local_shape(name)
+            layout = layout_to_strs(runner.placeholder_layout(name))
+            if list(v.shape) != list(want):
+                raise ValueError(
+                    f"autoshard: input {i} has shape {list(v.shape)} but this rank expects "
+                    f"the local shape {want} (global {list(meta[0])}, layout {layout}); pass "
+                    "each rank's local shard, not the global tensor")
+            if v.dtype != meta[1]:
+                raise ValueError(f"autoshard: input {i} has dtype {v.dtype} but was traced "
+                                 f"with {meta[1]}")
+        elif isinstance(v, torch.Tensor):
+            raise TypeError(f"autoshard: input {i} was traced as the value {meta!r}, got a "
+                            "tensor")
+        elif v != meta:
+            raise ValueError(f"autoshard: input {i} has value {v!r} but was traced with "
+                             f"{meta!r}")
+
+
+def load_full_state_dict(module: nn.Module, full_state: dict[str, torch.Tensor]) -> None:
+    """Copy full (global) tensors into the module's DTensor parameters and buffers: each
+    rank keeps its own shard (no communication; every rank must pass the same values)."""
+    own = dict(module.named_parameters(remove_duplicate=False))
+    own.update(dict(module.named_buffers(remove_duplicate=False)))
+    missing = sorted(set(own) - set(full_state))
+    unexpected = sorted(set(full_state) - set(own))
+    if missing or unexpected:
+        raise KeyError(f"load_full_state_dict: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        for name, t in own.items():
+            full = full_state[name]
+            if tuple(full.shape) != tuple(t.shape):
+                raise ValueError(f"load_full_state_dict: {name} has shape {tuple(full.shape)}, "
+                                 f"the module expects {tuple(t.shape)}")
+            if isinstance(t, DTensor):
+                local = t.to_local()
+                shard = distribute_tensor(full.to(local.device, local.dtype), t.device_mesh,
+                                          t.placements, src_data_rank=None).to_local()
+                local.copy_(shard)
+            else:
+                t.copy_(full)
+
+
+def local_inputs(module: nn.Module, *args, **kwargs):
+    """This rank's shards of GLOBAL inputs, in the layouts the module's plan expects (no
+    communication: every rank slices its own part). Returns (args, kwargs)."""
+    runner: StepRunner = module._autoshard_runner
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    out = []
+    for v, name in zip(flat, runner.step.input_nodes):
+        if isinstance(v, torch.Tensor) and name is not None:
+            layout = runner.placeholder_layout(name)
+            v = distribute_tensor(v, runner.mesh, layout, src_data_rank=None).to_local()
+        out.append(v)
+    a, k = pytree.tree_unflatten(out, spec)
+    return a, k

@@ -1,0 +1,178 @@
+"""The tensor graph JSON of docs/formats.md section 1, written from a TracedStep."""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import re
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .trace import TracedStep
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def dtype_str(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def source_line(node: fx.Node) -> str | None:
+    """``model.py:42 in forward: y = self.w1(x)`` from the node's stack trace (the innermost
+    frame, which is the user's line for a Dynamo-captured model)."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    lines = trace.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _FILE_LINE.search(lines[i])
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            where = f"{os.path.basename(m.group(1))}:{m.group(2)} in {m.group(3)}"
+            return f"{where}: {code}" if code else where
+    return None
+
+
+def module_path(node: fx.Node) -> str | None:
+    """The innermost module path (``layers.0.attention.wq``) from nn_module_stack (forward
+    nodes) or fwd_nn_module_stack (backward nodes)."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    path = list(stack.values())[-1][0]
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    return path.lstrip(".") or None
+
+
+def tensor_ref(value: fx.Node) -> dict:
+    """A reference {"ref": producer, "index": k}, folding getitem(producer, k)."""
+    if value.op == "call_function" and value.target is operator.getitem:
+        src, idx = value.args
+        return {"ref": src.name, "index": int(idx)}
+    return {"ref": value.name, "index": 0}
+
+
+def _float(x: float) -> Any:
+    if math.isfinite(x):
+        return float(x)
+    # JSON has no infinities; the planner treats scalar values as opaque
+    return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+
+
+def encode_arg(value: Any) -> Any:
+    if isinstance(value, fx.Node):
+        return tensor_ref(value)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [encode_arg(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return {"dtype": dtype_str(value)}
+    if isinstance(value, torch.device):
+        return {"device": value.type}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    raise TypeError(f"cannot encode argument {value!r} of type {type(value).__name__}")
+
+
+def _meta_entry(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return {"shape": [int(s) for s in v.shape], "dtype": dtype_str(v.dtype)}
+    return None
+
+
+def output_metas(node: fx.Node) -> list:
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        return [_meta_entry(v) for v in val]
+    entry = _meta_entry(val)
+    return [entry]
+
+
+def tangent_dependent(gm: fx.GraphModule, tangents: set[str]) -> set[str]:
+    """Names of the nodes that (transitively) read a tangent: the backward pass proper."""
+    dep: set[str] = set(tangents)
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and any(a.name in dep for a in n.all_input_nodes):
+            dep.add(n.name)
+    return dep
+
+
+def node_phase(node: fx.Node, backward: set[str]) -> str:
+    tag = node.meta.get("partitioner_tag")
+    if tag == "is_backward":
+        return "backward"
+    if tag == "is_forward":
+        return "forward"
+    return "backward" if node.name in backward else "forward"
+
+
+def graph_dict(step: TracedStep) -> dict:
+    gm = step.gm
+    backward = tangent_dependent(gm, set(step.tangent_of))
+    nodes = []
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            entry: dict[str, Any] = {"name": n.name, "op": "placeholder"}
+            if n.name in step.param_fqns:
+                entry.update(role="parameter", fqn=step.param_fqns[n.name])
+            elif n.name in step.buffer_fqns:
+                entry.update(role="buffer", fqn=step.buffer_fqns[n.name])
+            elif n.name in step.tangent_of:
+                entry.update(role="tangent", tangent_of=step.tangent_of[n.name])
+            else:
+                entry.update(role="input", input_index=step.input_nodes.index(n.name))
+            entry["outputs"] = output_metas(n)
+            nodes.append(entry)
+        elif n.op == "call_function":
+            if n.target is operator.getitem:
+                continue
+            if not isinstance(n.target, torch._ops.OpOverload):
+                raise NotImplementedError(
+                    f"node {n.name} calls {n.target!r}, which is not an ATen operator"
+                    + (f" (from {source_line(n)})" if source_line(n) else ""))
+            entry = {"name": n.name, "op": str(n.target), "phase": node_phase(n, backward),
+                     "args": [encode_arg(a) for a in n.args],
+                     "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
+                     "outputs": output_metas(n)}
+            src = source_line(n)
+            if src:
+                entry["source"] = src
+            mod = module_path(n)
+            if mod:
+                entry["module"] = mod
+            nodes.append(entry)
+        elif n.op == "output":
+            continue
+        else:
+            raise NotImplementedError(f"graph node {n.name} has op {n.op!r} (only placeholder, "
+                                      "call_function and output are supported)")
+    outputs = []
+    for o in step.outputs:
+        if not isinstance(o.node, fx.Node):
+            continue
+        ref = tensor_ref(o.node)
+        if o.role == "output":
+            outputs.append({**ref, "role": "output", "output_index": o.output_index})
+        else:
+            outputs.append({**ref, "role": "grad", "grad_of": o.grad_of})
+    return {"version": 1, "nodes": nodes, "outputs": outputs}
+
+
+def graph_json(step: TracedStep, indent: int | None = None) -> str:
+    return json.dumps(graph_dict(step), indent=indent, allow_nan=False)

@@ -1,0 +1,177 @@
+"""Test and demo models: a small MLP and a Llama-style decoder-only transformer.
+
+Every model's ``forward`` returns a scalar training loss, so one traced step holds the whole
+forward and backward pass. Attention is written with plain matmul + softmax (``attention=
+"manual"``, default) or with ``F.scaled_dot_product_attention`` (``attention="sdpa"``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    """``layers`` Linear+ReLU+Linear blocks on ``dim`` features; loss = MSE against a target."""
+
+    def __init__(self, dim: int = 16, hidden: int = 32, layers: int = 2, bias: bool = True):
+        super().__init__()
+        blocks = []
+        for _ in range(layers):
+            blocks.append(MLPBlock(dim, hidden, bias))
+        self.layers = nn.ModuleList(blocks)
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        # written out rather than F.mse_loss: DTensor's mse_loss_backward rule divides by the
+        # LOCAL element count when the input is batch-sharded (gradients n times too large)
+        return ((x - target) ** 2).mean()
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, dim: int, hidden: int, bias: bool):
+        super().__init__()
+        self.up = nn.Linear(dim, hidden, bias=bias)
+        self.down = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.relu(self.up(x)))
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab_size: int = 128
+    ffn_dim: int = 128
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    max_seq_len: int = 16
+    attention: str = "manual"  # "manual" (matmul + softmax) or "sdpa"
+
+
+def llama3_8b_config(n_layers: int = 32, seq_len: int = 2048) -> LlamaConfig:
+    """The Llama-3-8B shape (dim 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256)."""
+    return LlamaConfig(dim=4096, n_layers=n_layers, n_heads=32, n_kv_heads=8,
+                       vocab_size=128256, ffn_dim=14336, norm_eps=1e-5,
+                       rope_theta=500000.0, max_seq_len=seq_len, attention="sdpa")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * norm * self.weight
+
+
+def rope_tables(head_dim: int, seq_len: int, theta: float, device=None):
+    """cos/sin tables [seq, head_dim/2] of rotary embeddings (real arithmetic, no complex)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device)
+                           / head_dim))
+    pos = torch.arange(seq_len, dtype=torch.float32, device=device)
+    ang = torch.outer(pos, inv)
+    return torch.cos(ang), torch.sin(ang)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [b, s, h, d]; rotate pairs (even, odd) of the last dim.
+    b, s, h, d = x.shape
+    xr = x.reshape(b, s, h, d // 2, 2)
+    x0, x1 = xr[..., 0], xr[..., 1]
+    c = cos.view(1, s, 1, d // 2)
+    sn = sin.view(1, s, 1, d // 2)
+    out = torch.stack([x0 * c - x1 * sn, x0 * sn + x1 * c], dim=-1)
+    return out.reshape(b, s, h, d)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.n_kv_heads
+        self.head_dim = cfg.dim // cfg.n_heads
+        self.attention = cfg.attention
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * self.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, self.n_heads, self.head_dim)
+        k = self.wk(x).view(b, s, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(b, s, self.n_kv_heads, self.head_dim)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        rep = self.n_heads // self.n_kv_heads
+        if rep > 1:  # grouped-query attention: share each KV head among `rep` query heads
+            k = k.repeat_interleave(rep, dim=2)
+            v = v.repeat_interleave(rep, dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.attention == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
+            mask = torch.triu(torch.full((s, s), float("-inf"), device=x.device), diagonal=1)
+            o = torch.matmul(torch.softmax(scores + mask, dim=-1), v)
+        o = o.transpose(1, 2).reshape(b, s, -1)
+        return self.wo(o)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x, cos, sin):
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Llama(nn.Module):
+    """Decoder-only Llama-style transformer; ``forward(tokens, labels)`` returns the mean
+    next-token cross-entropy loss. The rotary tables are computed inside forward (no buffers),
+    so the model has parameters only."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        b, s = tokens.shape
+        cos, sin = rope_tables(self.cfg.dim // self.cfg.n_heads, s, self.cfg.rope_theta,
+                               device=tokens.device)
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        logits = self.output(self.norm(h))
+        return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(b * s))

@@ -1,0 +1,401 @@
+"""Running a plan: the joint graph interpreted node by node on DTensors.
+
+Forward: every node that does not read a tangent runs when the module is called; the values
+the backward nodes read are kept. Backward (``loss.backward()``): the remaining nodes run
+with the incoming gradients as tangents. Before each node, every tensor argument is
+redistributed (``DTensor.redistribute``: PyTorch's collectives on the mesh's process groups)
+from its producer's layout to the layout the plan gives that input; the node then runs as a
+DTensor op, and its result is checked against the plan's output layout: DTensor's own
+sharding propagation must land exactly where the plan says. In strict mode a difference
+raises; otherwise the result is redistributed to the planned layout and counted in
+``warnings``. Gradients leave in their parameter's at-rest layout.
+
+A plan may leave nodes (or their inputs/outputs) out: then the producer's layout is used as
+is, and DTensor's choice is accepted. ``recorded_plan()`` returns the complete plan that was
+actually executed, which is how hand-written partial plans become complete ones in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate
+
+from .placements import (layout_from_strs, layout_to_strs, local_shape,
+                         normalize_placements)
+from .trace import TracedStep
+
+log = logging.getLogger("autoshard")
+
+
+class PlanMismatchError(RuntimeError):
+    """DTensor produced a layout the plan did not ask for (strict mode)."""
+
+
+def contiguous_stride(shape: Sequence[int]) -> tuple:
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
+
+
+def _tensor_refs(args: Any, kwargs: dict) -> list[fx.Node]:
+    """Node references in args then kwargs, depth first (the plan's ``inputs`` order)."""
+    refs: list[fx.Node] = []
+
+    def walk(v):
+        if isinstance(v, fx.Node):
+            refs.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    walk(args)
+    walk(kwargs)
+    return refs
+
+
+def _map_nodes(v: Any, fn) -> Any:
+    if isinstance(v, fx.Node):
+        return fn(v)
+    if isinstance(v, tuple):
+        return tuple(_map_nodes(x, fn) for x in v)
+    if isinstance(v, list):
+        return [_map_nodes(x, fn) for x in v]
+    if isinstance(v, dict):
+        return {k: _map_nodes(x, fn) for k, x in v.items()}
+    return v
+
+
+def _node_source(node: fx.Node) -> str:
+    from .graph_export import source_line
+
+    src = source_line(node)
+    return f" (from {src})" if src else ""
+
+
+class StepRunner:
+    """Executes one traced step under one plan on one mesh. Stateless between steps."""
+
+    def __init__(self, step: TracedStep, plan: dict, mesh: DeviceMesh, *, strict: bool = False,
+                 device: torch.device | None = None):
+        self.step = step
+        self.gm = step.gm
+        self.mesh = mesh
+        self.strict = strict
+        self.plan_nodes: dict = dict(plan.get("nodes", {}))
+        self.device = device or _mesh_device(mesh)
+        self.warnings: Counter = Counter()
+        self.recorded: dict[str, dict] = {}
+        self._layout_cache: dict = {}
+        tangents = set(step.tangent_of)
+        backward: set[str] = set(tangents)
+        self.forward_nodes: list[fx.Node] = []
+        self.backward_nodes: list[fx.Node] = []
+        for n in self.gm.graph.nodes:
+            if n.op != "call_function":
+                continue
+            if any(a.name in backward for a in n.all_input_nodes):
+                backward.add(n.name)
+                self.backward_nodes.append(n)
+            else:
+                self.forward_nodes.append(n)
+        # forward values (placeholders included) that the backward nodes or grads read
+        saved: set[str] = set()
+        fwd_outputs_by_bwd = [a for n in self.backward_nodes for a in n.all_input_nodes]
+        fwd_outputs_by_bwd += [o.node for o in step.outputs
+                               if o.role == "grad" and isinstance(o.node, fx.Node)]
+        for a in fwd_outputs_by_bwd:
+            if a.name not in backward:
+                if a.op == "call_function" and a.target is operator.getitem:
+                    a = a.args[0]
+                saved.add(a.name)
+        self.saved_names = saved
+        self.param_names = list(step.param_fqns)
+        self.buffer_names = list(step.buffer_fqns)
+        self.placeholders = {n.name: n for n in self.gm.graph.find_nodes(op="placeholder")}
+        self.fwd_outputs = sorted((o for o in step.outputs if o.role == "output"),
+                                  key=lambda o: o.output_index)
+        self.grad_outputs = {o.grad_of: o for o in step.outputs if o.role == "grad"}
+        self.tangent_by_output = {idx: name for name, idx in step.tangent_of.items()}
+        self.graph_output_layouts = plan.get("graph_outputs")
+        self.graph_output_order = [id(o) for o in step.outputs if isinstance(o.node, fx.Node)]
+        self.recorded_tangents: dict[str, list] = {}
+
+    # ---- layouts -------------------------------------------------------------------------
+    def _layout(self, strs, what: str):
+        key = tuple(strs)
+        if key not in self._layout_cache:
+            self._layout_cache[key] = layout_from_strs(strs, self.mesh.ndim, what)
+        return self._layout_cache[key]
+
+    def planned_output(self, name: str, k: int = 0):
+        entry = self.plan_nodes.get(name)
+        if not entry or "outputs" not in entry or k >= len(entry["outputs"]):
+            return None
+        strs = entry["outputs"][k]
+        return None if strs is None else self._layout(strs, f"plan node {name} output {k}")
+
+    def placeholder_layout(self, name: str):
+        layout = self.planned_output(name)
+        if layout is None:
+            layout = (Replicate(),) * self.mesh.ndim
+        if any(p.is_partial() for p in layout):
+            raise ValueError(f"plan gives placeholder {name} the layout "
+                             f"{layout_to_strs(layout)}: graph inputs cannot be Partial")
+        return layout
+
+    def global_shape(self, name: str) -> tuple:
+        return tuple(int(s) for s in self.placeholders[name].meta["val"].shape)
+
+    def expected_local_shape(self, name: str) -> list[int]:
+        coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
+        return local_shape(self.global_shape(name), self.placeholder_layout(name),
+                           self.mesh.shape, coords)
+
+    # ---- values ----------------------------------------------------------------------------
+    def wrap_local(self, local: torch.Tensor, name: str, layout=None) -> DTensor:
+        layout = layout if layout is not None else self.placeholder_layout(name)
+        shape = self.global_shape(name)
+        return DTensor.from_local(local, self.mesh, layout, run_check=False,
+                                  shape=torch.Size(shape), stride=contiguous_stride(shape))
+
+    @staticmethod
+    def _resolve(env: dict, node: fx.Node) -> Any:
+        if node.op == "call_function" and node.target is operator.getitem:
+            src, idx = node.args
+            return env[src.name][idx]
+        return env[node.name]
+
+    def _to_layout(self, value: Any, layout) -> Any:
+        if not isinstance(value, DTensor) or layout is None:
+            return value
+        cur = normalize_placements(value.placements, value.ndim)
+        if cur == tuple(layout):
+            return value
+        return value.redistribute(self.mesh, layout)
+
+    def _fix_device(self, v: Any) -> Any:
+        if isinstance(v, torch.device) and v.type != self.device.type:
+            return self.device
+        return v
+
+    def _wrap_plain(self, v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
+            return DTensor.from_local(v, self.mesh, (Replicate(),) * self.mesh.ndim,
+                                      run_check=False)
+        return v
+
+    def run_node(self, env: dict, node: fx.Node) -> None:
+        if node.target is operator.getitem:
+            return  # folded: consumers index the producer's tuple
+        entry = self.plan_nodes.get(node.name) or {}
+        planned_inputs = entry.get("inputs")
+        refs = _tensor_refs(node.args, node.kwargs)
+        if planned_inputs is not None and len(planned_inputs) != len(refs):
+            raise ValueError(f"plan node {node.name} ({node.target}) lists "
+                             f"{len(planned_inputs)} input layouts but the node has "
+                             f"{len(refs)} tensor arguments")
+        counter = iter(range(len(refs)))
+        used_layouts: list = []
+
+        def fetch(ref: fx.Node):
+            k = next(counter)
+            value = self._resolve(env, ref)
+            if planned_inputs is not None and planned_inputs[k] is not None:
+                value = self._to_layout(value, self._layout(
+                    planned_inputs[k], f"plan node {node.name} input {k}"))
+            used_layouts.append(layout_to_strs(normalize_placements(value.placements,
+                                                                    value.ndim))
+                                if isinstance(value, DTensor) else None)
+            return value
+
+        args = _map_nodes(node.args, fetch)
+        kwargs = _map_nodes(node.kwargs, fetch)
+        kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
+        try:
+            out = node.target(*args, **kwargs)
+        except NotImplementedError as e:
+            if "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
+                raise
+            out = self._run_replicated(node, args, kwargs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = [self._wrap_plain(o) for o in outs]
+        done = []
+        for k, o in enumerate(outs):
+            if isinstance(o, DTensor):
+                want = self.planned_output(node.name, k)
+                got = normalize_placements(o.placements, o.ndim)
+                if want is None and not _representable(got):
+                    # e.g. _StridedShard from a view: plans cannot name it, so the value
+                    # is replicated on that mesh dim to keep the recorded plan exact
+                    want = tuple(p if _representable((p,)) else Replicate() for p in got)
+                    self.warnings[f"unrepresentable:{node.target}"] += 1
+                    o = o.redistribute(self.mesh, want)
+                    got = want
+                if want is not None and got != tuple(want):
+                    msg = (f"node {node.name} ({node.target}){_node_source(node)}: DTensor "
+                           f"produced output {k} as {_safe_strs(got)} but the plan says "
+                           f"{layout_to_strs(want)} (inputs {used_layouts})")
+                    if self.strict:
+                        raise PlanMismatchError(msg)
+                    self.warnings[str(node.target)] += 1
+                    log.debug("autoshard: %s; redistributing", msg)
+                    o = o.redistribute(self.mesh, want)
+            done.append(o)
+        self.recorded[node.name] = {
+            "inputs": used_layouts,
+            "outputs": [layout_to_strs(normalize_placements(o.placements, o.ndim))
+                        if isinstance(o, DTensor) else None for o in done]}
+        env[node.name] = tuple(done) if isinstance(out, (tuple, list)) else done[0]
+
+    def _run_replicated(self, node: fx.Node, args, kwargs):
+        """No DTensor rule for this op: run it on full (replicated) values, exactly."""
+        self.warnings[f"replicated:{node.target}"] += 1
+        full = lambda v: (v.redistribute(self.mesh, (Replicate(),) * self.mesh.ndim).to_local()
+                          if isinstance(v, DTensor) else v)
+        import torch.utils._pytree as pytree
+        out = node.target(*pytree.tree_map(full, args), **pytree.tree_map(full, kwargs))
+        return out
+
+    # ---- the two passes ---------------------------------------------------------------------
+    def run_forward(self, param_locals: Sequence[torch.Tensor],
+                    buffer_locals: Sequence[torch.Tensor],
+                    input_values: Sequence[Any]) -> tuple[list, dict, list]:
+        env: dict[str, Any] = {}
+        for name, t in zip(self.param_names, param_locals):
+            env[name] = self.wrap_local(t, name)
+        for name, t in zip(self.buffer_names, buffer_locals):
+            env[name] = self.wrap_local(t, name)
+        for name, v in zip(self.step.input_nodes, input_values):
+            if name is not None:
+                env[name] = self.wrap_local(v, name) if isinstance(v, torch.Tensor) else v
+        for node in self.forward_nodes:
+            self.run_node(env, node)
+        outs, layouts = [], []
+        for o in self.fwd_outputs:
+            value = self._resolve(env, o.node)
+            if isinstance(value, DTensor):
+                graph_out = self.plan_graph_output(o)
+                if graph_out is not None:
+                    value = self._to_layout(value, graph_out)
+                placements = normalize_placements(value.placements, value.ndim)
+                if any(p.is_partial() for p in placements):  # users get real values
+                    placements = tuple(Replicate() if p.is_partial() else p
+                                       for p in placements)
+                    value = value.redistribute(self.mesh, placements)
+                layouts.append(placements)
+                outs.append(value.to_local())
+            else:
+                layouts.append(None)
+                outs.append(value)
+        saved = {k: env[k] for k in self.saved_names if k in env}
+        return outs, saved, layouts
+
+    def plan_graph_output(self, out) -> Any:
+        """The plan's layout for a graph output (``graph_outputs``, in graph JSON order)."""
+        if self.graph_output_layouts is None:
+            return None
+        k = self.graph_output_order.index(id(out))
+        strs = self.graph_output_layouts[k] if k < len(self.graph_output_layouts) else None
+        return None if strs is None else self._layout(strs, f"plan graph output {k}")
+
+    def run_backward(self, saved: dict, out_layouts: list, grads: Sequence[Any]) -> dict:
+        env = dict(saved)
+        for idx, o in enumerate(self.fwd_outputs):
+            name = self.tangent_by_output.get(o.output_index)
+            if name is None:
+                continue
+            g = grads[idx]
+            if g is None:
+                shape = self.global_shape(name)
+                g = torch.zeros(local_shape(shape, out_layouts[idx], self.mesh.shape,
+                                            self.mesh.get_coordinate()),
+                                dtype=self.placeholders[name].meta["val"].dtype,
+                                device=self.device)
+            dt = self.wrap_local(g.contiguous(), name, out_layouts[idx])
+            want = self.planned_output(name)
+            env[name] = self._to_layout(dt, want)
+            self.recorded_tangents[name] = layout_to_strs(
+                normalize_placements(env[name].placements, env[name].ndim))
+        for node in self.backward_nodes:
+            self.run_node(env, node)
+        result: dict[str, torch.Tensor] = {}
+        for ph, o in self.grad_outputs.items():
+            value = self._resolve(env, o.node)
+            if value is None:
+                continue
+            value = self._to_layout(value, self.placeholder_layout(ph))
+            result[ph] = value.to_local().contiguous()
+        return result
+
+    def recorded_plan(self) -> dict:
+        """The complete plan this runner executed (after at least one forward+backward)."""
+        nodes = {}
+        for name in self.placeholders:
+            if name in self.step.tangent_of:
+                continue
+            nodes[name] = {"outputs": [layout_to_strs(self.placeholder_layout(name))]}
+        for name in self.step.tangent_of:
+            if name in self.recorded_tangents:
+                nodes[name] = {"outputs": [self.recorded_tangents[name]]}
+        nodes.update(self.recorded)
+        return {"version": 1, "mesh": {"shape": list(self.mesh.shape),
+                                       "dim_names": list(self.mesh.mesh_dim_names or [])},
+                "nodes": nodes}
+
+
+def _safe_strs(placements) -> list[str]:
+    return [layout_to_strs((p,))[0] if _representable((p,)) else repr(p) for p in placements]
+
+
+def _representable(placements) -> bool:
+    from torch.distributed.tensor import Partial, Shard
+
+    return all(type(p) in (Shard, Replicate, Partial) for p in placements)
+
+
+def _mesh_device(mesh: DeviceMesh) -> torch.device:
+    if mesh.device_type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(mesh.device_type)
+
+
+class _StepFunction(torch.autograd.Function):
+    """One training step as one autograd node: inputs are the LOCAL shards of the parameters
+    (from ``DTensor.to_local``, so gradients flow back into DTensor ``.grad``), buffers and
+    user inputs; outputs are the local forward outputs."""
+
+    @staticmethod
+    def forward(ctx, runner: StepRunner, n_params: int, n_buffers: int, *flat):
+        params = flat[:n_params]
+        buffers = flat[n_params:n_params + n_buffers]
+        inputs = flat[n_params + n_buffers:]
+        outs, saved, layouts = runner.run_forward(params, buffers, inputs)
+        ctx.runner, ctx.saved, ctx.layouts = runner, saved, layouts
+        ctx.n_params, ctx.n_buffers, ctx.n_inputs = n_params, n_buffers, len(inputs)
+        tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+        for o in tensors:
+            if not o.is_floating_point():
+                ctx.mark_non_differentiable(o)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        runner: StepRunner = ctx.runner
+        result = runner.run_backward(ctx.saved, ctx.layouts, grads)
+        ctx.saved = None
+        param_grads = [result.get(n) for n in runner.param_names]
+        input_grads = [result.get(n) if n is not None else None
+                       for n in runner.step.input_nodes]
+        return (None, None, None, *param_grads, *([None] * ctx.n_buffers), *input_grads)

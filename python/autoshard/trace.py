@@ -1,0 +1,280 @@
+"""Tracing one training step into a joint forward+backward ATen graph.
+
+The user's model (parameters on the meta device, or any device) is copied, its parameters
+and buffers become fake tensors of the same global shape on the tracing device, and the
+step ``loss = model(*args, **kwargs)`` plus its backward is captured with
+``aot_export_joint_with_descriptors``. First Dynamo captures the model (like torch.export)
+so every ATen node keeps the user's source line (``stack_trace``) and module path
+(``nn_module_stack``); if Dynamo cannot capture the model we trace it directly, without
+source lines.
+
+The result, ``TracedStep``, names each graph input/output's role (parameter, buffer, input,
+tangent, output, grad) from the AOT descriptors, with parameter names mapped back to the
+ORIGINAL fully qualified names of the user's model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+log = logging.getLogger("autoshard")
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class ForwardInputs:
+    """Positional and keyword inputs of ``forward`` (for keyword-only arguments)."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class GraphOutput:
+    node: fx.Node | None  # producer (a getitem is kept here; graph_export folds it)
+    role: str  # "output" or "grad"
+    output_index: int | None = None  # role output: index among the forward outputs
+    grad_of: str | None = None  # role grad: the placeholder name
+
+
+@dataclass
+class TracedStep:
+    """A traced training step: the joint graph and what each of its inputs/outputs means."""
+
+    gm: fx.GraphModule
+    fake_mode: FakeTensorMode
+    device: torch.device
+    param_fqns: dict[str, str]  # placeholder name -> parameter fqn (original model names)
+    buffer_fqns: dict[str, str]  # placeholder name -> buffer fqn
+    input_nodes: list[str]  # placeholder names, by flattened forward input index
+    input_metas: list[Any]  # per flattened input: (shape, dtype) for tensors, else the value
+    input_spec: Any  # pytree spec of (args, kwargs)
+    tangent_of: dict[str, int]  # tangent placeholder name -> forward output index
+    outputs: list[GraphOutput]  # in the output node's order, None entries dropped
+    num_forward_outputs: int
+    output_spec: Any  # pytree spec of the forward's return value
+    source_captured: bool  # whether nodes carry the user's source lines
+    trace_seconds: float = 0.0
+
+    def placeholder(self, name: str) -> fx.Node:
+        for n in self.gm.graph.find_nodes(op="placeholder"):
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+def _addmm_as_mm_add(bias, mat1, mat2, *, beta=1, alpha=1):
+    # Linear layers with bias trace to addmm; splitting it lets the planner shard the matmul
+    # and the bias add independently (tensor parallelism needs mm's own rules).
+    out = aten.mm.default(mat1, mat2)
+    if alpha != 1:
+        out = aten.mul.Tensor(out, alpha)
+    if beta == 0:
+        return out
+    if beta != 1:
+        bias = aten.mul.Tensor(bias, beta)
+    return aten.add.Tensor(out, bias)
+
+
+def default_decompositions() -> dict:
+    return {aten.addmm.default: _addmm_as_mm_add}
+
+
+def _tracing_device(device: torch.device | str | None) -> torch.device:
+    return torch.device(device if device is not None else "cpu")
+
+
+def _fake_model(model: nn.Module, fake_mode: FakeTensorMode, device: torch.device) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers are fake tensors of the same shapes
+    and dtypes on ``device``; aliased tensors (one tensor under several names) stay shared."""
+    fake = copy.deepcopy(model)
+    # keyed by id of the copy's own tensors, which stay alive in `fake` while we loop
+    memo: dict[int, torch.Tensor] = {}
+
+    def to_fake(t: torch.Tensor) -> torch.Tensor:
+        with fake_mode:
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+
+    for mod in fake.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in memo:
+                memo[id(p)] = nn.Parameter(to_fake(p), requires_grad=p.requires_grad)
+            mod._parameters[name] = memo[id(p)]
+        for name, b in list(mod._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in memo:
+                memo[id(b)] = to_fake(b)
+            mod._buffers[name] = memo[id(b)]
+    return fake
+
+
+def _fake_inputs(inputs: Any, fake_mode: FakeTensorMode, device: torch.device) -> Any:
+    def conv(x):
+        if isinstance(x, FakeTensor):
+            return x
+        if isinstance(x, torch.Tensor):
+            with fake_mode:
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
+        return x
+
+    return pytree.tree_map(conv, inputs)
+
+
+def normalize_inputs(value: Any) -> ForwardInputs:
+    """``input_fn()``'s result as ForwardInputs: a tuple is splatted, a single value is one
+    positional argument."""
+    if isinstance(value, ForwardInputs):
+        return value
+    if isinstance(value, tuple):
+        return ForwardInputs(args=value)
+    return ForwardInputs(args=(value,))
+
+
+def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
+                        device: torch.device | str | None = None, *,
+                        capture: str = "dynamo", decompositions: dict | None = None
+                        ) -> TracedStep:
+    """Trace ``model(*args, **kwargs)`` and its backward as one joint ATen graph.
+
+    ``input_fn`` returns the GLOBAL example inputs (called under the fake mode, so it may
+    create tensors of any size for free); it may also be the inputs themselves.
+    ``capture``: "dynamo" (source lines and module paths recorded, falls back to "direct" if
+    Dynamo fails) or "direct".
+    """
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+    import torch.fx.traceback as fx_traceback
+
+    if capture not in ("dynamo", "direct"):
+        raise ValueError(f"capture must be 'dynamo' or 'direct', got {capture!r}")
+    t0 = time.perf_counter()
+    device = _tracing_device(device)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    fqn_of_param = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    fake = _fake_model(model, fake_mode, device)
+    # the fake copy's parameters -> original names (identity survives Dynamo's renaming)
+    fqn_of_fake = {}
+    for (name, p) in fake.named_parameters(remove_duplicate=False):
+        fqn_of_fake.setdefault(id(p), name)
+    buf_of_fake = {}
+    for (name, b) in fake.named_buffers(remove_duplicate=False):
+        buf_of_fake.setdefault(id(b), name)
+    del fqn_of_param
+
+    with fake_mode:
+        raw = input_fn() if callable(input_fn) else input_fn
+    inputs = normalize_inputs(raw)
+    inputs = ForwardInputs(*_fake_inputs((tuple(inputs.args), dict(inputs.kwargs)), fake_mode,
+                                         device))
+    flat_inputs, input_spec = pytree.tree_flatten((inputs.args, inputs.kwargs))
+    input_metas = [(tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
+                   for x in flat_inputs]
+
+    traced_mod: nn.Module = fake
+    source_captured = False
+    if capture == "dynamo":
+        try:
+            from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
+
+            with fake_mode:
+                traced_mod = _dynamo_graph_capture_for_export(fake)(*inputs.args,
+                                                                     **inputs.kwargs)
+            source_captured = True
+        except Exception as e:  # Dynamo cannot capture every model; keep going without it
+            log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
+                        "without source lines", type(e).__name__, str(e).splitlines()[0])
+            traced_mod = fake
+    decomps = default_decompositions() if decompositions is None else decompositions
+    stack = contextlib.ExitStack()
+    with stack:
+        with fx_traceback.preserve_node_meta():
+            jd = aot_export_joint_with_descriptors(stack, traced_mod, tuple(inputs.args),
+                                                   dict(inputs.kwargs),
+                                                   decompositions=decomps)
+    gm = jd.graph_module
+    # Dynamo renames parameters (L__self___w1_weight); map them back through identity.
+    names_in_traced = {n: id(p) for n, p in traced_mod.named_parameters(remove_duplicate=False)}
+    bufs_in_traced = {n: id(b) for n, b in traced_mod.named_buffers(remove_duplicate=False)}
+
+    from torch._functorch._aot_autograd.descriptors import (
+        BufferAOTInput, GradAOTOutput, ParamAOTInput, PlainAOTInput, PlainAOTOutput,
+        TangentAOTInput)
+
+    param_fqns, buffer_fqns, tangent_of = {}, {}, {}
+    input_by_idx: dict[int, str] = {}
+    for n in gm.graph.find_nodes(op="placeholder"):
+        desc = n.meta.get("desc")
+        if isinstance(desc, ParamAOTInput):
+            pid = names_in_traced.get(desc.target)
+            param_fqns[n.name] = fqn_of_fake.get(pid, desc.target)
+        elif isinstance(desc, BufferAOTInput):
+            bid = bufs_in_traced.get(desc.target)
+            buffer_fqns[n.name] = buf_of_fake.get(bid, desc.target)
+        elif isinstance(desc, PlainAOTInput):
+            input_by_idx[desc.idx] = n.name
+        elif isinstance(desc, TangentAOTInput):
+            out = desc.output
+            if not isinstance(out, PlainAOTOutput):
+                raise NotImplementedError(f"tangent of {out!r} (input mutation or aliased "
+                                          "output) is not supported")
+            tangent_of[n.name] = out.idx
+        else:
+            raise NotImplementedError(f"graph input {n.name} has descriptor {desc!r}, which "
+                                      "autoshard does not support (e.g. RNG state, tokens)")
+    missing = [i for i in range(len(flat_inputs)) if i not in input_by_idx
+               and isinstance(flat_inputs[i], torch.Tensor)]
+    if missing:
+        log.debug("autoshard: forward inputs %s do not reach the graph", missing)
+    input_nodes = [input_by_idx.get(i) for i in range(len(flat_inputs))]
+
+    out_node = gm.graph.find_nodes(op="output")[0]
+    out_descs = out_node.meta.get("desc") or []
+    outputs: list[GraphOutput] = []
+    num_fwd = 0
+    for value, desc in zip(out_node.args[0], out_descs):
+        if isinstance(desc, PlainAOTOutput):
+            outputs.append(GraphOutput(value, "output", output_index=desc.idx))
+            num_fwd += 1
+        elif isinstance(desc, GradAOTOutput):
+            if value is None:
+                continue
+            target = desc.grad_of
+            ph = None
+            if isinstance(target, ParamAOTInput):
+                pid = names_in_traced.get(target.target)
+                fqn = fqn_of_fake.get(pid, target.target)
+                ph = next(k for k, v in param_fqns.items() if v == fqn)
+            elif isinstance(target, PlainAOTInput):
+                ph = input_by_idx[target.idx]
+            else:
+                raise NotImplementedError(f"gradient of {target!r} is not supported")
+            outputs.append(GraphOutput(value, "grad", grad_of=ph))
+        elif value is None:
+            continue
+        else:
+            raise NotImplementedError(f"graph output with descriptor {desc!r} is not "
+                                      "supported")
+    out_spec = getattr(jd, "out_spec", None)
+    if out_spec is None:
+        out_spec = getattr(getattr(jd, "_aot_state", None), "out_spec", None)
+    step = TracedStep(gm=gm, fake_mode=fake_mode, device=device, param_fqns=param_fqns,
+                      buffer_fqns=buffer_fqns, input_nodes=input_nodes,
+                      input_metas=input_metas, input_spec=input_spec, tangent_of=tangent_of,
+                      outputs=outputs, num_forward_outputs=num_fwd, output_spec=out_spec,
+                      source_captured=source_captured)
+    step.trace_seconds = time.perf_counter() - t0
+    return step

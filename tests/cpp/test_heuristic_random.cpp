@@ -1,0 +1,104 @@
+// The heuristic against brute force on random small problems: every plan it returns is valid,
+// its cost is the optimum on (almost) all of them, and its lower bound never exceeds the optimum.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "autoshard/heuristic.h"
+#include "solver/memory_profile.h"
+#include "solver/graph_view.h"
+#include "test_heuristic_util.h"
+#include "solver/trws.h"
+
+namespace autoshard {
+namespace {
+
+using namespace testing_util;
+
+TEST(HeuristicRandom, ValidCloseToOptimumAndBoundBelowIt) {
+  std::mt19937_64 rng(777);
+  int feasible = 0, found = 0, optimal = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const Problem p = random_problem(rng, 4 + trial % 5, 4, trial % 3 == 0);
+    const Brute truth = brute_force(p);
+    SolveOptions o;
+    o.time_limit_s = 0.05;
+    const SolveResult r = solve_heuristic(p, o);
+    if (r.found) {
+      Cost c;
+      ASSERT_TRUE(plan_valid(p, r.solution, &c)) << "trial " << trial << " returned an invalid plan";
+      EXPECT_DOUBLE_EQ(c, r.cost) << "trial " << trial;
+      ASSERT_TRUE(truth.feasible) << "trial " << trial;
+      EXPECT_GE(r.cost, truth.best) << "trial " << trial;
+    }
+    if (!truth.feasible) continue;
+    ++feasible;
+    EXPECT_LE(r.lower_bound, truth.best + 1e-6) << "trial " << trial << ": bound above the optimum";
+    if (r.proven_optimal) EXPECT_DOUBLE_EQ(r.cost, truth.best) << "trial " << trial;
+    found += r.found;
+    optimal += r.found && r.cost == truth.best;
+  }
+  ASSERT_GT(feasible, 60);
+  EXPECT_GE(found, feasible * 95 / 100) << "found " << found << " of " << feasible;
+  EXPECT_GE(optimal, feasible * 85 / 100) << "optimal " << optimal << " of " << feasible;
+}
+
+TEST(HeuristicRandom, TrwsBoundIsExactOnTrees) {
+  // Without memory and on a tree, the forward-push bound of converged TRW-S is the optimum.
+  std::mt19937_64 rng(99);
+  for (int trial = 0; trial < 40; ++trial) {
+    Problem p = random_problem(rng, 5 + trial % 4, 4, false);
+    p.usage_limit = -1;
+    p.edges.resize(p.num_nodes() - 1);  // the random spanning tree only
+    for (auto& e : p.edges) for (auto& c : e.costs) if (is_infeasible(c)) c = 50;
+    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 50;
+    const Brute truth = brute_force(p);
+    ASSERT_TRUE(truth.feasible);
+    const detail::GraphView g = detail::build_graph_view(p);
+    detail::Trws trws(g);
+    std::vector<int32_t> x;
+    for (int k = 0; k < 30; ++k) trws.iterate(x);
+    EXPECT_NEAR(trws.lower_bound(), truth.best, 1e-6) << "trial " << trial;
+    EXPECT_DOUBLE_EQ(detail::graph_cost(g, x), truth.best) << "trial " << trial;
+  }
+}
+
+TEST(HeuristicRandom, MemoryProfileMatchesNaiveSums) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Problem p = random_problem(rng, 8, 4, false);
+    const detail::GraphView g = detail::build_graph_view(p);
+    detail::MemoryProfile mem(g, 1000);
+    std::vector<int32_t> x(p.num_nodes(), 0);
+    mem.reset(x);
+    for (int step = 0; step < 20; ++step) {
+      const int i = int(rng() % p.num_nodes());
+      const int s = int(rng() % p.node_costs[i].size());
+      mem.move(i, x[i], s);
+      x[i] = s;
+      int64_t naive = 0;
+      for (int64_t t = 0; t < 12; ++t) {
+        int64_t live = 0;
+        for (size_t j = 0; j < p.num_nodes(); ++j)
+          if (p.intervals[j].start <= t && t < p.intervals[j].end && !p.node_usages[j].empty())
+            live += p.node_usages[j][x[j]];
+        naive = std::max(naive, live);
+      }
+      ASSERT_EQ(mem.num_points() ? mem.peak() : 0, naive) << "trial " << trial << " step " << step;
+    }
+  }
+}
+
+TEST(HeuristicRandom, ReportsInfeasibleProblems) {
+  Problem p;
+  p.node_costs = {{0, 0}, {0}};
+  p.node_usages = {{6, 7}, {5}};
+  p.intervals = {{0, 2}, {1, 3}};
+  p.usage_limit = 10;
+  const SolveResult r = solve_heuristic(p, SolveOptions{});
+  EXPECT_FALSE(r.found);
+  EXPECT_NE(r.status.find("infeasible"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace autoshard

@@ -1,0 +1,37 @@
+"""Shared helpers: launching torchrun workers (gloo on CPU) from pytest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DIST_DIR = Path(__file__).parent / "dist"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_torchrun(script: str, config: list, tmp_path: Path, nproc: int = 4,
+                 timeout: float = 240.0) -> list[list[dict]]:
+    """Runs ``script CONFIG OUT`` under torchrun (--standalone picks a free port) and
+    returns each rank's result list. Fails the test with the workers' output on error."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", str(DIST_DIR / script), str(cfg), str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
+                    f"{proc.stderr[-8000:]}")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def by_name(results: list[dict]) -> dict[str, dict]:
+    return {r["name"]: r for r in results}

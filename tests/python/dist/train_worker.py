@@ -1,0 +1,205 @@
+"""torchrun worker: plan (or take a hand-made plan), train a few SGD steps on every rank with
+the gloo backend, and compare loss and parameters with a single-process reference model.
+
+Usage: torchrun --standalone --nproc-per-node 4 train_worker.py CONFIG.json OUT_DIR
+CONFIG is a list of scenarios; each rank writes OUT_DIR/rank<r>.json with one result per
+scenario (errors included, so the pytest side can report them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
+from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.trace import trace_training_step
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def make_model(kind: str, device: str = "cpu"):
+    if kind == "mlp":
+        return MLP(dim=16, hidden=32, layers=2)
+    if kind == "llama":
+        return Llama(LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
+                                 ffn_dim=64, max_seq_len=8))
+    raise ValueError(kind)
+
+
+def make_inputs(kind: str, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "mlp":
+        return (torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g))
+    return (torch.randint(0, 64, (4, 8), generator=g), torch.randint(0, 64, (4, 8), generator=g))
+
+
+def hand_plan(step, kind: str, style: str, mesh_ndim: int) -> dict:
+    """Partial plans written by hand: placeholder layouts only; DTensor fills in the rest."""
+    nodes = {}
+    R = ["R"] * mesh_ndim
+
+    def lay(**by_dim):
+        out = list(R)
+        for d, s in by_dim.items():
+            out[int(d[1:])] = s
+        return out
+
+    for name in step.input_nodes:
+        if name and style != "replicate":
+            nodes[name] = {"outputs": [lay(m0="S(0)")]}
+    for ph, fqn in step.param_fqns.items():
+        if style == "fsdp" and step.placeholder(ph).meta["val"].shape[0] % 4 == 0:
+            nodes[ph] = {"outputs": [lay(m0="S(0)")]}
+        elif style == "tp":
+            # column-parallel in-projections, row-parallel out-projections on mesh dim 1
+            if any(k in fqn for k in ("wq.", "wk.", "wv.", "w1.", "w3.")):
+                nodes[ph] = {"outputs": [lay(m1="S(0)")]}
+            elif any(k in fqn for k in ("wo.", "w2.")):
+                nodes[ph] = {"outputs": [lay(m1="S(1)")]}
+    return {"version": 1, "nodes": nodes}
+
+
+def param_fraction(module) -> float:
+    held = total = 0
+    seen = set()
+    for p in module.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel() * p.element_size()
+        held += p.to_local().numel() * p.element_size()
+    return held / total
+
+
+def layouts_by_fqn(module) -> dict:
+    from autoshard.placements import layout_to_strs
+
+    return {n: layout_to_strs(p.placements) for n, p in module.named_parameters()}
+
+
+def run_scenario(sc: dict, rank: int) -> dict:
+    kind = sc["model"]
+    mesh_shape = tuple(sc["mesh"])
+    names = tuple(sc.get("dim_names") or [f"d{i}" for i in range(len(mesh_shape))])
+    mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=names)
+    torch.manual_seed(1234)
+    ref = make_model(kind)
+    with torch.device("meta"):
+        meta_model = make_model(kind)
+    inputs = [make_inputs(kind, 100 + i) for i in range(sc.get("steps", 3))]
+    result: dict = {"name": sc["name"], "ok": False}
+    t0 = time.perf_counter()
+    if sc["plan"] == "auto":
+        from autoshard.api import AutoParallel
+
+        def input_fn():
+            return tuple(torch.empty(x.shape, dtype=x.dtype) for x in inputs[0])
+
+        with AutoParallel(meta_model, input_fn, mesh, strict=sc.get("strict", True),
+                          memory_limit_bytes=sc.get("memory_limit_bytes")) as autop:
+            if sc.get("input_shard", True):
+                lay = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
+                autop.add_input_constraints([lay] * len(inputs[0]))
+            pm = sc.get("param_memory", "default")
+            if pm == "default":
+                autop.add_parameter_memory_constraint()
+            elif pm is None:
+                autop.remove_parameter_memory_constraint()
+            else:
+                autop.add_parameter_memory_constraint(*pm)
+            plan = autop.optimize_placement(verbose=False)
+            parallel = autop.apply_placement(plan)
+            step = autop.step
+        result["report"] = plan.get("report", "")
+        result["summary"] = plan.get("summary", {})
+    else:
+        step = trace_training_step(meta_model, lambda: tuple(
+            torch.empty(x.shape, dtype=x.dtype) for x in inputs[0]))
+        plan = hand_plan(step, kind, sc["plan"], len(mesh_shape))
+        parallel = build_parallel_module(meta_model, step, plan, mesh, strict=False)
+        if sc.get("record_strict"):
+            # one lenient step records the complete plan; the strict module must follow it
+            parallel.to_empty(device="cpu")
+            load_full_state_dict(parallel, ref.state_dict())
+            a, k = local_inputs(parallel, *inputs[0])
+            parallel(*a, **k).backward()
+            plan = parallel._autoshard_runner.recorded_plan()
+            parallel = build_parallel_module(meta_model, step, plan, mesh, strict=True)
+    result["plan_seconds"] = time.perf_counter() - t0
+    parallel.to_empty(device="cpu")
+    load_full_state_dict(parallel, ref.state_dict())
+    result["isinstance"] = isinstance(parallel, type(ref))
+    result["state_dict_keys_match"] = list(parallel.state_dict()) == list(ref.state_dict())
+    result["param_fraction"] = param_fraction(parallel)
+    result["layouts"] = layouts_by_fqn(parallel)
+    opt = torch.optim.SGD(parallel.parameters(), lr=sc.get("lr", 0.1))
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=sc.get("lr", 0.1))
+    steps = []
+    for x in inputs:
+        a, k = local_inputs(parallel, *x)
+        loss = parallel(*a, **k)
+        loss.backward()
+        grad_types = sorted({type(p.grad).__name__ for p in parallel.parameters()})
+        grad_layouts_ok = all(p.grad is None or tuple(p.grad.placements) == tuple(p.placements)
+                              for p in parallel.parameters())
+        opt.step()
+        opt.zero_grad()
+        ref_loss = ref(*x)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        max_err, worst, all_close = 0.0, None, True
+        for (n, p), q in zip(parallel.named_parameters(), ref.parameters()):
+            full = p.full_tensor() if isinstance(p, DTensor) else p
+            err = (full.detach() - q.detach()).abs().max().item()
+            if not torch.allclose(full.detach(), q.detach(), rtol=RTOL, atol=ATOL):
+                all_close = False
+                worst = n
+            max_err = max(max_err, err)
+        loss_v = float(loss.detach())
+        steps.append({"loss": loss_v, "ref_loss": float(ref_loss.detach()),
+                      "loss_close": math.isclose(loss_v, float(ref_loss), rel_tol=RTOL,
+                                                 abs_tol=ATOL),
+                      "params_close": all_close, "max_param_err": max_err, "worst": worst,
+                      "grad_types": grad_types, "grad_layouts_ok": grad_layouts_ok})
+    result["steps"] = steps
+    result["warnings"] = dict(parallel._autoshard_runner.warnings)
+    result["ok"] = True
+    return result
+
+
+def main() -> int:
+    config_path, out_dir = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    logging.getLogger("torch").setLevel(logging.ERROR)
+    with open(config_path) as f:
+        scenarios = json.load(f)
+    results = []
+    for sc in scenarios:
+        try:
+            results.append(run_scenario(sc, rank))
+        except Exception as e:  # recorded for the pytest side; other scenarios still run
+            results.append({"name": sc["name"], "ok": False,
+                            "error": f"{type(e).__name__}: {e}",
+                            "traceback": traceback.format_exc()})
+        dist.barrier()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
