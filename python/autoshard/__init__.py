@@ -11,6 +11,8 @@ from . import _core  # noqa: F401  (fail early if the extension is missing)
 
 try:  # the torch-facing API is optional so `autoshard solve` works without torch
     from .api import AutoParallel, auto_parallel  # noqa: F401
+    from .apply import load_full_state_dict, local_inputs  # noqa: F401
+    from .trace import ForwardInputs  # noqa: F401
 except ImportError as _e:  # pragma: no cover
     if "torch" not in str(_e) and "api" not in str(_e):
         raise

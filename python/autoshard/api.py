@@ -177,7 +177,7 @@ class AutoParallel:
             "input_constraints": self._input_constraints,
             "output_constraints": self._output_constraints,
             "node_constraints": self._node_constraints,
-            "verbose": bool(verbose),
+            "verbose": False,  # the planner's own trace goes to stderr; we log the report
         }
         if self._param_memory != "default":
             opts["parameter_memory"] = (None if self._param_memory is None else
@@ -304,7 +304,8 @@ def _flatten_out_shardings(out_shardings: Any) -> list:
 def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                   out_shardings: Any = None, *, mp_policy: Any = None,
                   parameter_memory_budget: tuple | None = None, hardware: str = "H100",
-                  strict: bool = False, verbose: bool = False) -> nn.Module:
+                  strict: bool = False, verbose: bool = False,
+                  time_limit_s: float | None = None) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
     shape is traced and its placements become the input constraint, a plain tensor is the
@@ -328,7 +329,7 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
         return ForwardInputs(args=a, kwargs=k)
 
     with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
-                      strict=strict) as autop:
+                      strict=strict, time_limit_s=time_limit_s) as autop:
         autop.add_input_constraints(constraints)
         if parameter_memory_budget is not None:
             low, high = parameter_memory_budget

@@ -206,31 +206,46 @@ class StepRunner:
             raise ValueError(f"plan node {node.name} ({node.target}) lists "
                              f"{len(planned_inputs)} input layouts but the node has "
                              f"{len(refs)} tensor arguments")
-        counter = iter(range(len(refs)))
-        used_layouts: list = []
+        def call(replicate_dims: frozenset = frozenset()):
+            counter = iter(range(len(refs)))
+            used: list = []
 
-        def fetch(ref: fx.Node):
-            k = next(counter)
-            value = self._resolve(env, ref)
-            if planned_inputs is not None and planned_inputs[k] is not None:
-                value = self._to_layout(value, self._layout(
-                    planned_inputs[k], f"plan node {node.name} input {k}"))
-            used_layouts.append(layout_to_strs(normalize_placements(value.placements,
-                                                                    value.ndim))
-                                if isinstance(value, DTensor) else None)
-            return value
+            def fetch(ref: fx.Node):
+                k = next(counter)
+                value = self._resolve(env, ref)
+                if planned_inputs is not None and planned_inputs[k] is not None:
+                    value = self._to_layout(value, self._layout(
+                        planned_inputs[k], f"plan node {node.name} input {k}"))
+                elif replicate_dims and isinstance(value, DTensor):
+                    value = self._to_layout(value, tuple(
+                        Replicate() if d in replicate_dims else p
+                        for d, p in enumerate(normalize_placements(value.placements,
+                                                                   value.ndim))))
+                used.append(layout_to_strs(normalize_placements(value.placements, value.ndim))
+                            if isinstance(value, DTensor) else None)
+                return value
 
-        args = _map_nodes(node.args, fetch)
-        kwargs = _map_nodes(node.kwargs, fetch)
-        kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
-        try:
-            out = node.target(*args, **kwargs)
-        except NotImplementedError as e:
-            if "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
-                raise
-            out = self._run_replicated(node, args, kwargs)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        outs = [self._wrap_plain(o) for o in outs]
+            args = _map_nodes(node.args, fetch)
+            kwargs = _map_nodes(node.kwargs, fetch)
+            kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
+            try:
+                out = node.target(*args, **kwargs)
+            except NotImplementedError as e:
+                if "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
+                    raise
+                out = self._run_replicated(node, args, kwargs)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            return out, [self._wrap_plain(o) for o in outs], used
+
+        out, outs, used_layouts = call()
+        bad_dims = frozenset(d for o in outs if isinstance(o, DTensor)
+                             for d, p in enumerate(o.placements) if not _representable((p,)))
+        if bad_dims and planned_inputs is None:
+            # DTensor chose a layout plans cannot name (e.g. _StridedShard from a view):
+            # replicate the inputs on those mesh dims and run again, so the recorded plan
+            # stays exact and replayable
+            self.warnings[f"unrepresentable:{node.target}"] += 1
+            out, outs, used_layouts = call(bad_dims)
         done = []
         for k, o in enumerate(outs):
             if isinstance(o, DTensor):

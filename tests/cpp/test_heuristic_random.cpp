@@ -2,6 +2,7 @@
 // its cost is the optimum on (almost) all of them, and its lower bound never exceeds the optimum.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "autoshard/heuristic.h"
@@ -38,6 +39,7 @@ TEST(HeuristicRandom, ValidCloseToOptimumAndBoundBelowIt) {
     found += r.found;
     optimal += r.found && r.cost == truth.best;
   }
+  std::printf("feasible %d found %d optimal %d\n", feasible, found, optimal);
   ASSERT_GT(feasible, 60);
   EXPECT_GE(found, feasible * 95 / 100) << "found " << found << " of " << feasible;
   EXPECT_GE(optimal, feasible * 85 / 100) << "optimal " << optimal << " of " << feasible;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <cstdio>
 #include <random>
 
 #include "autoshard/problem.h"
@@ -39,6 +40,7 @@ TEST(ReduceRandom, PreservesOptimumExactly) {
     ASSERT_TRUE(plan_valid(p, x, &c)) << "trial " << trial;
     EXPECT_DOUBLE_EQ(c, before.best) << "trial " << trial;
   }
+  std::printf("feasible %d shrunk %d\n", feasible, shrunk);
   EXPECT_GT(feasible, 100);  // the generator must exercise the interesting case
   EXPECT_GT(shrunk, 100);    // and the reductions must actually fire
 }

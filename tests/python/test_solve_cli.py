@@ -20,8 +20,22 @@ def autoshard_cmd() -> list[str]:
     return [script] if script else [sys.executable, "-m", "autoshard.cli"]
 
 
-def run(args, timeout=120):
+def run_script(args, timeout=300):
+    """The real console script in a subprocess (slow to start: it imports torch)."""
     return subprocess.run(autoshard_cmd() + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+class _Result:
+    def __init__(self, rc, out, err):
+        self.returncode, self.stdout, self.stderr = rc, out, err
+
+
+def run(args):
+    """The same C++ command line the console script forwards to, called in-process (the
+    script's own forwarding is covered by the run_script tests)."""
+    from autoshard import _core
+
+    return _Result(*_core.cli_main(list(args)))
 
 
 def random_problem(seed: int) -> dict:
@@ -42,7 +56,7 @@ def random_problem(seed: int) -> dict:
     return {"problem": {"name": f"rand{seed}",
                         "nodes": {"costs": costs, "usages": usages, "intervals": intervals},
                         "edges": {"nodes": enodes, "costs": ecosts},
-                        "usage_limit": 14}}
+                        "usage_limit": 22}}
 
 
 def plan_cost(p: dict, plan) -> int | None:
@@ -91,7 +105,7 @@ def test_printed_cost_matches_brute_force(tmp_path, seed):
     assert cost == best
     assert "proven optimal" in proc.stdout
     assert re.search(r"^lower bound: (\d+)$", proc.stdout, re.M).group(1) == str(best)
-    assert re.search(r"^peak memory: \d+ / limit 14 ", proc.stdout, re.M)
+    assert re.search(r"^peak memory: \d+ / limit 22 ", proc.stdout, re.M)
     plan = json.loads(out_path.read_text())["solution"]
     assert plan_cost(doc["problem"], plan) == best
 
@@ -126,6 +140,21 @@ def test_malformed_files_are_reported(tmp_path, text, expected):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert expected in proc.stderr
     assert str(path) in proc.stderr
+
+
+def test_console_script_end_to_end(tmp_path):
+    doc = next(d for d in map(random_problem, range(100)) if brute_force(d["problem"]) is not None)
+    best = brute_force(doc["problem"])
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    proc = run_script(["solve", str(path), "--time-limit", "10"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"cost: {best}\n" in proc.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 3]], "costs": [[1]]}}}')
+    proc = run_script(["solve", str(bad)])
+    assert proc.returncode == 1
+    assert "problem.edges.nodes[0][1]: node id 3 is out of range" in proc.stderr
 
 
 def test_missing_file_and_bad_options(tmp_path):

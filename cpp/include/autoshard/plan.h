@@ -20,6 +20,8 @@ struct Plan {
   std::string solver_status;
   double solve_time_s = 0;
   double total_time_s = 0;      // enumeration + lowering + solve
+  double enumerate_time_s = 0;  // strategies and pins
+  double lower_time_s = 0;      // solver problem construction
   size_t solver_nodes = 0;      // problem size after folding
   size_t solver_edges = 0;
 };

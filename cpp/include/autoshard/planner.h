@@ -9,7 +9,8 @@
 //    "input_constraints": {"primals_12": ["S(0)", "R"]},
 //    "output_constraints": {"0": ["R", "R"]},
 //    "node_constraints": {"mm_3": ["S(0)", "S(1)"]},
-//    "time_limit_s": 60, "verbose": false}
+//    "time_limit_s": 60,       (the solver's wall-clock budget)
+//    "verbose": false}
 #pragma once
 
 #include <memory>

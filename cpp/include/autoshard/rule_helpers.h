@@ -82,6 +82,13 @@ inline bool divides(int64_t size, int64_t shards) { return shards <= 1 || (size 
 // Product of the mesh sizes whose placement in `layout` shards tensor dim `dim`.
 int64_t shards_on_dim(const Mesh& mesh, const Layout& layout, int dim);
 
+// Smallest local size of tensor dim `dim` (global `size`) over all ranks, splitting with chunk
+// semantics mesh dim by mesh dim in order (as DTensor does): 4 over 3 ranks gives 2,2,0 -> 0.
+int64_t min_local_size(int64_t size, const Mesh& mesh, const Layout& layout, int dim);
+// True when some rank holds an empty block of `meta` under `layout` (kernels such as the CPU
+// flash attention crash on empty inputs, and max/min of nothing is undefined).
+bool has_empty_shard(const Mesh& mesh, const Layout& layout, const TensorMeta& meta);
+
 // ---- registration -----------------------------------------------------------------------
 void add_rule(const std::string& op, OpRule rule);
 void add_rules(std::initializer_list<const char*> ops, const OpRule& rule);

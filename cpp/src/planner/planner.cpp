@@ -78,6 +78,7 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   PlanningResult r;
   r.model = std::make_unique<MeshModel>(MeshModel::make(options.mesh, options.hardware));
   r.sharding = build_sharding_model(graph, *r.model, enumerate_strategies(graph, *r.model), options.constraints);
+  r.plan.enumerate_time_s = seconds_since(t0);
   LoweringOptions lo;
   if (options.parameter_memory_default)
     lo.parameter_memory = std::make_pair(0.0, 1.0 / static_cast<double>(r.model->mesh.size()));
@@ -86,6 +87,7 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   lo.memory_limit_bytes = options.memory_limit_bytes;
   RedistributionCache cache(*r.model);
   r.lowered = lower_to_problem(r.sharding, lo, cache);
+  r.plan.lower_time_s = seconds_since(t0) - r.plan.enumerate_time_s;
   check_obviously_infeasible(r.sharding, r.lowered);
 
   const Problem& p = r.lowered.problem;
@@ -96,7 +98,7 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   Cost objective = 0, bound = 0;
   if (p.num_nodes() > 0) {
     SolveOptions so;
-    so.time_limit_s = std::max(0.1, options.time_limit_s - seconds_since(t0));
+    so.time_limit_s = options.time_limit_s;  // the solver's own budget (enumeration is fast)
     so.verbose = options.verbose;
     SolveResult sr = solve(p, so);
     plan.solver_status = sr.status;
@@ -109,8 +111,8 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
           "no feasible plan found (solver: " + sr.status + "; " + why + "). Relax the constraints: " +
           (p.usage_limit >= 0 ? "raise memory_limit_bytes, " : std::string()) +
           (r.lowered.budget_index >= 0 ? "raise parameter_memory.high (or lower .low), " : std::string()) +
-          "or remove input/output/node constraints" +
-          (sr.status == "time limit" ? "; or raise time_limit_s" : std::string()));
+          "or remove input/output/node constraints; if they are needed, give the solver more time "
+          "(time_limit_s, " + std::to_string(so.time_limit_s) + " s this run)");
     }
     solution = sr.solution;
     objective = ev.cost;

@@ -73,7 +73,8 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   for (const auto& s : sm.strategies) strategies += s.size();
   os << "  graph: " << g.nodes.size() << " nodes, " << strategies << " strategies; solver problem: " << plan.solver_nodes
      << " nodes, " << plan.solver_edges << " edges; solver " << plan.solver_status << " in "
-     << fmt("%.2f", plan.solve_time_s) << " s; planning " << fmt("%.2f", plan.total_time_s) << " s\n";
+     << fmt("%.2f", plan.solve_time_s) << " s; planning " << fmt("%.2f", plan.total_time_s) << " s (strategies "
+     << fmt("%.2f", plan.enumerate_time_s) << " s, problem " << fmt("%.2f", plan.lower_time_s) << " s)\n";
 
   // Per module group, in first-appearance order.
   std::vector<Group> groups;

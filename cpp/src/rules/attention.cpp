@@ -79,6 +79,10 @@ std::vector<ShardingRow> attention_rows(const RuleContext& ctx, const AttentionS
 // divide by the number of shards of the head dim.
 bool attention_accept(const RuleContext& ctx, const AttentionSpec& spec, const std::vector<Layout>&,
                       const std::vector<Layout>& inputs) {
+  // The attention kernels fail on empty blocks (the CPU flash kernel dies with SIGFPE when a
+  // rank gets 0 heads, e.g. 4 heads chunked over 3 ranks as 2,2,0).
+  for (size_t i = 0; i < ctx.inputs.size(); ++i)
+    if (has_empty_shard(ctx.mesh, inputs.at(i), ctx.inputs[i])) return false;
   const std::set<int> biases = bias_inputs(ctx, spec);
   std::set<int64_t> heads;
   for (size_t i = 0; i < ctx.inputs.size(); ++i)

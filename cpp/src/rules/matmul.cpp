@@ -51,7 +51,7 @@ std::vector<ShardingRow> matmul_rows(const RuleContext& ctx, int ia, int ib, int
   }
   {  // K: contraction gives partial sums
     ShardingRow r = replicate_row(ctx);
-    r.outputs[0] = P(ReduceOp::Avg);
+    r.outputs[0] = P(ReduceOp::Sum);
     r.inputs[ia] = S(batch + 1);
     r.inputs[ib] = S(batch);
     if (ibias >= 0) r.inputs[ibias] = P(ReduceOp::Sum);

@@ -228,6 +228,29 @@ int64_t shards_on_dim(const Mesh& mesh, const Layout& layout, int dim) {
   return n;
 }
 
+int64_t min_local_size(int64_t size, const Mesh& mesh, const Layout& layout, int dim) {
+  std::vector<int64_t> sizes = {size};
+  for (size_t m = 0; m < layout.size() && m < mesh.shape.size(); ++m) {
+    if (!layout[m].is_shard(dim)) continue;
+    const int64_t n = mesh.shape[m];
+    std::vector<int64_t> next;
+    for (int64_t s : sizes) {
+      const int64_t c = (s + n - 1) / n;
+      for (int64_t r = 0; r < n; ++r) next.push_back(std::max<int64_t>(0, std::min(s, (r + 1) * c) - std::min(s, r * c)));
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());  // only distinct sizes matter
+    sizes = std::move(next);
+  }
+  return *std::min_element(sizes.begin(), sizes.end());
+}
+
+bool has_empty_shard(const Mesh& mesh, const Layout& layout, const TensorMeta& meta) {
+  for (int d = 0; d < meta.rank(); ++d)
+    if (min_local_size(meta.shape[d], mesh, layout, d) == 0) return true;
+  return false;
+}
+
 void add_rule(const std::string& op, OpRule rule) { RuleRegistry::instance().add(op, std::move(rule)); }
 
 void add_rules(std::initializer_list<const char*> ops, const OpRule& rule) {

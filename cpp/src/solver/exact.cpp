@@ -1,8 +1,11 @@
 // solve_exact: warm start, then branch and bound; the result is re-evaluated independently.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "autoshard/evaluate.h"
 #include "autoshard/exact.h"
+#include "autoshard/reduce.h"
 #include "exact_search.h"
 
 namespace autoshard {
@@ -11,12 +14,22 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
   detail::Deadline deadline;
   deadline.limit_s = options.time_limit_s;
   SolveResult r;
-  detail::SolverModel m = detail::build_model(problem);
+  // Optimum-preserving reductions first (infeasible/dominated strategies, memory-free leaves
+  // and chains); the search runs on what remains and its plan is expanded back.
+  Reduction red = reduce(problem);
+  if (red.infeasible) {
+    r.status = "infeasible (proven: " + red.infeasible_reason + ")";
+    r.lower_bound = kInfeasibleCost;
+    r.total_time_s = deadline.elapsed();
+    return r;
+  }
+  const Problem& rp = red.reduced;
+  detail::SolverModel m = detail::build_model(rp);
 
   std::vector<int32_t> incumbent(m.n, 0);
   double incumbent_cost = detail::kInf;
   auto offer = [&](const std::vector<int32_t>& plan) {
-    Evaluation ev = evaluate(problem, plan);
+    Evaluation ev = evaluate(rp, plan);
     if (!ev.valid) return;
     double c = detail::model_cost(m, plan);
     if (c < incumbent_cost) {
@@ -25,31 +38,41 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
       incumbent = plan;
     }
   };
-  if (warm_start && warm_start->size() == static_cast<size_t>(m.n)) offer(*warm_start);
+  // A warm start for the original problem maps onto the reduced one when every choice survived.
+  if (warm_start && warm_start->size() == problem.num_nodes()) {
+    std::vector<int32_t> mapped(m.n, -1);
+    for (int32_t i = 0; i < m.n; ++i) {
+      const auto& strat = red.original_strategy[i];
+      for (size_t k = 0; k < strat.size(); ++k)
+        if (strat[k] == (*warm_start)[red.original_node[i]]) mapped[i] = static_cast<int32_t>(k);
+    }
+    if (std::find(mapped.begin(), mapped.end(), -1) == mapped.end()) offer(mapped);
+  }
   detail::Deadline greedy_deadline = deadline;
   greedy_deadline.limit_s = options.time_limit_s * 0.2;
   for (const auto& plan : detail::greedy_plans(m, greedy_deadline)) offer(plan);
 
   detail::ExactOutcome out = detail::branch_and_bound(m, deadline, incumbent, incumbent_cost);
   if (std::isfinite(out.cost)) {
-    Evaluation ev = evaluate(problem, out.plan);
+    Solution full = red.expand(out.plan);
+    Evaluation ev = evaluate(problem, full);
     if (ev.valid) {
       if (r.time_to_first_s < 0) r.time_to_first_s = deadline.elapsed();
       r.found = true;
-      r.solution = out.plan;
+      r.solution = std::move(full);
       r.cost = ev.cost;
       r.peak_usage = ev.peak_usage;
     }
   }
   r.proven_optimal = out.complete && r.found;
-  r.lower_bound = std::isfinite(out.lower_bound) ? out.lower_bound : kInfeasibleCost;
+  r.lower_bound = std::isfinite(out.lower_bound) ? out.lower_bound + red.cost_offset : kInfeasibleCost;
   if (r.found && r.lower_bound > r.cost) r.lower_bound = r.cost;
   if (out.complete && !r.found) r.status = "infeasible (proven: no plan satisfies every constraint)";
   else if (r.proven_optimal) r.status = "optimal";
   else r.status = r.found ? "time limit (best plan so far)" : "time limit (no valid plan found)";
   if (options.verbose)
-    std::fprintf(stderr, "exact: %llu search nodes, complete=%d\n", static_cast<unsigned long long>(out.nodes),
-                 out.complete ? 1 : 0);
+    std::fprintf(stderr, "exact: reduced %zu -> %d nodes; %llu search nodes, complete=%d\n", problem.num_nodes(), m.n,
+                 static_cast<unsigned long long>(out.nodes), out.complete ? 1 : 0);
   r.total_time_s = deadline.elapsed();
   return r;
 }

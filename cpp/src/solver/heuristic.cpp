@@ -47,13 +47,31 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const detail::GraphView g = detail::build_graph_view(red.reduced);
   detail::MemoryProfile memory(g, red.reduced.usage_limit);
   detail::PlanState state(g, memory);
+  const detail::Clusters clusters = detail::find_clusters(g);
   detail::Trws trws(g);
+  trws.set_clusters(&clusters);
   const int32_t T = memory.num_points();
   const double limit = double(red.reduced.usage_limit);
   std::vector<double> lambda(T, 0.0), prefix(T + 1, 0.0);
   std::vector<Cost> unary(g.node_cost.size());
   std::vector<int32_t> labeling, best_x;
-  std::vector<int64_t> profile;
+  std::vector<int64_t> profile, repair_profile;
+  std::vector<double> boost(T, 0.0);
+  std::vector<Cost> boosted(g.node_cost.size());
+  std::vector<int32_t> repaired;
+  // Smallest repair penalty per unit of usage and time point: tiny against the costs, then
+  // doubled until the plan fits.
+  double boost_unit = 1e-12, boost_cap = 1e300;
+  detail::Trws repair_trws(g);
+  repair_trws.set_clusters(&clusters);
+  {
+    double cost_scale = 0, usage_scale = 0;
+    for (Cost c : g.node_cost) if (!is_infeasible(c)) cost_scale = std::max(cost_scale, std::abs(c));
+    for (int64_t u : g.usage) usage_scale = std::max(usage_scale, double(u));
+    if (usage_scale > 0) boost_unit = std::max(1e-12, 1e-6 * cost_scale / usage_scale);
+    // Penalties must stay far below the infeasible-entry cost, or they would outweigh it.
+    if (usage_scale > 0) boost_cap = 1e14 / usage_scale / std::max<int32_t>(1, T);
+  }
   Cost best_cost = std::numeric_limits<Cost>::infinity();
   Cost best_bound = -std::numeric_limits<Cost>::infinity();
   double step_scale = 1.0;
@@ -87,8 +105,60 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
 
     state.reset(labeling);
     memory.values(profile);
-    if (state.repair(deadline)) {
-      state.descend(deadline);
+    // Repair by re-decoding with extra penalties on the points still over the limit (doubling
+    // each attempt): the decoder conditions on neighbours, so coupled choices move together.
+    if (memory.limited() && !state.memory_ok()) {
+      // Stay close to the multipliers' own plan: scale them up a little each attempt and add a
+      // growing extra penalty only where the limit still breaks. Too strong a push would
+      // over-shrink memory and give away cost elsewhere.
+      std::fill(boost.begin(), boost.end(), 0.0);
+      double mean_lambda = 0;
+      int32_t positive = 0;
+      for (int32_t t = 0; t < T; ++t) if (lambda[t] > 0) { mean_lambda += lambda[t]; ++positive; }
+      const double unit = positive ? 0.05 * mean_lambda / positive : boost_unit;
+      double scale = 1.0;
+      for (int attempt = 0; attempt < 16 && !state.memory_ok() && Clock::now() < deadline; ++attempt) {
+        memory.values(repair_profile);
+        scale *= 1.1;
+        for (int32_t t = 0; t < T; ++t)
+          if (repair_profile[t] > red.reduced.usage_limit) boost[t] = std::min(boost_cap, std::max(1.6 * boost[t], unit));
+        double run = 0;
+        for (int32_t t = 0; t < T; ++t) prefix[t + 1] = (run += scale * lambda[t] + boost[t]);
+        for (int32_t i = 0; i < g.num_nodes; ++i) {
+          const double pen = prefix[memory.last(i)] - prefix[memory.first(i)];
+          const int64_t off = g.label_offset[i];
+          for (int32_t s = 0; s < g.labels(i); ++s)
+            boosted[off + s] = g.node_cost[off + s] + pen * double(g.usage[off + s]);
+        }
+        // A second message passer tracks the boosted costs, so early nodes see what the boost
+        // does to later ones (decoding alone with stale messages cannot coordinate them).
+        repair_trws.set_unary(boosted);
+        repair_trws.iterate(repaired);
+        state.reset(repaired);
+      }
+    }
+    const int64_t peak_after_decode = memory.peak();
+    const Cost cost_after_decode = state.cost();
+    const bool repaired_ok = state.repair(deadline);
+    const Cost cost_after_repair = state.cost();
+    if (options.verbose && !repaired_ok)
+      std::fprintf(stderr, "[heuristic]   decode peak %lld cost %.6g, repair failed at peak %lld\n",
+                   (long long)peak_after_decode, cost_after_decode, (long long)memory.peak());
+    if (repaired_ok) {
+      for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
+        const auto t_pass = Clock::now();
+        const int64_t single = state.descend(deadline);
+        const auto t_single = Clock::now();
+        const int64_t grouped = state.descend_clusters(deadline, clusters);
+        if (options.verbose)
+          std::fprintf(stderr, "[heuristic]   pass %d: %lld single moves (%.2fs), %lld group moves (%.2fs)\n", pass,
+                       (long long)single, std::chrono::duration<double>(t_single - t_pass).count(),
+                       (long long)grouped, std::chrono::duration<double>(Clock::now() - t_single).count());
+        if (single + grouped == 0) break;
+      }
+      if (options.verbose)
+        std::fprintf(stderr, "[heuristic]   decode peak %lld cost %.6g, repair %.6g, descent %.6g\n",
+                     (long long)peak_after_decode, cost_after_decode, cost_after_repair, state.cost());
       if (state.valid() && state.cost() < best_cost) {
         best_cost = state.cost();
         best_x = state.labels();
@@ -105,7 +175,10 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
       continue;  // no multipliers to move: keep passing messages
     }
     // Projected subgradient step (Polyak) on the multipliers.
-    const double target = std::isfinite(best_cost) ? best_cost : bound + 0.05 * std::abs(bound) + 1.0;
+    // Polyak target: the best plan, but never more than 3% above the bound (a poor early plan
+    // would make the steps far too long and the multipliers oscillate).
+    const double target = std::min(std::isfinite(best_cost) ? best_cost : std::numeric_limits<double>::infinity(),
+                                   bound + 0.03 * std::abs(bound) + 1.0);
     double norm2 = 0;
     for (int32_t t = 0; t < T; ++t) {
       const double sg = double(profile[t]) - limit;

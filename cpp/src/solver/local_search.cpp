@@ -177,4 +177,83 @@ int64_t PlanState::descend(Clock::time_point deadline, const std::vector<int32_t
   return moves;
 }
 
+Cost PlanState::move_delta(int32_t i, int32_t s) const {
+  const int32_t cur = x_[i];
+  if (s == cur) return 0;
+  Cost delta = g_.costs(i)[s] - g_.costs(i)[cur];
+  for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+    const int32_t e = g_.adj_edge[k], j = g_.adj_other[k];
+    delta += g_.edge_cost(e, i, s, x_[j]) - g_.edge_cost(e, i, cur, x_[j]);
+  }
+  return delta;
+}
+
+int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& cl) {
+  int64_t moves = 0;
+  std::vector<int32_t> saved, order;
+  std::vector<Cost> delta;
+  std::deque<int32_t> queue;
+  std::vector<uint8_t> queued(cl.num_clusters(), 0);
+  for (int32_t c = 0; c < cl.num_clusters(); ++c)
+    if (cl.size(c) > 1) { queue.push_back(c); queued[c] = 1; }
+  while (!queue.empty()) {
+    const int32_t c = queue.front();
+    queue.pop_front();
+    queued[c] = 0;
+    if (Clock::now() > deadline) return moves;
+    const int32_t size = cl.size(c);
+    const int32_t* mem = cl.members.data() + cl.member_offset[c];
+    saved.assign(size, 0);
+    for (int32_t k = 0; k < size; ++k) saved[k] = x_[mem[k]];
+    const int32_t root = mem[0], S = g_.labels(root);
+    // Cost change of every group label, without moving anything: member costs, edges to
+    // outside nodes, and edges inside the group (counted once, from their `a` end).
+    delta.assign(S, 0.0);
+    for (int32_t k = 0; k < size; ++k) {
+      const int32_t m = mem[k];
+      const int32_t* lab = cl.label_of_root.data() + cl.map_offset[m];
+      const Cost* cm = g_.costs(m);
+      for (int32_t r = 0; r < S; ++r) delta[r] += cm[lab[r]] - cm[x_[m]];
+      for (int64_t a = g_.adj_offset[m]; a < g_.adj_offset[m + 1]; ++a) {
+        const int32_t j = g_.adj_other[a], e = g_.adj_edge[a];
+        if (cl.cluster_of[j] == c) {
+          if (g_.edge_a[e] != m) continue;
+          const int32_t* labj = cl.label_of_root.data() + cl.map_offset[j];
+          const Cost now = g_.edge_cost(e, m, x_[m], x_[j]);
+          for (int32_t r = 0; r < S; ++r) delta[r] += g_.edge_cost(e, m, lab[r], labj[r]) - now;
+        } else {
+          const Cost now = g_.edge_cost(e, m, x_[m], x_[j]);
+          for (int32_t r = 0; r < S; ++r) delta[r] += g_.edge_cost(e, m, lab[r], x_[j]) - now;
+        }
+      }
+    }
+    order.resize(S);
+    for (int32_t r = 0; r < S; ++r) order[r] = r;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return delta[a] < delta[b]; });
+    const Cost tol = 1e-9 * std::max(1.0, std::abs(cost_));
+    int32_t best_r = -1;
+    for (int32_t r : order) {
+      if (!(delta[r] < -tol)) break;
+      for (int32_t k = 0; k < size; ++k) {
+        const int32_t m = mem[k];
+        const int32_t s = cl.label_of_root[cl.map_offset[m] + r];
+        if (s != x_[m]) move(m, s, move_delta(m, s));
+      }
+      if (valid()) { best_r = r; break; }
+      for (int32_t k = size - 1; k >= 0; --k) {
+        const int32_t m = mem[k];
+        if (x_[m] != saved[k]) move(m, saved[k], move_delta(m, saved[k]));
+      }
+    }
+    if (best_r < 0) continue;
+    ++moves;
+    for (int32_t k = 0; k < size; ++k)
+      for (int64_t a = g_.adj_offset[mem[k]]; a < g_.adj_offset[mem[k] + 1]; ++a) {
+        const int32_t d = cl.cluster_of[g_.adj_other[a]];
+        if (!queued[d] && cl.size(d) > 1 && d != c) { queued[d] = 1; queue.push_back(d); }
+      }
+  }
+  return moves;
+}
+
 }  // namespace autoshard::detail

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "graph_clusters.h"
 #include "graph_view.h"
 #include "memory_profile.h"
 
@@ -39,6 +40,12 @@ class PlanState {
   // Best-improvement single-node descent over a work queue, seeded with `seeds` (all nodes
   // when empty). Returns the number of moves made.
   int64_t descend(Clock::time_point deadline, const std::vector<int32_t>& seeds = {});
+
+  // Sweeps over groups of bijectively tied nodes, moving each group as a whole to its best
+  // label when that improves the cost and keeps every limit. Requires a valid plan.
+  int64_t descend_clusters(Clock::time_point deadline, const Clusters& clusters);
+  // Cost change of node i switching to label s with the neighbours as they are.
+  Cost move_delta(int32_t i, int32_t s) const;
 
   const GraphView& graph() const { return g_; }
   MemoryProfile& memory() { return memory_; }

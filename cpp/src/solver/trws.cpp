@@ -68,9 +68,51 @@ void Trws::send(int32_t i, int64_t slot) {
   for (int32_t t = 0; t < Sj; ++t) out[t] -= lo;
 }
 
+void Trws::start_decode() {
+  if (clusters_) cluster_choice_.assign(clusters_->num_clusters(), -1);
+}
+
+int32_t Trws::pick(int32_t i) {
+  if (clusters_) {
+    const int32_t c = clusters_->cluster_of[i];
+    if (clusters_->size(c) > 1) {
+      const int64_t off = clusters_->map_offset[i];
+      if (cluster_choice_[c] >= 0) {
+        const int32_t forced = clusters_->label_of_root[off + cluster_choice_[c]];
+        if (forced >= 0) return forced;
+      }
+      const int32_t s = int32_t(std::min_element(tmp_.begin(), tmp_.end()) - tmp_.begin());
+      if (cluster_choice_[c] < 0) cluster_choice_[c] = clusters_->root_of_label[off + s];
+      return s;
+    }
+  }
+  return int32_t(std::min_element(tmp_.begin(), tmp_.end()) - tmp_.begin());
+}
+
+void Trws::decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling) {
+  const int32_t n = g_.num_nodes;
+  labeling.assign(n, 0);
+  start_decode();
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t S = g_.labels(i);
+    tmp_.assign(unary.begin() + g_.label_offset[i], unary.begin() + g_.label_offset[i] + S);
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+      const int32_t j = g_.adj_other[k], e = g_.adj_edge[k];
+      if (j > i) {
+        const Cost* m = msg_.data() + msg_offset_[k];
+        for (int32_t s = 0; s < S; ++s) tmp_[s] += m[s];
+      } else {
+        for (int32_t s = 0; s < S; ++s) tmp_[s] += g_.edge_cost(e, i, s, labeling[j]);
+      }
+    }
+    labeling[i] = pick(i);
+  }
+}
+
 void Trws::iterate(std::vector<int32_t>& labeling) {
   const int32_t n = g_.num_nodes;
   labeling.assign(n, 0);
+  start_decode();
   for (int32_t i = 0; i < n; ++i) {
     belief(i, h_);
     // Decode: earlier neighbours by their labels, later ones by their messages.
@@ -83,7 +125,7 @@ void Trws::iterate(std::vector<int32_t>& labeling) {
       const int32_t e = g_.adj_edge[k];
       for (int32_t s = 0; s < S; ++s) tmp_[s] += g_.edge_cost(e, i, s, labeling[j]) - m[s];
     }
-    labeling[i] = int32_t(std::min_element(tmp_.begin(), tmp_.end()) - tmp_.begin());
+    labeling[i] = pick(i);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
       if (g_.adj_other[k] > i) send(i, k);
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "graph_clusters.h"
 #include "graph_view.h"
 
 namespace autoshard::detail {
@@ -18,6 +19,9 @@ class Trws {
 
   // Flattened like GraphView::node_cost.
   void set_unary(const std::vector<Cost>& unary) { unary_ = unary; }
+  // With clusters, decoding gives every member of a group the label its first decoded member
+  // implies (no dead ends on bijective edges).
+  void set_clusters(const Clusters* clusters) { clusters_ = clusters; }
   const std::vector<Cost>& unary() const { return unary_; }
 
   // One forward + backward sweep. `labeling` (resized to num_nodes) receives the labeling
@@ -25,6 +29,9 @@ class Trws {
   // labels and the later nodes' messages.
   void iterate(std::vector<int32_t>& labeling);
   Cost lower_bound() const;
+  // Decoding only (no message update) with other unaries, e.g. with extra memory penalties:
+  // cheap, and it keeps neighbouring choices consistent because it conditions on them.
+  void decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling);
 
   // Unary plus all incoming messages (the node's min-marginal estimate), for node i.
   void belief(int32_t i, std::vector<Cost>& out) const;
@@ -37,6 +44,11 @@ class Trws {
   std::vector<int64_t> reverse_slot_;
   std::vector<double> gamma_;
   std::vector<Cost> h_, tmp_, out_;
+  const Clusters* clusters_ = nullptr;
+  std::vector<int32_t> cluster_choice_;
+
+  void start_decode();
+  int32_t pick(int32_t i);  // decode node i from tmp_ (respecting its group)
 
   void send(int32_t i, int64_t slot);
 };

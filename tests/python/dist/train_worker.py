@@ -26,6 +26,7 @@ from autoshard.models import MLP, Llama, LlamaConfig
 from autoshard.trace import trace_training_step
 
 RTOL, ATOL = 1e-5, 1e-6
+_TRACED: dict = {}
 
 
 def make_model(kind: str, device: str = "cpu"):
@@ -107,7 +108,9 @@ def run_scenario(sc: dict, rank: int) -> dict:
             return tuple(torch.empty(x.shape, dtype=x.dtype) for x in inputs[0])
 
         with AutoParallel(meta_model, input_fn, mesh, strict=sc.get("strict", True),
-                          memory_limit_bytes=sc.get("memory_limit_bytes")) as autop:
+                          memory_limit_bytes=sc.get("memory_limit_bytes"),
+                          capture=sc.get("capture", "direct"),
+                          time_limit_s=sc.get("time_limit_s", 5.0)) as autop:
             if sc.get("input_shard", True):
                 lay = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
                 autop.add_input_constraints([lay] * len(inputs[0]))
@@ -123,9 +126,26 @@ def run_scenario(sc: dict, rank: int) -> dict:
             step = autop.step
         result["report"] = plan.get("report", "")
         result["summary"] = plan.get("summary", {})
+    elif sc["plan"] == "auto_parallel":
+        from torch.distributed.tensor import distribute_tensor
+
+        from autoshard import auto_parallel
+
+        lay = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
+        samples = tuple(distribute_tensor(x, mesh, lay) for x in inputs[0])
+        budget = sc.get("param_memory")
+        parallel = auto_parallel(meta_model, mesh, samples,
+                                 out_shardings=(Replicate(),) * len(mesh_shape),
+                                 parameter_memory_budget=tuple(budget) if budget else None,
+                                 strict=True, time_limit_s=sc.get("time_limit_s", 5.0))
+        step = parallel._autoshard_runner.step
     else:
-        step = trace_training_step(meta_model, lambda: tuple(
-            torch.empty(x.shape, dtype=x.dtype) for x in inputs[0]))
+        key = (kind, tuple(tuple(x.shape) for x in inputs[0]))
+        if key not in _TRACED:  # tracing is deterministic: one trace per model and shapes
+            _TRACED[key] = trace_training_step(meta_model, lambda: tuple(
+                torch.empty(x.shape, dtype=x.dtype) for x in inputs[0]),
+                capture=sc.get("capture", "direct"))
+        step = _TRACED[key]
         plan = hand_plan(step, kind, sc["plan"], len(mesh_shape))
         parallel = build_parallel_module(meta_model, step, plan, mesh, strict=False)
         if sc.get("record_strict"):

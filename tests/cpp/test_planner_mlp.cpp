@@ -1,0 +1,208 @@
+// End-to-end planning of small hand-built graphs against ground truth: FSDP-like plans under
+// the default parameter-memory budget, DDP-like plans without it, the solver's objective
+// against an independent re-evaluation, and brute force over every strategy combination.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "autoshard/cli.h"
+#include "autoshard/layout.h"
+#include "autoshard/planner.h"
+
+using namespace autoshard;
+
+namespace {
+
+std::string data(const char* name) { return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name; }
+
+PlannerOptions options(std::vector<int64_t> mesh) {
+  PlannerOptions o;
+  o.mesh.shape = std::move(mesh);
+  o.time_limit_s = 3;  // the problems are tiny; keep the suite fast whatever the solver does
+  return o;
+}
+
+const Layout& output_layout(const PlanningResult& r, const std::string& name) {
+  const Graph& g = *r.sharding.graph;
+  int32_t i = g.index_by_name.at(name);
+  return *r.sharding.strategies[i][r.plan.choice[i]].outputs[0];
+}
+
+int64_t param_bytes(const Graph& g) {
+  int64_t b = 0;
+  for (const auto& n : g.nodes)
+    if (n.role == NodeRole::Parameter) b += n.outputs[0]->bytes();
+  return b;
+}
+
+void expect_objective_matches_evaluation(const PlanningResult& r) {
+  EXPECT_NEAR(r.plan.solver_objective_us, r.plan.cost.total_us, 1e-9 * std::max(1.0, r.plan.cost.total_us));
+  EXPECT_LE(r.plan.lower_bound_us, r.plan.cost.total_us + 1e-9);
+  EXPECT_NEAR(r.plan.cost.compute_us + r.plan.cost.comm_us, r.plan.cost.total_us, 1e-9);
+}
+
+// Every gradient leaves in its parameter's layout; the loss leaves replicated.
+void expect_outputs_follow_contract(const PlanningResult& r) {
+  const Graph& g = *r.sharding.graph;
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    const auto& o = g.outputs[j];
+    if (o.role == GraphOutput::Role::Grad)
+      EXPECT_EQ(r.plan.cost.output_layouts[j], output_layout(r, g.nodes[o.grad_of].name));
+    else
+      EXPECT_EQ(r.plan.cost.output_layouts[j], replicate_layout(r.model->mesh.ndim()));
+  }
+}
+
+class PlannerMlp : public ::testing::TestWithParam<std::vector<int64_t>> {};
+
+}  // namespace
+
+TEST_P(PlannerMlp, DefaultParameterMemoryShardsEveryWeight) {
+  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  PlanningResult r = run_planner(g, options(GetParam()));
+  const Mesh& mesh = r.model->mesh;
+  for (const char* w : {"primals_1", "primals_2"}) {
+    const Layout& l = output_layout(r, w);
+    const TensorMeta& m = *g.nodes[g.index_by_name.at(w)].outputs[0];
+    EXPECT_EQ(local_meta(m, l, mesh).bytes() * 4, m.bytes()) << w << " " << layout_str(l);
+  }
+  EXPECT_EQ(r.plan.cost.parameter_bytes_per_gpu * 4, param_bytes(g));
+  // FSDP-like: the batch is sharded on every mesh dim (data parallel) and weights are sharded.
+  EXPECT_EQ(num_shards(output_layout(r, "mm"), mesh), 4) << layout_str(output_layout(r, "mm"));
+  expect_objective_matches_evaluation(r);
+  expect_outputs_follow_contract(r);
+}
+
+TEST_P(PlannerMlp, NoParameterBudgetReplicatesWeights) {
+  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  PlannerOptions o = options(GetParam());
+  o.parameter_memory_default = false;
+  o.parameter_memory = std::make_pair(0.0, 1.0);
+  PlanningResult r = run_planner(g, o);
+  const Mesh& mesh = r.model->mesh;
+  // DDP-like: weights replicated, activations batch-sharded, gradients all-reduced.
+  EXPECT_EQ(output_layout(r, "primals_1"), replicate_layout(mesh.ndim()));
+  EXPECT_EQ(output_layout(r, "primals_2"), replicate_layout(mesh.ndim()));
+  EXPECT_EQ(r.plan.cost.parameter_bytes_per_gpu, param_bytes(g));
+  const Layout& act = output_layout(r, "mm");
+  for (const auto& p : act) EXPECT_TRUE(p.is_shard(0)) << layout_str(act);
+  expect_objective_matches_evaluation(r);
+  expect_outputs_follow_contract(r);
+  // The same with the constraint removed altogether.
+  o.parameter_memory.reset();
+  PlanningResult free = run_planner(g, o);
+  EXPECT_NEAR(free.plan.cost.total_us, r.plan.cost.total_us, 1e-9 * r.plan.cost.total_us);
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, PlannerMlp, ::testing::Values(std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}));
+
+TEST(PlannerBruteForce, PlanCostEqualsBestOfAllCombinations) {
+  Graph g = read_graph_file(data("linear_fwd.json"));
+  for (auto mesh : {std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}}) {
+    for (bool budget : {false, true}) {
+      PlannerOptions o = options(mesh);
+      o.parameter_memory_default = budget;
+      PlanningResult r = run_planner(g, o);
+      const auto& st = r.sharding.strategies;
+      ASSERT_EQ(g.nodes.size(), 4u);
+      // Budget (AutoParallel default): the weight holds at most max(min fraction, 1/4) of itself.
+      const TensorMeta& wm = *g.nodes[0].outputs[0];
+      RedistributionCache cache(*r.model);
+      double best = INFINITY;
+      size_t combos = 0;
+      std::vector<int32_t> c(4, 0);
+      for (c[0] = 0; c[0] < (int)st[0].size(); ++c[0])
+        for (c[1] = 0; c[1] < (int)st[1].size(); ++c[1])
+          for (c[2] = 0; c[2] < (int)st[2].size(); ++c[2])
+            for (c[3] = 0; c[3] < (int)st[3].size(); ++c[3]) {
+              ++combos;
+              ChoiceCost cc = evaluate_choice(r.sharding, c, cache);
+              if (budget && cc.parameter_bytes_per_gpu * 4 > wm.bytes()) continue;
+              best = std::min(best, cc.total_us);
+            }
+      EXPECT_GT(combos, 100u);
+      EXPECT_NEAR(r.plan.cost.total_us, best, 1e-9 * best) << "mesh dims " << mesh.size() << " budget " << budget;
+      expect_objective_matches_evaluation(r);
+    }
+  }
+}
+
+TEST(PlannerJson, PlanDocumentFollowsTheFormat) {
+  std::ifstream f(data("mlp2_fwd_bwd.json"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string plan_text = plan_graph_json(
+      ss.str(), R"j({"mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "time_limit_s": 3,
+                   "input_constraints": {"primals_3": ["S(0)", "S(0)"]}})j");
+  Json plan = parse_json(plan_text);
+  EXPECT_EQ(plan.at("version").as_int(), 1);
+  EXPECT_EQ(plan.at("mesh").at("dim_names").as_array()[1].as_string(), "tp");
+  const Json& nodes = plan.at("nodes");
+  EXPECT_EQ(nodes.size(), 20u);
+  EXPECT_EQ(nodes.at("primals_3").at("outputs").dump(), R"j([["S(0)","S(0)"]])j");
+  const Json& mm = nodes.at("mm");
+  EXPECT_EQ(mm.at("inputs").size(), 2u);
+  EXPECT_EQ(mm.at("outputs").size(), 1u);
+  EXPECT_GT(mm.at("compute_us").as_double(), 0);
+  EXPECT_GT(mm.at("strategies").as_int(), 1);
+  EXPECT_FALSE(nodes.at("primals_1").contains("inputs"));
+  EXPECT_EQ(plan.at("graph_outputs").size(), 3u);
+  EXPECT_EQ(plan.at("graph_outputs").as_array()[0].dump(), R"j(["R","R"])j");
+  EXPECT_EQ(plan.at("graph_outputs").as_array()[1].dump(), nodes.at("primals_1").at("outputs").as_array()[0].dump());
+  const Json& sum = plan.at("summary");
+  double total = sum.at("total_us").as_double();
+  EXPECT_NEAR(total, sum.at("compute_us").as_double() + sum.at("comm_us").as_double(), 1e-9 * total);
+  EXPECT_EQ(sum.at("parameter_bytes_per_gpu").as_int(), 2 * 1024 * 1024 * 4 / 4);
+  const std::string& report = plan.at("report").as_string();
+  EXPECT_NE(report.find("w1.weight"), std::string::npos) << report;
+  EXPECT_NE(report.find("per module"), std::string::npos) << report;
+}
+
+TEST(PlannerErrors, BadOptionsAndImpossibleConstraintsSayWhatToChange) {
+  std::ifstream f(data("mlp2_fwd_bwd.json"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto error_of = [&](const std::string& opts) -> std::string {
+    try {
+      plan_graph_json(ss.str(), opts);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of(R"j({"mesh": {"shape": [4]}, "paramter_memory": null})j").find("unknown field \"paramter_memory\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"j({"mesh": {"shape": [0]}})j").find("options.mesh.shape"), std::string::npos);
+  EXPECT_NE(error_of(R"j({"mesh": {"shape": [4]}, "hardware": "Z80"})j").find("Z80"), std::string::npos);
+  std::string e = error_of(R"j({"mesh": {"shape": [4]}, "node_constraints": {"mm": ["P(max)"]}})j");
+  EXPECT_NE(e.find("node constraint 'mm'"), std::string::npos) << e;
+  EXPECT_NE(e.find("possible layouts"), std::string::npos) << e;
+  e = error_of(R"j({"mesh": {"shape": [4]}, "input_constraints": {"nope": ["R"]}})j");
+  EXPECT_NE(e.find("'nope'"), std::string::npos) << e;
+  e = error_of(R"j({"mesh": {"shape": [4]}, "output_constraints": {"3": ["R"]}})j");
+  EXPECT_NE(e.find("output constraint 3"), std::string::npos) << e;
+  e = error_of(R"j({"mesh": {"shape": [4]}, "memory_limit_bytes": 1000, "time_limit_s": 3})j");
+  EXPECT_NE(e.find("memory_limit_bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("raise"), std::string::npos) << e;
+  e = error_of(R"j({"mesh": {"shape": [4]}, "parameter_memory": {"low": 0.5, "high": 0.25}})j");
+  EXPECT_NE(e.find("low"), std::string::npos) << e;
+}
+
+TEST(PlannerCli, PlanCommandWritesThePlan) {
+  std::string out_path = ::testing::TempDir() + "autoshard_plan_test.json";
+  std::ostringstream out, err;
+  int rc = cli_main({"plan", data("mlp2_fwd_bwd.json"), "--mesh", "2x2", "--dim-names", "dp,tp", "--param-memory",
+                     "0,1", "--time-limit", "3", "--out", out_path},
+                    out, err);
+  ASSERT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("estimated step"), std::string::npos);
+  Json plan = parse_json(read_file_maybe_gzip(out_path));
+  EXPECT_EQ(plan.at("nodes").at("primals_1").at("outputs").dump(), R"j([["R","R"]])j");
+  std::remove(out_path.c_str());
+  std::ostringstream o2, e2;
+  EXPECT_EQ(cli_main({"plan", data("mlp2_fwd_bwd.json")}, o2, e2), 2);
+  EXPECT_NE(e2.str().find("--mesh is required"), std::string::npos);
+}

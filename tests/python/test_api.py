@@ -1,0 +1,141 @@
+"""The AutoParallel-compatible API in one process, on a fake process group (no GPU, no
+real collectives): errors, input validation, planner hookup, the demo."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import Replicate, Shard
+
+from autoshard import AutoParallel, _core
+from autoshard.apply import build_parallel_module
+from autoshard.fake_pg import fake_world
+from autoshard.models import MLP
+from autoshard.trace import trace_training_step
+
+needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
+                                   reason="the C++ planner (_core.plan_graph) is not built")
+
+
+@pytest.fixture
+def mesh4():
+    with fake_world((4,), device_type="cpu") as mesh:
+        yield mesh
+
+
+def _mlp():
+    with torch.device("meta"):
+        return MLP(16, 32, 2)
+
+
+def _inputs():
+    return torch.empty(8, 16), torch.empty(8, 16)
+
+
+def test_methods_outside_with_raise(mesh4):
+    autop = AutoParallel(_mlp(), _inputs, mesh4)
+    with pytest.raises(RuntimeError, match="context manager"):
+        autop.add_parameter_memory_constraint()
+    with autop:
+        autop.add_parameter_memory_constraint(0.0, 0.5)
+    with pytest.raises(RuntimeError, match="not reentrant"):
+        autop.optimize_placement()
+    with pytest.raises(RuntimeError, match="not reentrant"):
+        with autop:
+            pass
+
+
+def test_constraint_errors_name_the_problem(mesh4):
+    with AutoParallel(_mlp(), _inputs, mesh4) as autop:
+        with pytest.raises(ValueError, match="got 1 entries, the model has 2 inputs"):
+            autop.add_input_constraints([(Shard(0),)])
+        with pytest.raises(ValueError, match="expected 1 placements"):
+            autop.add_input_constraints([(Shard(0), Replicate()), None])
+        with pytest.raises(ValueError, match="low <= high"):
+            autop.add_parameter_memory_constraint(0.5, 0.25)
+        autop.add_input_constraints([(Shard(0),), (Shard(-2),)])
+        opts = autop.options()
+        assert list(opts["input_constraints"].values()) == [["S(0)"], ["S(0)"]]
+        assert "parameter_memory" not in opts  # planner default: low 0, high 1/mesh size
+        autop.remove_parameter_memory_constraint()
+        assert autop.options()["parameter_memory"] is None
+
+
+def test_mixed_precision_is_refused_clearly(mesh4):
+    with pytest.raises(NotImplementedError, match="mixed precision"):
+        AutoParallel(_mlp(), _inputs, mesh4, mp_policy=object())
+
+
+def test_runtime_input_validation_names_argument_and_local_shape(mesh4):
+    model = _mlp()
+    step = trace_training_step(model, _inputs)
+    plan = {"nodes": {name: {"outputs": [["S(0)"]]} for name in step.input_nodes}}
+    par = build_parallel_module(model, step, plan, mesh4)
+    assert isinstance(par, MLP)
+    assert list(par.state_dict()) == list(MLP(16, 32, 2).state_dict())
+    par.to_empty(device="cpu")
+    with pytest.raises(ValueError, match=r"expected 2 inputs"):
+        par(torch.zeros(2, 16))
+    with pytest.raises(ValueError, match=r"input 0 has shape \[8, 16\] but this rank expects "
+                                         r"the local shape \[2, 16\] \(global \[8, 16\]"):
+        par(torch.zeros(8, 16), torch.zeros(2, 16))
+    with pytest.raises(ValueError, match=r"input 1 has dtype torch.float64"):
+        par(torch.zeros(2, 16), torch.zeros(2, 16, dtype=torch.float64))
+
+
+def test_meta_parameters_must_be_materialised(mesh4):
+    model = _mlp()
+    step = trace_training_step(model, _inputs)
+    par = build_parallel_module(model, step, {"nodes": {}}, mesh4)
+    with pytest.raises(RuntimeError, match="to_empty"):
+        par(torch.zeros(8, 16), torch.zeros(8, 16))
+
+
+class Bessel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.special.bessel_j0(self.w(x)).sum()
+
+
+@needs_planner
+def test_op_without_rule_names_op_and_source_line(mesh4):
+    with torch.device("meta"):
+        model = Bessel()
+    with AutoParallel(model, lambda: torch.empty(4, 8), mesh4, time_limit_s=2.0) as autop:
+        with pytest.raises(ValueError) as info:
+            autop.optimize_placement()
+    msg = str(info.value)
+    print(msg)
+    assert "special_bessel_j0" in msg
+    assert "test_api.py" in msg and "bessel_j0(self.w(x))" in msg
+
+
+@needs_planner
+def test_verbose_plan_logs_nodes_and_totals(mesh4, caplog):
+    with AutoParallel(_mlp(), _inputs, mesh4, time_limit_s=2.0) as autop:
+        autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+        with caplog.at_level(logging.INFO, logger="autoshard"):
+            plan = autop.optimize_placement(verbose=True)
+    text = caplog.text
+    print(text)
+    assert "strategies=" in text and "compute=" in text and "comm=" in text
+    assert "total" in text and "parameters" in text
+    names = {n.name for n in autop.step.gm.graph.nodes if n.op != "output"}
+    assert set(plan["nodes"]) <= names
+
+
+@needs_planner
+def test_demo_plans_a_small_llama_quickly(capsys):
+    from autoshard.demo import main
+
+    rc = main(["--layers", "1", "--mesh", "2x2", "--seq", "64", "--batch-per-dp", "2",
+               "--time-limit", "3"])
+    out = capsys.readouterr().out
+    print(out)
+    assert rc == 0
+    assert "layers.0:" in out and "layers.0.attention.wq.weight" in out
+    assert "parameter memory per GPU" in out and "communication" in out
