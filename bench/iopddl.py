@@ -48,12 +48,25 @@ def find_cli(explicit):
 
 
 def run_one(cli, path, limit, extra):
+    """Runs one solve; returns (rc, stdout, stderr, wall seconds, peak RSS in MB or None).
+    The peak RSS is the child's own, read from /usr/bin/time -v when it exists, else from a
+    one-child wrapper process whose RUSAGE_CHILDREN is exactly that child."""
     cmd = cli + ["solve", str(path), "--time-limit", f"{limit:g}"] + extra
+    if os.access("/usr/bin/time", os.X_OK):
+        cmd = ["/usr/bin/time", "-v"] + cmd
+    else:
+        wrapper = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+                   "print('Maximum resident set size (kbytes): %d' % "
+                   "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+        cmd = [sys.executable, "-c", wrapper] + cmd
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate()  # communicate() reaps the child; its rusage is read below
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - start
-    return proc.returncode, out, err, wall
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    rss_mb = int(m.group(1)) / 1024.0 if m else None
+    err = "\n".join(line for line in proc.stderr.splitlines() 
+                    if not line.startswith("\t") and not line.startswith("Command exited with"))
+    return proc.returncode, proc.stdout, err, wall, rss_mb
 
 
 def field(text, name):
@@ -88,9 +101,7 @@ def main(argv=None):
         if not path.exists():
             print(f"{name:4} missing file {path}")
             continue
-        before = _children_maxrss_kb()
-        rc, out, err, wall = run_one(cli, path, limit, args.extra)
-        rss_mb = _last_child_rss_mb(before)
+        rc, out, err, wall, rss_mb = run_one(cli, path, limit, args.extra)
         cost_s, lb_s = field(out, "cost"), field(out, "lower bound")
         status = field(out, "status") or ""
         if "proven optimal" in out:
@@ -109,21 +120,6 @@ def main(argv=None):
               flush=True)
     print(f"total score: {total:.4f} / {len(names)}")
     return 0
-
-
-def _children_maxrss_kb():
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-
-
-def _last_child_rss_mb(before_kb):
-    # RUSAGE_CHILDREN holds the largest peak RSS of all reaped children; it identifies this
-    # child's peak only when it grew, so report "<= previous" otherwise.
-    after = _children_maxrss_kb()
-    if after > before_kb:
-        return after / 1024.0
-    return before_kb / 1024.0 if before_kb else None
 
 
 if __name__ == "__main__":

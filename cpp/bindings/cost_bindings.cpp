@@ -92,6 +92,7 @@ void register_cost(nb::module_& m) {
           d["bandwidth"] = l.bandwidth;
           d["latency_us"] = l.latency_us;
           d["launch_us"] = l.launch_us;
+          d["intra_latency_us"] = l.intra_latency_us;
           out.append(d);
         }
         return out;

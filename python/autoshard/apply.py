@@ -108,6 +108,7 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                 shells[path]._non_persistent_buffers_set.add(name)
 
     root._autoshard_runner = runner
+    root._autoshard_plan = plan
     root._autoshard_param_order = [step.param_fqns[n] for n in runner.param_names]
     root._autoshard_buffer_order = [step.buffer_fqns[n] for n in runner.buffer_names]
     root._autoshard_param_layouts = param_layouts

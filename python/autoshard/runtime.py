@@ -131,6 +131,7 @@ class StepRunner:
         self.graph_output_layouts = plan.get("graph_outputs")
         self.graph_output_order = [id(o) for o in step.outputs if isinstance(o.node, fx.Node)]
         self.recorded_tangents: dict[str, list] = {}
+        self.recorded_output_layouts: dict[int, tuple] = {}
 
     # ---- layouts -------------------------------------------------------------------------
     def _layout(self, strs, what: str):
@@ -310,6 +311,7 @@ class StepRunner:
                                        for p in placements)
                     value = value.redistribute(self.mesh, placements)
                 layouts.append(placements)
+                self.recorded_output_layouts[o.output_index] = placements
                 outs.append(value.to_local())
             else:
                 layouts.append(None)
@@ -365,9 +367,18 @@ class StepRunner:
             if name in self.recorded_tangents:
                 nodes[name] = {"outputs": [self.recorded_tangents[name]]}
         nodes.update(self.recorded)
+        graph_outputs = []
+        for o in self.step.outputs:
+            if not isinstance(o.node, fx.Node):
+                continue
+            if o.role == "grad":
+                graph_outputs.append(layout_to_strs(self.placeholder_layout(o.grad_of)))
+            else:
+                layout = self.recorded_output_layouts.get(o.output_index)
+                graph_outputs.append(None if layout is None else layout_to_strs(layout))
         return {"version": 1, "mesh": {"shape": list(self.mesh.shape),
                                        "dim_names": list(self.mesh.mesh_dim_names or [])},
-                "nodes": nodes}
+                "nodes": nodes, "graph_outputs": graph_outputs}
 
 
 def _safe_strs(placements) -> list[str]:

@@ -164,7 +164,6 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     t0 = time.perf_counter()
     device = _tracing_device(device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
-    fqn_of_param = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
     fake = _fake_model(model, fake_mode, device)
     # the fake copy's parameters -> original names (identity survives Dynamo's renaming)
     fqn_of_fake = {}
@@ -173,7 +172,6 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     buf_of_fake = {}
     for (name, b) in fake.named_buffers(remove_duplicate=False):
         buf_of_fake.setdefault(id(b), name)
-    del fqn_of_param
 
     with fake_mode:
         raw = input_fn() if callable(input_fn) else input_fn
@@ -269,8 +267,6 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
             raise NotImplementedError(f"graph output with descriptor {desc!r} is not "
                                       "supported")
     out_spec = getattr(jd, "out_spec", None)
-    if out_spec is None:
-        out_spec = getattr(getattr(jd, "_aot_state", None), "out_spec", None)
     step = TracedStep(gm=gm, fake_mode=fake_mode, device=device, param_fqns=param_fqns,
                       buffer_fqns=buffer_fqns, input_nodes=input_nodes,
                       input_metas=input_metas, input_spec=input_spec, tangent_of=tangent_of,

@@ -169,6 +169,44 @@ TEST(CostCollectives, RingFormulas) {
               3 * 2 + 5.0 / 6 * 4000 + 10, 1e-9);
 }
 
+TEST(CostCollectives, HierarchicalGroupsPayNetworkLatencyOnlyAtNodeBoundaries) {
+  // {16}: 8 members on each of 2 nodes. Ring: 15 steps, 1 crosses the network.
+  auto flat16 = mesh_dim_links(h100(), {16})[0];
+  ASSERT_DOUBLE_EQ(flat16.intra_latency_us, 1.0);
+  double b = 3.6e8;  // 1000 us at 360 GB/s
+  EXPECT_NEAR(collective_time_us(Collective::AllGather, b, flat16, CollectiveAlgorithm::Ring),
+              14 * 1.0 + 1 * 4.0 + 15.0 / 16 * 1000 + 8, 1e-9);
+  EXPECT_NEAR(collective_time_us(Collective::AllReduce, b, flat16, CollectiveAlgorithm::Ring),
+              2 * (14 * 1.0 + 4.0) + 2 * 15.0 / 16 * 1000 + 8, 1e-9);
+  // Pairwise all-to-all: 7 peers on the node, 8 on the other.
+  EXPECT_NEAR(collective_time_us(Collective::AllToAll, b, flat16, CollectiveAlgorithm::Ring),
+              7 * 1.0 + 8 * 4.0 + 15.0 / 16 * 1000 + 8, 1e-9);
+  // Recursive doubling: log2(8) = 3 levels in the node, 1 across.
+  EXPECT_NEAR(collective_time_us(Collective::ReduceScatter, b, flat16, CollectiveAlgorithm::Tree),
+              3 * 1.0 + 1 * 4.0 + 15.0 / 16 * 1000 + 8, 1e-9);
+  EXPECT_NEAR(collective_time_us(Collective::AllReduce, b, flat16, CollectiveAlgorithm::Tree),
+              2 * (3 * 1.0 + 4.0) + 2 * 1000 + 8, 1e-9);
+
+  // {4, 4} outer dim: 2 members on each of 2 nodes, 90 GB/s.
+  auto outer = mesh_dim_links(h100(), {4, 4})[0];
+  double b2 = 9e7;  // 1000 us at 90 GB/s
+  EXPECT_NEAR(collective_time_us(Collective::AllGather, b2, outer, CollectiveAlgorithm::Ring),
+              2 * 1.0 + 1 * 4.0 + 0.75 * 1000 + 8, 1e-9);
+  EXPECT_NEAR(collective_time_us(Collective::AllGather, b2, outer, CollectiveAlgorithm::Tree),
+              1 * 1.0 + 1 * 4.0 + 0.75 * 1000 + 8, 1e-9);
+
+  // One member per node (dp of {8, 8}): every step crosses the network.
+  auto dp = mesh_dim_links(h100(), {8, 8})[0];
+  EXPECT_NEAR(collective_time_us(Collective::AllGather, 4.5e7, dp, CollectiveAlgorithm::Ring),
+              7 * 4.0 + 7.0 / 8 * 1000 + 8, 1e-9);
+
+  // A hand-built link without an in-node latency is flat: every step costs latency_us.
+  MeshDimLink hand = flat16;
+  hand.intra_latency_us = 0;
+  EXPECT_NEAR(collective_time_us(Collective::AllGather, b, hand, CollectiveAlgorithm::Ring),
+              15 * 4.0 + 15.0 / 16 * 1000 + 8, 1e-9);
+}
+
 TEST(CostCollectives, SpanningTwoNodesIsSlowerThanInsideOne) {
   auto inside = mesh_dim_links(h100(), {2})[0];       // 2 GPUs on one node
   auto across = mesh_dim_links(h100(), {2, 8})[0];    // 2 GPUs on 2 nodes

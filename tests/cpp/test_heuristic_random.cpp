@@ -2,11 +2,13 @@
 // its cost is the optimum on (almost) all of them, and its lower bound never exceeds the optimum.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
 #include "autoshard/heuristic.h"
 #include "solver/memory_profile.h"
+#include "solver/graph_clusters.h"
 #include "solver/graph_view.h"
 #include "test_heuristic_util.h"
 #include "solver/trws.h"
@@ -43,6 +45,60 @@ TEST(HeuristicRandom, ValidCloseToOptimumAndBoundBelowIt) {
   ASSERT_GT(feasible, 60);
   EXPECT_GE(found, feasible * 95 / 100) << "found " << found << " of " << feasible;
   EXPECT_GE(optimal, feasible * 85 / 100) << "optimal " << optimal << " of " << feasible;
+}
+
+TEST(HeuristicRandom, GroupsTiedByBijectiveEdges) {
+  // XLA-style "follow" edges: a permutation of finite entries, everything else infeasible.
+  // The groups they form must be decoded and moved together; results still match brute force.
+  std::mt19937_64 rng(4242);
+  int feasible = 0, optimal = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    Problem p = random_problem(rng, 5 + trial % 3, 3, false);
+    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 40;
+    for (int k = 0; k < 3; ++k) {
+      const int u = int(rng() % p.num_nodes()), v = int(rng() % p.num_nodes());
+      const size_t S = p.node_costs[u].size();
+      if (u == v || p.node_costs[v].size() != S) continue;
+      std::vector<int> perm(S);
+      for (size_t s = 0; s < S; ++s) perm[s] = int(s);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      Edge e{u, v, std::vector<Cost>(S * S, kInfeasibleCost)};
+      for (size_t s = 0; s < S; ++s) e.costs[s * S + perm[s]] = Cost(rng() % 5);
+      p.edges.push_back(e);
+    }
+    const Brute truth = brute_force(p);
+    SolveOptions o;
+    o.time_limit_s = 0.05;
+    const SolveResult r = solve_heuristic(p, o);
+    if (r.found) {
+      Cost c;
+      ASSERT_TRUE(plan_valid(p, r.solution, &c)) << "trial " << trial;
+      EXPECT_DOUBLE_EQ(c, r.cost);
+    }
+    if (!truth.feasible) continue;
+    ++feasible;
+    EXPECT_LE(r.lower_bound, truth.best + 1e-6) << "trial " << trial;
+    optimal += r.found && r.cost == truth.best;
+  }
+  ASSERT_GT(feasible, 30);
+  EXPECT_GE(optimal, feasible * 85 / 100) << "optimal " << optimal << " of " << feasible;
+}
+
+TEST(HeuristicRandom, FindsBijectiveGroups) {
+  // 0 -(perm)- 1 -(perm)- 2, and 2 - 3 by an ordinary edge: groups {0,1,2} and {3}.
+  Problem p;
+  p.node_costs = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  const Cost X = kInfeasibleCost;
+  p.edges = {{0, 1, {X, 1, 2, X}}, {2, 1, {3, X, X, 4}}, {2, 3, {1, 2, 3, 4}}};
+  const detail::GraphView g = detail::build_graph_view(p);
+  const detail::Clusters c = detail::find_clusters(g);
+  EXPECT_EQ(c.num_clusters(), 2);
+  EXPECT_EQ(c.cluster_of[0], c.cluster_of[2]);
+  EXPECT_NE(c.cluster_of[0], c.cluster_of[3]);
+  // Root 0 at label 0 forces node 1 to label 1, which forces node 2 to label 1.
+  EXPECT_EQ(c.label_of_root[c.map_offset[1] + 0], 1);
+  EXPECT_EQ(c.label_of_root[c.map_offset[2] + 0], 1);
+  EXPECT_EQ(c.label_of_root[c.map_offset[2] + 1], 0);
 }
 
 TEST(HeuristicRandom, TrwsBoundIsExactOnTrees) {

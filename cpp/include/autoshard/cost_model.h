@@ -89,6 +89,9 @@ struct MeshDimLink {
   // --- added by the cost model ---
   int ranks_per_node = 1;  // group members that share one node
   double launch_us = 0;    // fixed cost per collective call (0 for size-1 groups)
+  // Per-step latency of the steps that stay inside a node when the group spans several nodes
+  // with several members each (hierarchical rings and trees); 0 = every step costs latency_us.
+  double intra_latency_us = 0;
 };
 std::vector<MeshDimLink> mesh_dim_links(const HardwareProfile& hw, const std::vector<int64_t>& mesh_shape);
 

@@ -56,17 +56,34 @@ struct Redistribution {
 Redistribution plan_redistribution(const TensorMeta& global, const Layout& from, const Layout& to,
                                    const MeshModel& model);
 
-// Memoised time of plan_redistribution (kInfeasibleCost-sized infinity when infeasible).
-// Not thread-safe; one per planning run.
+// Memoised time of plan_redistribution (infinity when infeasible). Tensor metas are interned
+// once so the hot lookup hashes three integers. Not thread-safe; one per planning run.
 class RedistributionCache {
  public:
   explicit RedistributionCache(const MeshModel& model) : model_(model) {}
   double time_us(const TensorMeta& global, const Layout& from, const Layout& to);
+  // The fast path: intern a tensor meta once, then look up by its id.
+  int32_t intern(const TensorMeta& global);
+  double time_us(int32_t meta_id, const Layout& from, const Layout& to);
   size_t size() const { return cache_.size(); }
 
  private:
+  struct Key {
+    int32_t meta = 0;
+    uint64_t from = 0, to = 0;
+    bool operator==(const Key& o) const { return meta == o.meta && from == o.from && to == o.to; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      uint64_t h = k.from * 0x9E3779B97F4A7C15ull ^ (k.to + 0x632BE59BD9B4E019ull + (h_mix(k.meta) << 6));
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+    static uint64_t h_mix(int32_t v) { return static_cast<uint64_t>(v) * 0xBF58476D1CE4E5B9ull; }
+  };
   const MeshModel& model_;
-  std::unordered_map<std::string, double> cache_;
+  std::vector<TensorMeta> metas_;
+  std::unordered_map<std::string, int32_t> meta_ids_;
+  std::unordered_map<Key, double, KeyHash> cache_;
 };
 
 }  // namespace autoshard

@@ -12,6 +12,12 @@
 //   all-reduce (pipelined double binary tree: reduce up, broadcast down): 2 L alpha + 2 bytes beta
 //   all-to-all (Bruck: L rounds, each moving half the buffer): L alpha + L/2 bytes beta
 // Every call with n > 1 also pays the link's fixed launch cost.
+//
+// Latency steps of a group spanning `nodes` nodes with r members on each (row-major packing,
+// so a group's members on one node are consecutive in the ring): a ring crosses the network
+// once per node boundary (nodes - 1 of its n - 1 steps, doubled for all-reduce) and pays the
+// NVLink latency on the others; a logarithmic algorithm spends log2(r) levels inside nodes and
+// log2(nodes) across; pairwise all-to-all has r - 1 in-node peers and n - r remote ones.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -23,37 +29,64 @@
 namespace autoshard {
 namespace {
 
-int ceil_log2(int n) {
+int ceil_log2(int64_t n) {
   int steps = 0;
   for (int64_t reach = 1; reach < n; reach *= 2) ++steps;
   return steps;
 }
 
-double ring_us(Collective kind, double bytes, double n, double alpha, double beta) {
-  double frac = (n - 1) / n;
-  switch (kind) {
-    case Collective::AllGather:
-    case Collective::ReduceScatter:
-    case Collective::AllToAll:
-      return (n - 1) * alpha + frac * bytes * beta;
-    case Collective::AllReduce:
-      return 2 * (n - 1) * alpha + 2 * frac * bytes * beta;
-  }
-  throw std::invalid_argument("unknown collective kind");
+// Latency steps of one collective, split by the link they cross.
+struct Steps {
+  double intra = 0;  // steps between members on the same node
+  double inter = 0;  // steps that cross the network (or all steps of a flat group)
+};
+
+// A group is hierarchical when it spans several nodes with several members on each and the
+// link says what an in-node step costs; otherwise every step costs link.latency_us.
+bool hierarchical(const MeshDimLink& link) {
+  return link.nodes > 1 && link.ranks_per_node > 1 && link.intra_latency_us > 0;
 }
 
-double tree_us(Collective kind, double bytes, double n, double alpha, double beta) {
-  double steps = ceil_log2(static_cast<int>(n));
+Steps ring_steps(Collective kind, const MeshDimLink& link) {
+  const double n = link.group_size;
+  const double factor = kind == Collective::AllReduce ? 2 : 1;
+  if (!hierarchical(link)) return {0, factor * (n - 1)};
+  if (kind == Collective::AllToAll)  // pairwise exchange: one step per peer
+    return {static_cast<double>(link.ranks_per_node - 1), n - link.ranks_per_node};
+  // A ring visits the members of each node consecutively: one network hop per node boundary.
+  const double inter = link.nodes - 1;
+  return {factor * (n - 1 - inter), factor * inter};
+}
+
+Steps tree_steps(Collective kind, const MeshDimLink& link) {
+  const double factor = kind == Collective::AllReduce ? 2 : 1;
+  if (!hierarchical(link)) return {0, factor * ceil_log2(link.group_size)};
+  // Recursive doubling / binary trees over row-major packed members: the first
+  // log2(members per node) levels stay inside a node, the rest cross the network.
+  return {factor * ceil_log2(link.ranks_per_node), factor * ceil_log2(link.nodes)};
+}
+
+double latency_us(const Steps& s, const MeshDimLink& link) {
+  return s.intra * link.intra_latency_us + s.inter * link.latency_us;
+}
+
+double ring_us(Collective kind, double bytes, const MeshDimLink& link, double beta) {
+  const double n = link.group_size;
+  const double frac = (n - 1) / n;
+  const double data = kind == Collective::AllReduce ? 2 * frac * bytes * beta : frac * bytes * beta;
+  return latency_us(ring_steps(kind, link), link) + data;
+}
+
+double tree_us(Collective kind, double bytes, const MeshDimLink& link, double beta) {
+  const double n = link.group_size;
+  double data = 0;
   switch (kind) {
     case Collective::AllGather:
-    case Collective::ReduceScatter:
-      return steps * alpha + (n - 1) / n * bytes * beta;
-    case Collective::AllReduce:
-      return 2 * steps * alpha + 2 * bytes * beta;
-    case Collective::AllToAll:
-      return steps * alpha + steps / 2 * bytes * beta;
+    case Collective::ReduceScatter: data = (n - 1) / n * bytes * beta; break;
+    case Collective::AllReduce: data = 2 * bytes * beta; break;
+    case Collective::AllToAll: data = ceil_log2(link.group_size) / 2.0 * bytes * beta; break;
   }
-  throw std::invalid_argument("unknown collective kind");
+  return latency_us(tree_steps(kind, link), link) + data;
 }
 
 }  // namespace
@@ -94,10 +127,13 @@ CollectiveEstimate estimate_collective(Collective kind, double bytes, const Mesh
   if (!std::isfinite(link.latency_us) || link.latency_us < 0 || !std::isfinite(link.launch_us) || link.launch_us < 0)
     throw std::invalid_argument(std::string(collective_name(kind)) + ": link latencies must be >= 0");
 
-  double n = link.group_size;
+  if (!std::isfinite(link.intra_latency_us) || link.intra_latency_us < 0)
+    throw std::invalid_argument(std::string(collective_name(kind)) + ": link intra_latency_us must be >= 0");
+  if (link.nodes < 1 || link.ranks_per_node < 1)
+    throw std::invalid_argument(std::string(collective_name(kind)) + ": link nodes and ranks_per_node must be >= 1");
   double beta = 1e6 / link.bandwidth;  // us per byte
-  double ring = ring_us(kind, bytes, n, link.latency_us, beta);
-  double tree = tree_us(kind, bytes, n, link.latency_us, beta);
+  double ring = ring_us(kind, bytes, link, beta);
+  double tree = tree_us(kind, bytes, link, beta);
   switch (algo) {
     case CollectiveAlgorithm::Ring: est.us = ring; break;
     case CollectiveAlgorithm::Tree: est.us = tree; break;

@@ -82,6 +82,7 @@ std::vector<MeshDimLink> mesh_dim_links(const HardwareProfile& hw, const std::ve
       // than what its NVLink hops carry.
       link.bandwidth = std::min(nvlink_bw, network_bw * span.min_ranks_per_node);
       link.latency_us = hw.inter_node_latency_us;
+      link.intra_latency_us = hw.intra_node_latency_us;
     }
     link.launch_us = link.group_size > 1 ? hw.collective_launch_us : 0;
     links.push_back(link);

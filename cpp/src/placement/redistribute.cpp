@@ -160,20 +160,30 @@ Redistribution plan_redistribution(const TensorMeta& global, const Layout& from,
   return p.result;
 }
 
-double RedistributionCache::time_us(const TensorMeta& global, const Layout& from, const Layout& to) {
-  if (from == to) return 0.0;
+int32_t RedistributionCache::intern(const TensorMeta& global) {
   std::string key;
-  key.reserve(8 * (global.shape.size() + 3));
+  key.reserve(8 * (global.shape.size() + 1));
   auto put = [&](uint64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(static_cast<uint64_t>(global.dtype));
-  put(layout_code(from));
-  put(layout_code(to));
   for (int64_t s : global.shape) put(static_cast<uint64_t>(s));
-  auto it = cache_.find(key);
+  auto [it, fresh] = meta_ids_.emplace(std::move(key), static_cast<int32_t>(metas_.size()));
+  if (fresh) metas_.push_back(global);
+  return it->second;
+}
+
+double RedistributionCache::time_us(int32_t meta_id, const Layout& from, const Layout& to) {
+  if (from == to) return 0.0;
+  Key k{meta_id, layout_code(from), layout_code(to)};
+  auto it = cache_.find(k);
   if (it != cache_.end()) return it->second;
-  double t = plan_redistribution(global, from, to, model_).time_us;
-  cache_.emplace(std::move(key), t);
+  double t = plan_redistribution(metas_.at(meta_id), from, to, model_).time_us;
+  cache_.emplace(k, t);
   return t;
+}
+
+double RedistributionCache::time_us(const TensorMeta& global, const Layout& from, const Layout& to) {
+  if (from == to) return 0.0;
+  return time_us(intern(global), from, to);
 }
 
 }  // namespace autoshard

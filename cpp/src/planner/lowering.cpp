@@ -82,9 +82,10 @@ class Lowerer {
     distinct(lu, iu, ru);
     distinct(lv, iv, rv);
     std::vector<double> table(ru.size() * rv.size());
+    const int32_t meta_id = cache_.intern(meta);
     for (size_t a = 0; a < ru.size(); ++a)
       for (size_t b = 0; b < rv.size(); ++b)
-        table[a * rv.size() + b] = u_to_v ? cache_.time_us(meta, *ru[a], *rv[b]) : cache_.time_us(meta, *rv[b], *ru[a]);
+        table[a * rv.size() + b] = u_to_v ? cache_.time_us(meta_id, *ru[a], *rv[b]) : cache_.time_us(meta_id, *rv[b], *ru[a]);
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
     const int32_t u = lp_.solver_node[gu], v = lp_.solver_node[gv];

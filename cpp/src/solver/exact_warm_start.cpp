@@ -159,12 +159,78 @@ class LocalSearch {
   std::vector<std::vector<int32_t>> nodes_at_;
 };
 
+// Assigns nodes one by one in breadth-first order. Every unassigned node keeps its smallest
+// usage reserved at each checkpoint, so a choice is allowed only when it leaves room for
+// them: the plan always fits memory when the smallest usages do. Choices avoid infeasible
+// entries with assigned neighbours and with every strategy of unassigned ones.
+std::vector<int32_t> constructive_plan(const SolverModel& m, const Deadline& deadline) {
+  std::vector<int32_t> order;
+  std::vector<char> seen(m.n, 0);
+  for (int32_t root = 0; root < m.n; ++root) {
+    if (seen[root]) continue;
+    seen[root] = 1;
+    size_t head = order.size();
+    order.push_back(root);
+    while (head < order.size()) {
+      int32_t i = order[head++];
+      for (const Adjacent& a : m.adj[i])
+        if (!seen[a.other]) { seen[a.other] = 1; order.push_back(a.other); }
+    }
+  }
+  std::vector<int64_t> umin(m.n), slack(m.checkpoints.size(), m.limit);
+  for (int32_t i = 0; i < m.n; ++i) {
+    umin[i] = *std::min_element(m.usage[i].begin(), m.usage[i].end());
+    for (int32_t k = m.live_lo[i]; k < m.live_hi[i]; ++k) slack[k] -= umin[i];
+  }
+  std::vector<int32_t> plan(m.n, -1);
+  for (int32_t i : order) {
+    int64_t min_slack = std::numeric_limits<int64_t>::max();
+    for (int32_t k = m.live_lo[i]; k < m.live_hi[i]; ++k) min_slack = std::min(min_slack, slack[k]);
+    int32_t best = -1;
+    LocalCost best_c;
+    for (int32_t s = 0; s < m.strategies(i); ++s) {
+      int64_t extra = m.usage[i][s] - umin[i];
+      if (m.limit >= 0 && extra > 0 && extra > min_slack) continue;
+      LocalCost c;
+      c.add(m.cost[i][s]);
+      for (const Adjacent& a : m.adj[i]) {
+        if (plan[a.other] >= 0) { c.add(m.pair_cost(a, s, plan[a.other])); continue; }
+        double mn = kInf;
+        for (int32_t t = 0; t < m.strategies(a.other); ++t) mn = std::min(mn, m.pair_cost(a, s, t));
+        c.add(mn);
+      }
+      if (best < 0 || c.infeasible < best_c.infeasible ||
+          (c.infeasible == best_c.infeasible && c.finite < best_c.finite)) {
+        best = s;
+        best_c = c;
+      }
+    }
+    plan[i] = best;
+    int64_t extra = m.usage[i][best] - umin[i];
+    if (extra != 0)
+      for (int32_t k = m.live_lo[i]; k < m.live_hi[i]; ++k) slack[k] -= extra;
+    if (deadline.passed()) {  // finish cheaply: smallest usage for the rest
+      for (int32_t j = 0; j < m.n; ++j)
+        if (plan[j] < 0)
+          plan[j] = static_cast<int32_t>(std::min_element(m.usage[j].begin(), m.usage[j].end()) - m.usage[j].begin());
+      break;
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
 // Shared by solve_greedy and the exact search's warm start.
 std::vector<std::vector<int32_t>> greedy_plans(const SolverModel& m, const Deadline& deadline) {
   std::vector<std::vector<int32_t>> out;
   LocalSearch ls(m, deadline);
+  // Start 0: constructive, memory-safe by reservation.
+  ls.load(constructive_plan(m, deadline));
+  if (ls.memory_ok()) {
+    ls.improve(true);
+    out.push_back(ls.plan());
+  }
   // Start 1: cheapest node cost, improved ignoring memory, then repaired and improved.
   std::vector<int32_t> plan(m.n, 0);
   for (int32_t i = 0; i < m.n; ++i)

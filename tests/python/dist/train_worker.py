@@ -110,7 +110,7 @@ def run_scenario(sc: dict, rank: int) -> dict:
         with AutoParallel(meta_model, input_fn, mesh, strict=sc.get("strict", True),
                           memory_limit_bytes=sc.get("memory_limit_bytes"),
                           capture=sc.get("capture", "direct"),
-                          time_limit_s=sc.get("time_limit_s", 5.0)) as autop:
+                          time_limit_s=sc.get("time_limit_s", 8.0)) as autop:
             if sc.get("input_shard", True):
                 lay = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
                 autop.add_input_constraints([lay] * len(inputs[0]))
@@ -137,8 +137,9 @@ def run_scenario(sc: dict, rank: int) -> dict:
         parallel = auto_parallel(meta_model, mesh, samples,
                                  out_shardings=(Replicate(),) * len(mesh_shape),
                                  parameter_memory_budget=tuple(budget) if budget else None,
-                                 strict=True, time_limit_s=sc.get("time_limit_s", 5.0))
+                                 strict=True, time_limit_s=sc.get("time_limit_s", 8.0))
         step = parallel._autoshard_runner.step
+        result["report"] = parallel._autoshard_plan.get("report", "")
     else:
         key = (kind, tuple(tuple(x.shape) for x in inputs[0]))
         if key not in _TRACED:  # tracing is deterministic: one trace per model and shapes

@@ -1,0 +1,113 @@
+"""Runtime paths on a one-rank gloo mesh (real process group, in this process): buffers,
+keyword inputs, several outputs, unused outputs, input gradients, recorded plans."""
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+from autoshard.apply import build_parallel_module, load_full_state_dict
+from autoshard.runtime import PlanMismatchError
+from autoshard.trace import ForwardInputs, trace_training_step
+
+
+@pytest.fixture(scope="module")
+def mesh1():
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+class WithBuffer(nn.Module):
+    """A buffer, a keyword input, and two outputs (loss and an auxiliary tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 6))
+
+    def forward(self, x, *, shift):
+        h = torch.tanh(self.lin(x) * self.scale + shift)
+        return h.pow(2).mean(), h.detach().sum(0)
+
+
+def _trace(model_meta):
+    return trace_training_step(model_meta, lambda: ForwardInputs(
+        args=(torch.empty(4, 6),), kwargs={"shift": torch.empty(6)}))
+
+
+def test_buffers_kwargs_and_several_outputs(mesh1):
+    torch.manual_seed(0)
+    ref = WithBuffer()
+    with torch.device("meta"):
+        meta = WithBuffer()
+    step = _trace(meta)
+    assert list(step.buffer_fqns.values()) == ["scale"]
+    assert step.num_forward_outputs == 2
+    par = build_parallel_module(meta, step, {"nodes": {}}, mesh1, strict=True)
+    par.to_empty(device="cpu")
+    load_full_state_dict(par, ref.state_dict())
+    assert isinstance(par.scale, DTensor)
+    x, shift = torch.randn(4, 6), torch.randn(6)
+    loss, aux = par(x, shift=shift)
+    rloss, raux = ref(x, shift=shift)
+    assert torch.equal(loss, rloss.detach()) and torch.equal(aux, raux)
+    loss.backward()  # the second output's tangent arrives as None -> zeros
+    rloss.backward()
+    for (n, p), q in zip(par.named_parameters(), ref.parameters()):
+        assert torch.allclose(p.grad.full_tensor(), q.grad, rtol=1e-6, atol=1e-7), n
+
+
+def test_input_gradients_reach_local_inputs(mesh1):
+    torch.manual_seed(0)
+    ref = WithBuffer()
+    with torch.device("meta"):
+        meta = WithBuffer()
+    x0 = torch.randn(4, 6)
+    step = trace_training_step(meta, lambda: ForwardInputs(
+        args=(torch.empty(4, 6).requires_grad_(),), kwargs={"shift": torch.empty(6)}))
+    par = build_parallel_module(meta, step, {"nodes": {}}, mesh1)
+    par.to_empty(device="cpu")
+    load_full_state_dict(par, ref.state_dict())
+    x = x0.clone().requires_grad_()
+    rx = x0.clone().requires_grad_()
+    shift = torch.randn(6)
+    par(x, shift=shift)[0].backward()
+    ref(rx, shift=shift)[0].backward()
+    assert torch.allclose(x.grad, rx.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_recorded_plan_replays_strictly_and_strict_catches_wrong_plans(mesh1):
+    torch.manual_seed(0)
+    ref = WithBuffer()
+    with torch.device("meta"):
+        meta = WithBuffer()
+    step = _trace(meta)
+    par = build_parallel_module(meta, step, {"nodes": {}}, mesh1)
+    par.to_empty(device="cpu")
+    load_full_state_dict(par, ref.state_dict())
+    x, shift = torch.randn(4, 6), torch.randn(6)
+    par(x, shift=shift)[0].backward()
+    plan = par._autoshard_runner.recorded_plan()
+    ops = [n.name for n in step.gm.graph.nodes if n.op == "call_function"
+           and n.target is not __import__("operator").getitem]
+    assert set(ops) <= set(plan["nodes"])
+    strict = build_parallel_module(meta, step, plan, mesh1, strict=True)
+    strict.to_empty(device="cpu")
+    load_full_state_dict(strict, ref.state_dict())
+    strict(x, shift=shift)[0].backward()
+    # a plan that asks for a Partial where DTensor computes a replicated tanh must be refused
+    tanh = next(n for n in ops if n.startswith("tanh"))
+    bad = {"nodes": dict(plan["nodes"])}
+    bad["nodes"][tanh] = {"inputs": plan["nodes"][tanh]["inputs"], "outputs": [["P(sum)"]]}
+    wrong = build_parallel_module(meta, step, bad, mesh1, strict=True)
+    wrong.to_empty(device="cpu")
+    load_full_state_dict(wrong, ref.state_dict())
+    with pytest.raises(PlanMismatchError, match=r"node tanh.*produced output 0 as \['R'\] "
+                                                r"but the plan says \['P\(sum\)'\]"):
+        wrong(x, shift=shift)
