@@ -1,14 +1,12 @@
 """Tracing and the graph JSON (docs/formats.md section 1), single process, no planner."""
 
 import json
-import operator
 
 import pytest
 import torch
-import torch.nn as nn
 from torch.distributed.tensor import Replicate, Shard
 
-from autoshard.graph_export import encode_arg, graph_dict, graph_json, module_path
+from autoshard.graph_export import encode_arg, graph_dict, graph_json
 from autoshard.models import MLP, Llama, LlamaConfig
 from autoshard.placements import (layout_from_strs, layout_to_strs, local_shape,
                                   placement_from_str)

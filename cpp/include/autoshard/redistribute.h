@@ -62,28 +62,21 @@ class RedistributionCache {
  public:
   explicit RedistributionCache(const MeshModel& model) : model_(model) {}
   double time_us(const TensorMeta& global, const Layout& from, const Layout& to);
-  // The fast path: intern a tensor meta once, then look up by its id.
+  // The fast path: intern tensor metas and layouts once, then look up by their ids.
   int32_t intern(const TensorMeta& global);
-  double time_us(int32_t meta_id, const Layout& from, const Layout& to);
-  size_t size() const { return cache_.size(); }
+  int32_t intern(const Layout& layout);
+  double time_us(int32_t meta_id, int32_t from_id, int32_t to_id);
+  size_t size() const { return computed_; }
 
  private:
-  struct Key {
-    int32_t meta = 0;
-    uint64_t from = 0, to = 0;
-    bool operator==(const Key& o) const { return meta == o.meta && from == o.from && to == o.to; }
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const {
-      uint64_t h = k.from * 0x9E3779B97F4A7C15ull ^ (k.to + 0x632BE59BD9B4E019ull + (h_mix(k.meta) << 6));
-      return static_cast<size_t>(h ^ (h >> 29));
-    }
-    static uint64_t h_mix(int32_t v) { return static_cast<uint64_t>(v) * 0xBF58476D1CE4E5B9ull; }
-  };
   const MeshModel& model_;
   std::vector<TensorMeta> metas_;
   std::unordered_map<std::string, int32_t> meta_ids_;
-  std::unordered_map<Key, double, KeyHash> cache_;
+  std::vector<Layout> layouts_;
+  std::unordered_map<uint64_t, int32_t> layout_ids_;
+  // times_[meta][from] is a row indexed by `to`, grown on demand; NaN = not computed yet.
+  std::vector<std::vector<std::vector<double>>> times_;
+  size_t computed_ = 0;
 };
 
 }  // namespace autoshard

@@ -171,19 +171,30 @@ int32_t RedistributionCache::intern(const TensorMeta& global) {
   return it->second;
 }
 
-double RedistributionCache::time_us(int32_t meta_id, const Layout& from, const Layout& to) {
-  if (from == to) return 0.0;
-  Key k{meta_id, layout_code(from), layout_code(to)};
-  auto it = cache_.find(k);
-  if (it != cache_.end()) return it->second;
-  double t = plan_redistribution(metas_.at(meta_id), from, to, model_).time_us;
-  cache_.emplace(k, t);
+int32_t RedistributionCache::intern(const Layout& layout) {
+  auto [it, fresh] = layout_ids_.emplace(layout_code(layout), static_cast<int32_t>(layouts_.size()));
+  if (fresh) layouts_.push_back(layout);
+  return it->second;
+}
+
+double RedistributionCache::time_us(int32_t meta_id, int32_t from_id, int32_t to_id) {
+  if (from_id == to_id) return 0.0;
+  if (times_.size() <= static_cast<size_t>(meta_id)) times_.resize(meta_id + 1);
+  auto& rows = times_[meta_id];
+  if (rows.size() <= static_cast<size_t>(from_id)) rows.resize(from_id + 1);
+  auto& row = rows[from_id];
+  if (row.size() <= static_cast<size_t>(to_id)) row.resize(to_id + 1, std::numeric_limits<double>::quiet_NaN());
+  double& t = row[to_id];
+  if (std::isnan(t)) {
+    t = plan_redistribution(metas_.at(meta_id), layouts_.at(from_id), layouts_.at(to_id), model_).time_us;
+    ++computed_;
+  }
   return t;
 }
 
 double RedistributionCache::time_us(const TensorMeta& global, const Layout& from, const Layout& to) {
   if (from == to) return 0.0;
-  return time_us(intern(global), from, to);
+  return time_us(intern(global), intern(from), intern(to));
 }
 
 }  // namespace autoshard

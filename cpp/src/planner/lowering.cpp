@@ -69,23 +69,23 @@ class Lowerer {
   void add_pair(int32_t gu, int32_t gv, const TensorMeta& meta, const std::vector<const Layout*>& lu,
                 const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what) {
     // Distinct layouts on each side: most strategies share a handful of them.
-    auto distinct = [](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<const Layout*>& reps) {
-      std::unordered_map<uint64_t, int> seen;
+    auto distinct = [&](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<int32_t>& reps) {
+      std::unordered_map<int32_t, int> seen;
       for (const Layout* x : l) {
-        auto [it, fresh] = seen.emplace(layout_code(*x), static_cast<int>(reps.size()));
-        if (fresh) reps.push_back(x);
+        auto [it, fresh] = seen.emplace(cache_.intern(*x), static_cast<int>(reps.size()));
+        if (fresh) reps.push_back(it->first);
         id.push_back(it->second);
       }
     };
     std::vector<int> iu, iv;
-    std::vector<const Layout*> ru, rv;
+    std::vector<int32_t> ru, rv;
     distinct(lu, iu, ru);
     distinct(lv, iv, rv);
     std::vector<double> table(ru.size() * rv.size());
     const int32_t meta_id = cache_.intern(meta);
     for (size_t a = 0; a < ru.size(); ++a)
       for (size_t b = 0; b < rv.size(); ++b)
-        table[a * rv.size() + b] = u_to_v ? cache_.time_us(meta_id, *ru[a], *rv[b]) : cache_.time_us(meta_id, *rv[b], *ru[a]);
+        table[a * rv.size() + b] = u_to_v ? cache_.time_us(meta_id, ru[a], rv[b]) : cache_.time_us(meta_id, rv[b], ru[a]);
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
     const int32_t u = lp_.solver_node[gu], v = lp_.solver_node[gv];

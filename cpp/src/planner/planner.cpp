@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -124,6 +125,12 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   plan.choice = expand_solution(r.lowered, solution);
   plan.cost = evaluate_choice(r.sharding, plan.choice, cache);
   plan.solver_objective_us = objective + r.lowered.constant_cost;
+  // The lowering must price every plan exactly as the graph does; a mismatch is a bug here,
+  // never something to report as a plan.
+  if (std::abs(plan.solver_objective_us - plan.cost.total_us) > 1e-6 * std::max(1.0, plan.cost.total_us))
+    throw std::logic_error("internal error: the solver problem prices the plan at " +
+                           std::to_string(plan.solver_objective_us) + " us but the graph at " +
+                           std::to_string(plan.cost.total_us) + " us; please report this with the graph");
   plan.lower_bound_us = (plan.proven_optimal ? objective : bound) + r.lowered.constant_cost;
   plan.total_time_s = seconds_since(t0);
   return r;

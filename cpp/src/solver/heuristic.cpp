@@ -159,8 +159,9 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
       if (options.verbose)
         std::fprintf(stderr, "[heuristic]   decode peak %lld cost %.6g, repair %.6g, descent %.6g\n",
                      (long long)peak_after_decode, cost_after_decode, cost_after_repair, state.cost());
-      if (state.valid() && state.cost() < best_cost) {
-        best_cost = state.cost();
+      // The running cost is incremental; the recorded one is recomputed exactly.
+      if (state.valid() && state.cost() < best_cost && detail::graph_cost(g, state.labels()) < best_cost) {
+        best_cost = detail::graph_cost(g, state.labels());
         best_x = state.labels();
         if (result.time_to_first_s < 0) result.time_to_first_s = seconds_since(t0);
       }

@@ -232,6 +232,7 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return delta[a] < delta[b]; });
     const Cost tol = 1e-9 * std::max(1.0, std::abs(cost_));
     int32_t best_r = -1;
+    const Cost cost_before = cost_;
     for (int32_t r : order) {
       if (!(delta[r] < -tol)) break;
       for (int32_t k = 0; k < size; ++k) {
@@ -244,6 +245,7 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
         const int32_t m = mem[k];
         if (x_[m] != saved[k]) move(m, saved[k], move_delta(m, saved[k]));
       }
+      cost_ = cost_before;  // trial moves pass through infeasible entries: no rounding drift
     }
     if (best_r < 0) continue;
     ++moves;
