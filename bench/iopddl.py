@@ -64,7 +64,7 @@ def run_one(cli, path, limit, extra):
     wall = time.monotonic() - start
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
     rss_mb = int(m.group(1)) / 1024.0 if m else None
-    err = "\n".join(line for line in proc.stderr.splitlines() 
+    err = "\n".join(line for line in proc.stderr.splitlines()
                     if not line.startswith("\t") and not line.startswith("Command exited with"))
     return proc.returncode, proc.stdout, err, wall, rss_mb
 

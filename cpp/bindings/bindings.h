@@ -6,4 +6,5 @@ namespace autoshard::bindings {
 void register_json(nanobind::module_& m);
 void register_planner(nanobind::module_& m);
 void register_cost(nanobind::module_& m);
+void register_strategies(nanobind::module_& m);
 }  // namespace autoshard::bindings

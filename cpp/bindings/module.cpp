@@ -24,4 +24,5 @@ NB_MODULE(_core, m) {
   autoshard::bindings::register_json(m);
   autoshard::bindings::register_planner(m);
   autoshard::bindings::register_cost(m);
+  autoshard::bindings::register_strategies(m);
 }

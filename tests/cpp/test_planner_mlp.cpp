@@ -12,6 +12,7 @@
 #include "autoshard/layout.h"
 #include "autoshard/evaluate.h"
 #include "autoshard/planner.h"
+#include "autoshard/report.h"
 #include "autoshard/rules.h"
 
 using namespace autoshard;
@@ -258,4 +259,26 @@ TEST(PlannerMemory, MemoryLimitBoundsThePeakOfThePlan) {
   EXPECT_LE(independent_peak(tight), o.memory_limit_bytes);
   EXPECT_GE(tight.plan.cost.total_us, loose.plan.cost.total_us - 1e-9);
   expect_objective_matches_evaluation(tight);
+}
+
+TEST(PlannerReport, ModuleGroupsAndFolding) {
+  EXPECT_EQ(module_group("layers.3.attention.wq"), "layers.3");
+  EXPECT_EQ(module_group("layers.12"), "layers.12");
+  EXPECT_EQ(module_group("w1"), "w1");
+  EXPECT_EQ(module_group("encoder.blocks.0.mlp"), "encoder.blocks.0");
+  EXPECT_EQ(module_group(""), "(other)");
+  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  PlannerOptions o = options({2, 2});
+  o.parameter_memory_default = false;
+  PlanningResult r = run_planner(g, o);
+  // The loss tangent is pinned to R (one strategy): folded into a constant, not a solver node.
+  int32_t tangent = g.index_by_name.at("tangents_1");
+  EXPECT_EQ(r.sharding.strategies[tangent].size(), 1u);
+  EXPECT_EQ(r.lowered.solver_node[tangent], -1);
+  EXPECT_EQ(r.lowered.problem.num_nodes(), g.nodes.size() - 1);
+  expect_objective_matches_evaluation(r);
+  std::string report = plan_report(r.sharding, r.plan, true);
+  EXPECT_NE(report.find("w1 [5 nodes]"), std::string::npos) << report;
+  EXPECT_NE(report.find("weight RR"), std::string::npos) << report;
+  EXPECT_NE(report.find("tangents_1 placeholder [1, pinned]"), std::string::npos) << report;
 }

@@ -28,6 +28,10 @@ TEST(RulesReductions, MeanIsAvgOnlyWithEvenShards) {
 TEST(RulesReductions, AmaxGivesPartialMax) {
   auto c = make_case("aten.amax.default", {{{4, 8}}}, "[$0, [1], true]", {{{4, 1}}});
   EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0)|S(0)", "P(max)|S(1)", "P(max)|P(max)"}));
+  // 8 over 3 ranks chunks as 3,3,2: fine; 4 over 3 gives an empty block, whose max is undefined.
+  auto u = make_case("aten.amax.default", {{{4, 8}}}, "[$0, [1], true]", {{{4, 1}}}, "{}", {3});
+  EXPECT_TRUE(u->accept({L({"P(max)"})}, {L({"S(1)"})}));
+  EXPECT_FALSE(u->accept({L({"S(0)"})}, {L({"S(0)"})}));
 }
 
 TEST(RulesReductions, TopkAndSortShardOnlyOtherDims) {

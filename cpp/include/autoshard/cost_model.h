@@ -65,6 +65,15 @@ std::vector<std::string> known_hardware();
 // rate is needed (peak bf16, HBM bandwidth, link bandwidths, gpus_per_node).
 void validate_hardware_profile(const HardwareProfile& hw);
 
+class Json;
+// A profile from JSON: either a known name ("H100") or an object of HardwareProfile fields,
+// optionally starting from a known profile: {"base": "H100", "gpus_per_node": 4,
+// "inter_node_bandwidth": 25e9}. Unknown keys and wrong types throw std::invalid_argument
+// naming the key; the result is validated (validate_hardware_profile).
+HardwareProfile hardware_profile_from_json(const Json& spec);
+// Every field as a JSON object (the inverse of hardware_profile_from_json).
+Json hardware_profile_to_json(const HardwareProfile& hw);
+
 // Peak FLOP/s the roofline uses for a dtype; 0 for integer and bool dtypes (memory bound).
 double peak_flops(const HardwareProfile& hw, DType dtype);
 

@@ -9,7 +9,7 @@
 //    "input_constraints": {"primals_12": ["S(0)", "R"]},
 //    "output_constraints": {"0": ["R", "R"]},
 //    "node_constraints": {"mm_3": ["S(0)", "S(1)"]},
-//    "time_limit_s": 60,       (the solver's wall-clock budget)
+//    "time_limit_s": 20,       (the solver's wall-clock budget, default 20)
 //    "verbose": false}
 #pragma once
 
@@ -32,7 +32,7 @@ struct PlannerOptions {
   std::optional<std::pair<double, double>> parameter_memory;  // used when !parameter_memory_default
   int64_t memory_limit_bytes = -1;
   PlacementConstraints constraints;
-  double time_limit_s = 60.0;
+  double time_limit_s = 20.0;  // the solver's budget; plans stop early when proven optimal
   bool verbose = false;
 };
 

@@ -103,19 +103,51 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
     grp.comm_us += plan.cost.node_comm_us[i];
     if (n.role == NodeRole::Parameter) {
       grp.param_bytes += local_meta(*n.outputs[0], *s.outputs[0], m.mesh).bytes();
-      grp.weights.push_back(n.fqn + " " + layout_str(*s.outputs[0]));
+      // Named relative to the group ("attention.wq.weight" inside "layers.3").
+      std::string w = n.fqn.rfind(grp.name + ".", 0) == 0 ? n.fqn.substr(grp.name.size() + 1) : n.fqn;
+      grp.weights.push_back(w + " " + layout_str(*s.outputs[0]));
     } else if (n.role == NodeRole::Compute && n.phase != Phase::Backward && !n.outputs.empty() && n.outputs[0]) {
       int64_t b = n.outputs[0]->bytes();
       if (b >= grp.main_activation_bytes) { grp.main_activation_bytes = b; grp.main_activation = static_cast<int32_t>(i); }
     }
   }
+  // Consecutive numbered groups (layers.0, layers.1, ...) with the same placements and costs
+  // are printed once: "layers.0-31 (32 identical)".
+  auto numbered = [](const std::string& name, std::string& prefix, std::string& number) {
+    size_t dot = name.rfind('.');
+    if (dot == std::string::npos || !is_number(name.substr(dot + 1))) return false;
+    prefix = name.substr(0, dot);
+    number = name.substr(dot + 1);
+    return true;
+  };
+  auto signature = [&](const Group& grp) {
+    std::string sig = ms(grp.compute_us) + "|" + ms(grp.comm_us) + "|" + std::to_string(grp.param_bytes) + "|";
+    for (const auto& w : grp.weights) sig += w + ";";
+    if (grp.main_activation >= 0)
+      sig += layout_str(*sm.strategies[grp.main_activation][plan.choice[grp.main_activation]].outputs[0]);
+    return sig;
+  };
   os << "\nper module (compute ms | comm ms | params MiB/GPU | weights | main activation):\n";
-  for (const auto& grp : groups) {
-    os << "  " << grp.name << " [" << grp.nodes << " nodes]: " << ms(grp.compute_us) << " | " << ms(grp.comm_us) << " | "
+  for (size_t k = 0; k < groups.size();) {
+    const Group& grp = groups[k];
+    size_t end = k + 1;
+    std::string prefix, first, last;
+    if (numbered(grp.name, prefix, first)) {
+      std::string sig = signature(grp);
+      while (end < groups.size()) {
+        std::string p2, n2;
+        if (!numbered(groups[end].name, p2, n2) || p2 != prefix || signature(groups[end]) != sig) break;
+        last = n2;
+        ++end;
+      }
+    }
+    os << "  " << grp.name;
+    if (end - k > 1) os << "-" << last << " (" << (end - k) << " identical, each)";
+    os << " [" << grp.nodes << " nodes]: " << ms(grp.compute_us) << " | " << ms(grp.comm_us) << " | "
        << mib(static_cast<double>(grp.param_bytes));
     if (!grp.weights.empty()) {
       os << " | ";
-      for (size_t k = 0; k < grp.weights.size(); ++k) os << (k ? ", " : "") << grp.weights[k];
+      for (size_t w = 0; w < grp.weights.size(); ++w) os << (w ? ", " : "") << grp.weights[w];
     }
     if (grp.main_activation >= 0) {
       const Node& a = g.nodes[grp.main_activation];
@@ -123,6 +155,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
          << layout_str(*sm.strategies[grp.main_activation][plan.choice[grp.main_activation]].outputs[0]);
     }
     os << "\n";
+    k = end;
   }
 
   // Where the communication goes.

@@ -61,6 +61,11 @@ bool mean_accept(const RuleContext& ctx, const std::vector<Layout>& outputs, con
   return true;
 }
 
+// max/min over an empty block is undefined (torch raises), so a rank must not get one.
+bool no_empty_input_block(const RuleContext& ctx, const std::vector<Layout>&, const std::vector<Layout>& inputs) {
+  return !has_empty_shard(ctx.mesh, inputs.at(0), input_meta(ctx, 0));
+}
+
 OpRule reduction_rule(ReductionSpec spec) {
   OpRule r;
   r.rows = [spec](const RuleContext& ctx) { return reduction_rows(ctx, spec); };
@@ -115,8 +120,12 @@ void register_reduction_rules() {
   OpRule mean_dim = reduction_rule({1, "dim", 2, ReduceOp::Avg});
   mean_dim.accept = mean_accept;
   add_rule("aten.mean.dim", mean_dim);
-  add_rule("aten.amax.default", reduction_rule({1, "dim", 2, ReduceOp::Max}));
-  add_rule("aten.amin.default", reduction_rule({1, "dim", 2, ReduceOp::Min}));
+  OpRule amax = reduction_rule({1, "dim", 2, ReduceOp::Max});
+  amax.accept = no_empty_input_block;
+  add_rule("aten.amax.default", amax);
+  OpRule amin = reduction_rule({1, "dim", 2, ReduceOp::Min});
+  amin.accept = no_empty_input_block;
+  add_rule("aten.amin.default", amin);
   add_rules({"aten.all.default", "aten.any.default"}, reduction_rule({SIZE_MAX, nullptr, SIZE_MAX, std::nullopt}));
   add_rules({"aten.all.dim", "aten.any.dim", "aten.all.dims", "aten.any.dims", "aten.logsumexp.default",
              "aten.max.dim", "aten.min.dim"},

@@ -84,6 +84,7 @@ class LocalSearch {
     for (int pass = 0; pass < 1000 && !deadline_.passed(); ++pass) {
       bool improved = false;
       for (int32_t i = 0; i < m_.n; ++i) {
+        if ((i & 255) == 255 && deadline_.passed()) return;
         if (m_.strategies(i) == 1) continue;
         int64_t max_live = std::numeric_limits<int64_t>::min();
         for (int32_t k = m_.live_lo[i]; k < m_.live_hi[i]; ++k) max_live = std::max(max_live, live_[k]);

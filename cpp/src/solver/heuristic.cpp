@@ -75,6 +75,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   Cost best_cost = std::numeric_limits<Cost>::infinity();
   Cost best_bound = -std::numeric_limits<Cost>::infinity();
   double step_scale = 1.0;
+  double target_gap = 0.15;  // Polyak target above the bound; shrinks as the bound stalls
   int rounds_without_bound_gain = 0;
 
   for (int round = 0; Clock::now() < deadline; ++round) {
@@ -90,7 +91,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
       for (int32_t s = 0; s < g.labels(i); ++s) unary[off + s] = g.node_cost[off + s] + pen * double(g.usage[off + s]);
     }
     trws.set_unary(unary);
-    const int iterations = round == 0 ? 10 : 3;
+    const int iterations = round == 0 ? 10 : 10;
     for (int k = 0; k < iterations && Clock::now() < deadline; ++k) trws.iterate(labeling);
     if (labeling.empty()) break;
     // Valid for any multipliers >= 0: every valid plan has penalised cost <= cost + sum(lambda) * limit.
@@ -100,6 +101,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
       rounds_without_bound_gain = 0;
     } else if (++rounds_without_bound_gain >= 5) {
       step_scale *= 0.5;
+      target_gap = std::max(0.02, target_gap * 0.7);
       rounds_without_bound_gain = 0;
     }
 
@@ -117,11 +119,11 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
       for (int32_t t = 0; t < T; ++t) if (lambda[t] > 0) { mean_lambda += lambda[t]; ++positive; }
       const double unit = positive ? 0.05 * mean_lambda / positive : boost_unit;
       double scale = 1.0;
-      for (int attempt = 0; attempt < 16 && !state.memory_ok() && Clock::now() < deadline; ++attempt) {
+      for (int attempt = 0; attempt < 10 && !state.memory_ok() && Clock::now() < deadline; ++attempt) {
         memory.values(repair_profile);
-        scale *= 1.1;
+        scale *= 1.15;
         for (int32_t t = 0; t < T; ++t)
-          if (repair_profile[t] > red.reduced.usage_limit) boost[t] = std::min(boost_cap, std::max(1.6 * boost[t], unit));
+          if (repair_profile[t] > red.reduced.usage_limit) boost[t] = std::min(boost_cap, std::max(2.0 * boost[t], unit));
         double run = 0;
         for (int32_t t = 0; t < T; ++t) prefix[t + 1] = (run += scale * lambda[t] + boost[t]);
         for (int32_t i = 0; i < g.num_nodes; ++i) {
@@ -150,11 +152,13 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
         const int64_t single = state.descend(deadline);
         const auto t_single = Clock::now();
         const int64_t grouped = state.descend_clusters(deadline, clusters);
+        const int64_t ejected = state.descend_ejection(deadline, clusters);
         if (options.verbose)
-          std::fprintf(stderr, "[heuristic]   pass %d: %lld single moves (%.2fs), %lld group moves (%.2fs)\n", pass,
+          std::fprintf(stderr, "[heuristic]   pass %d: %lld single moves (%.2fs), %lld group moves, %lld ejection moves (%.2fs)\n", pass,
                        (long long)single, std::chrono::duration<double>(t_single - t_pass).count(),
-                       (long long)grouped, std::chrono::duration<double>(Clock::now() - t_single).count());
-        if (single + grouped == 0) break;
+                       (long long)grouped, (long long)ejected,
+                       std::chrono::duration<double>(Clock::now() - t_single).count());
+        if (single + grouped + ejected == 0) break;
       }
       if (options.verbose)
         std::fprintf(stderr, "[heuristic]   decode peak %lld cost %.6g, repair %.6g, descent %.6g\n",
@@ -179,7 +183,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     // Polyak target: the best plan, but never more than 3% above the bound (a poor early plan
     // would make the steps far too long and the multipliers oscillate).
     const double target = std::min(std::isfinite(best_cost) ? best_cost : std::numeric_limits<double>::infinity(),
-                                   bound + 0.03 * std::abs(bound) + 1.0);
+                                   bound + target_gap * std::abs(bound) + 1.0);
     double norm2 = 0;
     for (int32_t t = 0; t < T; ++t) {
       const double sg = double(profile[t]) - limit;

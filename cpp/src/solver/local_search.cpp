@@ -64,17 +64,23 @@ void PlanState::move(int32_t i, int32_t s, Cost delta) {
 }
 
 bool PlanState::repair(Clock::time_point deadline) {
+  if (!repair_memory(deadline, std::numeric_limits<int64_t>::max(), nullptr)) return false;
+  return repair_budgets(deadline);
+}
+
+bool PlanState::repair_memory(Clock::time_point deadline, int64_t max_steps, MoveLog* log) {
   const int64_t limit = memory_.limit();
-  std::vector<Cost> lc;
-  while (memory_.limited() && memory_.peak() > limit) {
-    if (Clock::now() > deadline) return false;
+  std::vector<Cost>& lc = repair_scratch_;
+  locked_.resize(g_.num_nodes, 0);
+  for (int64_t step = 0; memory_.limited() && memory_.peak() > limit; ++step) {
+    if (step >= max_steps || Clock::now() > deadline) return false;
     const int32_t t = memory_.peak_point();
     const int64_t excess = memory_.peak() - limit;
     double best_ratio = std::numeric_limits<double>::infinity();
     int32_t best_node = -1, best_label = -1;
     Cost best_delta = 0;
     for (int32_t i = 0; i < g_.num_nodes; ++i) {
-      if (memory_.first(i) > t || memory_.last(i) <= t) continue;
+      if (memory_.first(i) > t || memory_.last(i) <= t || locked_[i]) continue;
       const int64_t* u = g_.usages(i);
       bool any = false;
       for (int32_t s = 0; s < g_.labels(i) && !any; ++s) any = u[s] < u[x_[i]];
@@ -93,9 +99,50 @@ bool PlanState::repair(Clock::time_point deadline) {
       }
     }
     if (best_node < 0) return false;  // nothing live at the peak can shrink
+    if (log) log->push_back({best_node, x_[best_node]});
     move(best_node, best_label, best_delta);
   }
-  return repair_budgets(deadline);
+  return true;
+}
+
+void PlanState::undo(MoveLog& log, Cost cost_before) {
+  for (auto it = log.rbegin(); it != log.rend(); ++it) move(it->first, it->second, 0.0);
+  log.clear();
+  cost_ = cost_before;
+}
+
+int64_t PlanState::descend_ejection(Clock::time_point deadline, const Clusters& cl) {
+  // A cheaper label that does not fit in memory is taken anyway, then the greedy repair
+  // (which may not touch the moved node) makes room; kept only when the total improves.
+  int64_t moves = 0;
+  std::vector<Cost> lc;
+  MoveLog log;
+  locked_.resize(g_.num_nodes, 0);
+  for (int32_t i = 0; i < g_.num_nodes; ++i) {
+    if ((i & 255) == 0 && Clock::now() > deadline) break;
+    if (cl.size(cl.cluster_of[i]) > 1 || !memory_.limited()) continue;
+    local_costs(i, lc);
+    const Cost current = lc[x_[i]];
+    const Cost tol = 1e-9 * std::max(1.0, std::abs(cost_));
+    int32_t best = -1;
+    for (int32_t s = 0; s < g_.labels(i); ++s)
+      if (lc[s] < current - tol && (best < 0 || lc[s] < lc[best]) && !memory_.fits(i, x_[i], s)) best = s;
+    if (best < 0) continue;
+    // Only worth trying when even the best single-move ratio could pay for the room.
+    const Cost before = cost_;
+    log.clear();
+    log.push_back({i, x_[i]});
+    move(i, best, lc[best] - current);
+    locked_[i] = 1;
+    const bool ok = repair_memory(deadline, 12, &log) && budgets_ok();
+    locked_[i] = 0;
+    if (ok && cost_ < before - tol) {
+      ++moves;
+    } else {
+      undo(log, before);
+    }
+  }
+  return moves;
 }
 
 bool PlanState::repair_budgets(Clock::time_point deadline) {
@@ -192,6 +239,7 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
   int64_t moves = 0;
   std::vector<int32_t> saved, order;
   std::vector<Cost> delta;
+  locked_.resize(g_.num_nodes, 0);
   std::deque<int32_t> queue;
   std::vector<uint8_t> queued(cl.num_clusters(), 0);
   for (int32_t c = 0; c < cl.num_clusters(); ++c)
@@ -241,6 +289,16 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
         if (s != x_[m]) move(m, s, move_delta(m, s));
       }
       if (valid()) { best_r = r; break; }
+      if (memory_.limited() && budgets_ok() && !takes_infeasible()) {
+        // Make room for the group with the greedy repair (group members locked).
+        for (int32_t k = 0; k < size; ++k) locked_[mem[k]] = 1;
+        group_log_.clear();
+        const Cost cost_after_group = cost_;
+        const bool ok = repair_memory(deadline, 12, &group_log_) && budgets_ok();
+        for (int32_t k = 0; k < size; ++k) locked_[mem[k]] = 0;
+        if (ok && cost_ < cost_before - tol) { best_r = r; break; }
+        undo(group_log_, cost_after_group);
+      }
       for (int32_t k = size - 1; k >= 0; --k) {
         const int32_t m = mem[k];
         if (x_[m] != saved[k]) move(m, saved[k], move_delta(m, saved[k]));

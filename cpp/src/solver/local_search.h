@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "graph_clusters.h"
@@ -47,6 +48,10 @@ class PlanState {
   // Cost change of node i switching to label s with the neighbours as they are.
   Cost move_delta(int32_t i, int32_t s) const;
 
+  // Improving moves that need memory: take the move, then let a short greedy repair (that
+  // may not undo it) make room; keep the result only when the total cost went down.
+  int64_t descend_ejection(Clock::time_point deadline, const Clusters& clusters);
+
   const GraphView& graph() const { return g_; }
   MemoryProfile& memory() { return memory_; }
 
@@ -58,7 +63,15 @@ class PlanState {
   std::vector<int64_t> budget_sum_;
   mutable std::vector<Cost> scratch_;
 
+  using MoveLog = std::vector<std::pair<int32_t, int32_t>>;  // (node, previous label)
+  std::vector<uint8_t> locked_;  // nodes the memory repair may not move
+  std::vector<Cost> repair_scratch_;
+  MoveLog group_log_;
+
   bool repair_budgets(Clock::time_point deadline);
+  // Greedy memory repair of at most max_steps moves, skipping locked nodes, logging moves.
+  bool repair_memory(Clock::time_point deadline, int64_t max_steps, MoveLog* log);
+  void undo(MoveLog& log, Cost cost_before);
 };
 
 }  // namespace autoshard::detail
