@@ -8,6 +8,7 @@
 #include <string>
 
 #include "autoshard/cost_model.h"
+#include "autoshard/json.h"
 #include "bindings.h"
 
 namespace nb = nanobind;
@@ -56,8 +57,17 @@ CollectiveAlgorithm parse_algorithm(const std::string& name) {
   throw std::invalid_argument("unknown collective algorithm '" + name + "'; expected auto, ring or tree");
 }
 
+// `hardware` is a profile name ("H100") or a JSON object of profile fields, optionally with a
+// "base" profile: '{"base": "H100", "gpus_per_node": 4}'.
+HardwareProfile resolve(const std::string& hardware) {
+  size_t first = hardware.find_first_not_of(" \t\n");
+  if (first != std::string::npos && hardware[first] == '{')
+    return hardware_profile_from_json(parse_json(hardware));
+  return hardware_profile(hardware);
+}
+
 HardwareProfile profile_with_tf32(const std::string& hardware, bool allow_tf32) {
-  HardwareProfile hw = hardware_profile(hardware);
+  HardwareProfile hw = resolve(hardware);
   hw.fp32_matmul_uses_tf32 = allow_tf32;
   return hw;
 }
@@ -66,8 +76,9 @@ HardwareProfile profile_with_tf32(const std::string& hardware, bool allow_tf32) 
 
 void register_cost(nb::module_& m) {
   m.def("known_hardware", &known_hardware, "Names of the built-in hardware profiles.");
-  m.def("hardware_profile", [](const std::string& name) { return profile_dict(hardware_profile(name)); },
-        nb::arg("name"), "The built-in profile as a dict (rates per second, times in us, sizes in bytes).");
+  m.def("hardware_profile", [](const std::string& name) { return profile_dict(resolve(name)); },
+        nb::arg("name"), "A profile (a built-in name or a JSON object of fields with an optional \"base\") as a dict "
+        "(rates per second, times in us, sizes in bytes).");
   m.def("dtype_bytes", [](const std::string& dtype) { return dtype_bytes(parse_dtype(dtype)); }, nb::arg("dtype"),
         "Bytes per element of a torch dtype name.");
   m.def(
@@ -78,13 +89,13 @@ void register_cost(nb::module_& m) {
       nb::arg("hardware"), nb::arg("flops"), nb::arg("bytes_moved"), nb::arg("dtype"), nb::arg("allow_tf32") = true,
       "Roofline time (us) of one kernel: max(flops/(peak*eff), bytes/(bw*eff), floor).");
   m.def("memory_time_us",
-        [](const std::string& hardware, double bytes_moved) { return memory_time_us(hardware_profile(hardware), bytes_moved); },
+        [](const std::string& hardware, double bytes_moved) { return memory_time_us(resolve(hardware), bytes_moved); },
         nb::arg("hardware"), nb::arg("bytes_moved"), "Time (us) of a memory-bound kernel moving that many bytes.");
   m.def(
       "mesh_dim_links",
       [](const std::string& hardware, const std::vector<int64_t>& mesh_shape) {
         nb::list out;
-        for (const auto& l : mesh_dim_links(hardware_profile(hardware), mesh_shape)) {
+        for (const auto& l : mesh_dim_links(resolve(hardware), mesh_shape)) {
           nb::dict d;
           d["group_size"] = l.group_size;
           d["nodes"] = l.nodes;
@@ -102,7 +113,7 @@ void register_cost(nb::module_& m) {
       "collective_time_us",
       [](const std::string& kind, double bytes, const std::string& hardware, const std::vector<int64_t>& mesh_shape,
          int mesh_dim, const std::string& algorithm) {
-        auto links = mesh_dim_links(hardware_profile(hardware), mesh_shape);
+        auto links = mesh_dim_links(resolve(hardware), mesh_shape);
         if (mesh_dim < 0 || static_cast<size_t>(mesh_dim) >= links.size())
           throw std::invalid_argument("mesh_dim " + std::to_string(mesh_dim) + " is outside a mesh with " +
                                       std::to_string(links.size()) + " dims");

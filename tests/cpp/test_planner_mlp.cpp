@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "autoshard/cli.h"
@@ -281,4 +282,37 @@ TEST(PlannerReport, ModuleGroupsAndFolding) {
   EXPECT_NE(report.find("w1 [5 nodes]"), std::string::npos) << report;
   EXPECT_NE(report.find("weight RR"), std::string::npos) << report;
   EXPECT_NE(report.find("tangents_1 placeholder [1, pinned]"), std::string::npos) << report;
+}
+
+TEST(PlannerBruteForce, GradientSinkAndTangentPinOnAForwardBackwardLinear) {
+  // y = x @ w.T and its weight gradient gw = gy.T @ x, which must leave in w's layout; the
+  // tangent gy arrives in y's (replicated) layout. Every combination on a 4-GPU mesh.
+  Graph g = read_graph_file(data("linear_fwd_bwd.json"));
+  for (bool budget : {false, true}) {
+    PlannerOptions o = options({4});
+    o.parameter_memory_default = budget;
+    PlanningResult r = run_planner(g, o);
+    const auto& st = r.sharding.strategies;
+    ASSERT_EQ(st[2].size(), 1u);  // the tangent is pinned
+    RedistributionCache cache(*r.model);
+    const int64_t wbytes = g.nodes[0].outputs[0]->bytes();
+    double best = INFINITY;
+    std::vector<int32_t> c(g.nodes.size(), 0);
+    std::function<void(size_t)> walk = [&](size_t i) {
+      if (i == c.size()) {
+        ChoiceCost cc = evaluate_choice(r.sharding, c, cache);
+        if (!budget || cc.parameter_bytes_per_gpu * 4 <= wbytes) best = std::min(best, cc.total_us);
+        return;
+      }
+      for (c[i] = 0; c[i] < static_cast<int32_t>(st[i].size()); ++c[i]) walk(i + 1);
+    };
+    walk(0);
+    EXPECT_NEAR(r.plan.cost.total_us, best, 1e-9 * best) << "budget " << budget;
+    expect_objective_matches_evaluation(r);
+    expect_outputs_follow_contract(r);
+    // The gradient leaves in the weight's layout; with the budget that is a sharded one.
+    const Layout& wl = output_layout(r, "w");
+    EXPECT_EQ(r.plan.cost.output_layouts[1], wl);
+    if (budget) EXPECT_TRUE(wl[0].is_shard()) << layout_str(wl);
+  }
 }

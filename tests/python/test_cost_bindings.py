@@ -59,3 +59,14 @@ def test_calibration_bench_runs_without_gpu():
     # wq at tp=8, 2048 tokens: 2*2048*4096*512 FLOP at 989.5 TFLOPS * 0.7 -> 12.4 us (compute bound)
     expected = 2 * 2048 * 4096 * 512 / (989.5e12 * 0.7) * 1e6
     assert abs(float(lines[0].split()[3]) - expected) < 0.05
+
+
+def test_custom_hardware_as_json():
+    custom = '{"base": "H100", "gpus_per_node": 4, "name": "H100x4"}'
+    assert _core.hardware_profile(custom)["gpus_per_node"] == 4
+    links = _core.mesh_dim_links(custom, [2, 4])
+    assert [l["nodes"] for l in links] == [2, 1]
+    with pytest.raises(ValueError, match="hardware.gpus_per_nod: unknown field"):
+        _core.hardware_profile('{"base": "H100", "gpus_per_nod": 4}')
+    with pytest.raises(ValueError):
+        _core.hardware_profile('{"base": "H100",')  # malformed JSON

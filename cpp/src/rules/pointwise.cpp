@@ -146,12 +146,12 @@ void register_pointwise_rules() {
   add_rules({"aten.minimum.default", "aten.fmin.default", "aten.clamp_max.Tensor"},
             pointwise_rule(PartialClass::MinPreserving));
   OpRule identity = pointwise_rule(PartialClass::Identity);
-  add_rules({"aten.clone.default", "aten.detach.default", "aten.lift_fresh_copy.default",
-             "aten.contiguous.default", "aten.positive.default"},
+  add_rules({"aten.clone.default", "aten.lift_fresh_copy.default", "aten.contiguous.default",
+             "aten.positive.default"},
             identity);
   OpRule identity_view = identity;
   identity_view.is_view = true;
-  add_rules({"aten.alias.default"}, identity_view);
+  add_rules({"aten.alias.default", "aten.detach.default"}, identity_view);  // no data moved
   add_rules({"aten._to_copy.default", "prims.convert_element_type.default", "aten.to.dtype"},
             pointwise_rule(PartialClass::Cast));
   add_rules({"aten.copy.default"}, pointwise_rule(PartialClass::Copy));

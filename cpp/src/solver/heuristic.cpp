@@ -75,6 +75,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   Cost best_cost = std::numeric_limits<Cost>::infinity();
   Cost best_bound = -std::numeric_limits<Cost>::infinity();
   double step_scale = 1.0;
+  bool primal_phase = false;
   double target_gap = 0.15;  // Polyak target above the bound; shrinks as the bound stalls
   int rounds_without_bound_gain = 0;
 
@@ -91,7 +92,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
       for (int32_t s = 0; s < g.labels(i); ++s) unary[off + s] = g.node_cost[off + s] + pen * double(g.usage[off + s]);
     }
     trws.set_unary(unary);
-    const int iterations = round == 0 ? 10 : 10;
+    const int iterations = round == 0 ? 10 : 5;
     for (int k = 0; k < iterations && Clock::now() < deadline; ++k) trws.iterate(labeling);
     if (labeling.empty()) break;
     // Valid for any multipliers >= 0: every valid plan has penalised cost <= cost + sum(lambda) * limit.
@@ -107,9 +108,42 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
 
     state.reset(labeling);
     memory.values(profile);
-    // Repair by re-decoding with extra penalties on the points still over the limit (doubling
-    // each attempt): the decoder conditions on neighbours, so coupled choices move together.
-    if (memory.limited() && !state.memory_ok()) {
+    // Repair, then improve by local search, and keep the plan when it is the best so far.
+    auto polish = [&](const char* how) {
+      const int64_t peak_before = memory.peak();
+      const Cost cost_before = state.cost();
+      if (!state.repair(deadline)) {
+        if (options.verbose)
+          std::fprintf(stderr, "[heuristic]   %s: peak %lld cost %.6g, repair failed\n", how,
+                       (long long)peak_before, cost_before);
+        return;
+      }
+      const Cost cost_repaired = state.cost();
+      for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
+        const int64_t single = state.descend(deadline);
+        const int64_t grouped = state.descend_clusters(deadline, clusters);
+        const int64_t ejected = state.descend_ejection(deadline, clusters);
+        if (single + grouped + ejected == 0) break;
+      }
+      if (options.verbose)
+        std::fprintf(stderr, "[heuristic]   %s: peak %lld cost %.6g, repaired %.6g, improved %.6g\n", how,
+                     (long long)peak_before, cost_before, cost_repaired, state.cost());
+      // The running cost is incremental; the recorded one is recomputed exactly.
+      if (state.valid() && state.cost() < best_cost && detail::graph_cost(g, state.labels()) < best_cost) {
+        best_cost = detail::graph_cost(g, state.labels());
+        best_x = state.labels();
+        if (result.time_to_first_s < 0) result.time_to_first_s = seconds_since(t0);
+      }
+    };
+    const double decoded_peak = double(memory.peak());
+    const double limit_d = double(red.reduced.usage_limit);
+    // Slightly over the limit: the greedy repair of the decoded plan itself loses least.
+    if (!memory.limited() || decoded_peak <= 1.05 * limit_d) polish("direct");
+    // Further over: re-decode with penalties pushed up where the limit breaks (far over the
+    // limit, with early multipliers, that takes long and gives a poor plan: skip once a plan exists).
+    if (memory.limited() && decoded_peak > limit_d && (best_x.empty() || decoded_peak <= 1.3 * limit_d)) {
+      state.reset(labeling);
+      {
       // Stay close to the multipliers' own plan: scale them up a little each attempt and add a
       // growing extra penalty only where the limit still breaks. Too strong a push would
       // over-shrink memory and give away cost elsewhere.
@@ -139,36 +173,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
         state.reset(repaired);
       }
     }
-    const int64_t peak_after_decode = memory.peak();
-    const Cost cost_after_decode = state.cost();
-    const bool repaired_ok = state.repair(deadline);
-    const Cost cost_after_repair = state.cost();
-    if (options.verbose && !repaired_ok)
-      std::fprintf(stderr, "[heuristic]   decode peak %lld cost %.6g, repair failed at peak %lld\n",
-                   (long long)peak_after_decode, cost_after_decode, (long long)memory.peak());
-    if (repaired_ok) {
-      for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
-        const auto t_pass = Clock::now();
-        const int64_t single = state.descend(deadline);
-        const auto t_single = Clock::now();
-        const int64_t grouped = state.descend_clusters(deadline, clusters);
-        const int64_t ejected = state.descend_ejection(deadline, clusters);
-        if (options.verbose)
-          std::fprintf(stderr, "[heuristic]   pass %d: %lld single moves (%.2fs), %lld group moves, %lld ejection moves (%.2fs)\n", pass,
-                       (long long)single, std::chrono::duration<double>(t_single - t_pass).count(),
-                       (long long)grouped, (long long)ejected,
-                       std::chrono::duration<double>(Clock::now() - t_single).count());
-        if (single + grouped + ejected == 0) break;
-      }
-      if (options.verbose)
-        std::fprintf(stderr, "[heuristic]   decode peak %lld cost %.6g, repair %.6g, descent %.6g\n",
-                     (long long)peak_after_decode, cost_after_decode, cost_after_repair, state.cost());
-      // The running cost is incremental; the recorded one is recomputed exactly.
-      if (state.valid() && state.cost() < best_cost && detail::graph_cost(g, state.labels()) < best_cost) {
-        best_cost = detail::graph_cost(g, state.labels());
-        best_x = state.labels();
-        if (result.time_to_first_s < 0) result.time_to_first_s = seconds_since(t0);
-      }
+      polish("penalised");
     }
     if (options.verbose)
       std::fprintf(stderr, "[heuristic] round %d t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g\n",
@@ -179,19 +184,35 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     if (!memory.limited() || T == 0) {
       continue;  // no multipliers to move: keep passing messages
     }
-    // Projected subgradient step (Polyak) on the multipliers.
-    // Polyak target: the best plan, but never more than 3% above the bound (a poor early plan
-    // would make the steps far too long and the multipliers oscillate).
-    const double target = std::min(std::isfinite(best_cost) ? best_cost : std::numeric_limits<double>::infinity(),
-                                   bound + target_gap * std::abs(bound) + 1.0);
-    double norm2 = 0;
-    for (int32_t t = 0; t < T; ++t) {
-      const double sg = double(profile[t]) - limit;
-      if (lambda[t] > 0 || sg > 0) norm2 += sg * sg;
-    }
-    if (norm2 > 0) {
-      const double step = step_scale * std::max(target - bound, 1e-6 * std::abs(target)) / norm2;
-      for (int32_t t = 0; t < T; ++t) lambda[t] = std::max(0.0, lambda[t] + step * (double(profile[t]) - limit));
+    // Two phases. First, projected subgradient steps (Polyak) raise the lower bound quickly.
+    // Once the bound stalls (or a third of the time is gone), gentle multiplicative "adaptive
+    // penalty" updates keep the decoded plans near the limit, where the best plans are; the
+    // bound stays valid for any multipliers >= 0.
+    if (!primal_phase && (step_scale < 0.3 || seconds_since(t0) > options.time_limit_s / 3)) primal_phase = true;
+    if (!primal_phase) {
+      // Polyak target: the best plan, but at most target_gap above the bound (a poor early
+      // plan would make the steps far too long and the multipliers oscillate).
+      const double target = std::min(std::isfinite(best_cost) ? best_cost : std::numeric_limits<double>::infinity(),
+                                     bound + target_gap * std::abs(bound) + 1.0);
+      double norm2 = 0;
+      for (int32_t t = 0; t < T; ++t) {
+        const double sg = double(profile[t]) - limit;
+        if (lambda[t] > 0 || sg > 0) norm2 += sg * sg;
+      }
+      if (norm2 > 0) {
+        const double step = step_scale * std::max(target - bound, 1e-6 * std::abs(target)) / norm2;
+        for (int32_t t = 0; t < T; ++t) lambda[t] = std::max(0.0, lambda[t] + step * (double(profile[t]) - limit));
+      }
+    } else {
+      double mean_lambda = 0;
+      int32_t positive = 0;
+      for (int32_t t = 0; t < T; ++t) if (lambda[t] > 0) { mean_lambda += lambda[t]; ++positive; }
+      const double unit = positive ? 0.02 * mean_lambda / positive : boost_unit;
+      for (int32_t t = 0; t < T; ++t) {
+        const double rel = (double(profile[t]) - limit) / limit;
+        if (rel > 0) lambda[t] = std::max(lambda[t], unit);
+        lambda[t] *= std::clamp(1.0 + 0.5 * rel, 0.8, 1.3);
+      }
     }
   }
 

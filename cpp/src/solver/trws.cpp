@@ -72,7 +72,7 @@ void Trws::start_decode() {
   if (clusters_) cluster_choice_.assign(clusters_->num_clusters(), -1);
 }
 
-int32_t Trws::pick(int32_t i) {
+int32_t Trws::pick(int32_t i, const Cost* unary, const std::vector<int32_t>& labeling) {
   if (clusters_) {
     const int32_t c = clusters_->cluster_of[i];
     if (clusters_->size(c) > 1) {
@@ -81,9 +81,33 @@ int32_t Trws::pick(int32_t i) {
         const int32_t forced = clusters_->label_of_root[off + cluster_choice_[c]];
         if (forced >= 0) return forced;
       }
-      const int32_t s = int32_t(std::min_element(tmp_.begin(), tmp_.end()) - tmp_.begin());
-      if (cluster_choice_[c] < 0) cluster_choice_[c] = clusters_->root_of_label[off + s];
-      return s;
+      // First member of its group: choose the group label on the whole group's energy given
+      // the decoded nodes (edges to undecoded outside nodes are estimated by their messages).
+      const int32_t S = g_.labels(i);
+      score_.assign(S, 0.0);
+      const int32_t* mem = clusters_->members.data() + clusters_->member_offset[c];
+      for (int32_t k = 0; k < clusters_->size(c); ++k) {
+        const int32_t m = mem[k];
+        const int32_t* lab = clusters_->label_of_root.data() + clusters_->map_offset[m];
+        const Cost* um = unary + g_.label_offset[m];
+        for (int32_t r = 0; r < S; ++r) score_[r] += um[lab[r]];
+        for (int64_t a = g_.adj_offset[m]; a < g_.adj_offset[m + 1]; ++a) {
+          const int32_t j = g_.adj_other[a], e = g_.adj_edge[a];
+          if (clusters_->cluster_of[j] == c) {
+            if (g_.edge_a[e] != m) continue;  // inside the group: count once
+            const int32_t* labj = clusters_->label_of_root.data() + clusters_->map_offset[j];
+            for (int32_t r = 0; r < S; ++r) score_[r] += g_.edge_cost(e, m, lab[r], labj[r]);
+          } else if (j < i) {
+            for (int32_t r = 0; r < S; ++r) score_[r] += g_.edge_cost(e, m, lab[r], labeling[j]);
+          } else {
+            const Cost* msg = msg_.data() + msg_offset_[a];
+            for (int32_t r = 0; r < S; ++r) score_[r] += msg[lab[r]];
+          }
+        }
+      }
+      const int32_t root_label = int32_t(std::min_element(score_.begin(), score_.end()) - score_.begin());
+      cluster_choice_[c] = root_label;
+      return clusters_->label_of_root[off + root_label];
     }
   }
   return int32_t(std::min_element(tmp_.begin(), tmp_.end()) - tmp_.begin());
@@ -105,7 +129,7 @@ void Trws::decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling
         for (int32_t s = 0; s < S; ++s) tmp_[s] += g_.edge_cost(e, i, s, labeling[j]);
       }
     }
-    labeling[i] = pick(i);
+    labeling[i] = pick(i, unary.data(), labeling);
   }
 }
 
@@ -125,7 +149,7 @@ void Trws::iterate(std::vector<int32_t>& labeling) {
       const int32_t e = g_.adj_edge[k];
       for (int32_t s = 0; s < S; ++s) tmp_[s] += g_.edge_cost(e, i, s, labeling[j]) - m[s];
     }
-    labeling[i] = pick(i);
+    labeling[i] = pick(i, unary_.data(), labeling);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
       if (g_.adj_other[k] > i) send(i, k);
   }

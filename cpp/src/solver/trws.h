@@ -48,7 +48,9 @@ class Trws {
   std::vector<int32_t> cluster_choice_;
 
   void start_decode();
-  int32_t pick(int32_t i);  // decode node i from tmp_ (respecting its group)
+  std::vector<Cost> score_;
+  // Decodes node i from tmp_, or its whole group when it is the group's first node.
+  int32_t pick(int32_t i, const Cost* unary, const std::vector<int32_t>& labeling);
 
   void send(int32_t i, int64_t slot);
 };
