@@ -9,10 +9,25 @@ __version__ = "0.1.0"
 
 from . import _core  # noqa: F401  (fail early if the extension is missing)
 
-try:  # the torch-facing API is optional so `autoshard solve` works without torch
-    from .api import AutoParallel, auto_parallel  # noqa: F401
-    from .apply import load_full_state_dict, local_inputs  # noqa: F401
-    from .trace import ForwardInputs  # noqa: F401
-except ImportError as _e:  # pragma: no cover
-    if "torch" not in str(_e) and "api" not in str(_e):
-        raise
+# The torch-facing names are imported on first use: importing torch takes seconds, and the
+# `autoshard solve` / `autoshard plan` commands do not need it.
+_LAZY = {
+    "AutoParallel": "api",
+    "auto_parallel": "api",
+    "load_full_state_dict": "apply",
+    "local_inputs": "apply",
+    "ForwardInputs": "trace",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autoshard' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

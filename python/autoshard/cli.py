@@ -15,8 +15,6 @@ def main(argv=None) -> int:
     rc, out, err = _core.cli_main(argv)
     sys.stdout.write(out)
     sys.stderr.write(err)
-    if argv in ([], ["-h"], ["--help"], ["help"]):
-        pass
     return rc
 
 

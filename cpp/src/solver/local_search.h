@@ -34,6 +34,8 @@ class PlanState {
   // Whether node i may take label s without breaking memory or a budget bound.
   bool move_fits(int32_t i, int32_t s) const;
   void move(int32_t i, int32_t s, Cost delta);
+  // After undoing trial moves: restore the exact running cost they started from.
+  void set_cost(Cost cost) { cost_ = cost; }
 
   // Greedy repair: while some limit is broken, take the usage-reducing (or budget-fixing)
   // single-node move with the smallest cost increase per unit of excess removed.
