@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <random>
 
 #include "autoshard/reduce.h"
 #include "graph_view.h"
+#include "lns_tree.h"
 #include "local_search.h"
 #include "memory_profile.h"
 #include "trws.h"
@@ -50,6 +52,9 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const detail::Clusters clusters = detail::find_clusters(g);
   detail::Trws trws(g);
   trws.set_clusters(&clusters);
+  detail::TreeLns lns(g, clusters);
+  std::mt19937_64 rng(options.seed);
+  std::vector<Cost> price(g.node_cost.size(), 0.0);
   const int32_t T = memory.num_points();
   const double limit = double(red.reduced.usage_limit);
   std::vector<double> lambda(T, 0.0), prefix(T + 1, 0.0);
@@ -76,6 +81,8 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   Cost best_bound = -std::numeric_limits<Cost>::infinity();
   double step_scale = 1.0;
   bool primal_phase = false;
+  // Time for tree LNS after each polished plan: a share of the limit, at least 0.2 s.
+  const int64_t lns_ms = std::max<int64_t>(200, int64_t(options.time_limit_s * 1000 / 60));
   double target_gap = 0.15;  // Polyak target above the bound; shrinks as the bound stalls
   int rounds_without_bound_gain = 0;
 
@@ -125,9 +132,17 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
         const int64_t ejected = state.descend_ejection(deadline, clusters);
         if (single + grouped + ejected == 0) break;
       }
+      const Cost cost_descended = state.cost();
+      // Tree LNS priced with the current multipliers, then a last single-move descent.
+      for (size_t k = 0; k < price.size(); ++k) price[k] = unary[k] - g.node_cost[k];
+      lns.set_prices(price);
+      const auto lns_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(lns_ms));
+      const int64_t lns_moves = lns.run(state, lns_deadline, 1 << 30, 48, rng);
+      state.descend(deadline);
       if (options.verbose)
-        std::fprintf(stderr, "[heuristic]   %s: peak %lld cost %.6g, repaired %.6g, improved %.6g\n", how,
-                     (long long)peak_before, cost_before, cost_repaired, state.cost());
+        std::fprintf(stderr, "[heuristic]   %s: peak %lld cost %.6g, repaired %.6g, descended %.6g, lns %lld -> %.6g\n",
+                     how, (long long)peak_before, cost_before, cost_repaired, cost_descended,
+                     (long long)lns_moves, state.cost());
       // The running cost is incremental; the recorded one is recomputed exactly.
       if (state.valid() && state.cost() < best_cost && detail::graph_cost(g, state.labels()) < best_cost) {
         best_cost = detail::graph_cost(g, state.labels());

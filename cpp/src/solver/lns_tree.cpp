@@ -169,6 +169,7 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
     const Cost tol = 1e-9 * std::max(1.0, std::abs(before));
     if (state.valid() && state.cost() < before - tol) {
       ++improved;
+      state.recompute_cost();
     } else {
       for (size_t k = saved_nodes.size(); k-- > 0;) state.move(saved_nodes[k], saved_labels[k], 0.0);
       state.set_cost(before);

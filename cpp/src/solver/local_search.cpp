@@ -306,6 +306,7 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
       cost_ = cost_before;  // trial moves pass through infeasible entries: no rounding drift
     }
     if (best_r < 0) continue;
+    recompute_cost();
     ++moves;
     for (int32_t k = 0; k < size; ++k)
       for (int64_t a = g_.adj_offset[mem[k]]; a < g_.adj_offset[mem[k] + 1]; ++a) {

@@ -36,6 +36,8 @@ class PlanState {
   void move(int32_t i, int32_t s, Cost delta);
   // After undoing trial moves: restore the exact running cost they started from.
   void set_cost(Cost cost) { cost_ = cost; }
+  // Recomputes the running cost exactly (moves through infeasible entries lose precision).
+  void recompute_cost() { cost_ = graph_cost(g_, x_); }
 
   // Greedy repair: while some limit is broken, take the usage-reducing (or budget-fixing)
   // single-node move with the smallest cost increase per unit of excess removed.
