@@ -44,7 +44,7 @@ class MoEBlock(nn.Module):
     Routing: softmax over ``n_experts`` router logits, top-k (renormalised), the dense gate
     matrix built with ``scatter``. Dispatch: every (token, slot) pair becomes a row
     (``index_select`` of the token), each expert runs densely on all rows and a one-hot mask
-    keeps its own rows, the gate weight of each row is read back with ``gather``, and rows are
+    keeps its own rows, the gate weight of each row is read back from its token's gates with ``gather``, and rows are
     summed into their tokens with ``index_add``. The loss adds a load-balancing term."""
 
     def __init__(self, dim: int = 32, hidden: int = 48, n_experts: int = 4, top_k: int = 2):
@@ -72,7 +72,8 @@ class MoEBlock(nn.Module):
             mine = (expert_of_row == e).unsqueeze(-1).to(rows.dtype)        # one-hot mask
             y = (F.silu(rows @ self.w1[e]) * (rows @ self.w3[e])) @ self.w2[e]
             out_rows = out_rows + mine * y
-        row_gate = torch.gather(gates, 1, expert_of_row.unsqueeze(-1))      # [T*k, 1]
+        row_gates = gates.index_select(0, token_of_row)                     # [T*k, E]
+        row_gate = torch.gather(row_gates, 1, expert_of_row.unsqueeze(-1))  # [T*k, 1]
         moe = torch.zeros_like(h).index_add(0, token_of_row, out_rows * row_gate)
         y = x + moe.view(b, s, d)
         load = (gates > 0).to(probs.dtype).mean(dim=0)

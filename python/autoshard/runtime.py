@@ -234,7 +234,10 @@ class StepRunner:
             except NotImplementedError as e:
                 if "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
                     raise
-                out = self._run_replicated(node, args, kwargs)
+                if planned_inputs is not None and _runs_locally(node):
+                    out = self._run_local(node, entry, args, kwargs)
+                else:
+                    out = self._run_replicated(node, args, kwargs)
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             return out, [self._wrap_plain(o) for o in outs], used
 
@@ -274,6 +277,29 @@ class StepRunner:
             "outputs": [layout_to_strs(normalize_placements(o.placements, o.ndim))
                         if isinstance(o, DTensor) else None for o in done]}
         env[node.name] = tuple(done) if isinstance(out, (tuple, list)) else done[0]
+
+    def _run_local(self, node: fx.Node, entry: dict, args, kwargs):
+        """No DTensor rule, but the op needs no global sizes: run it on the local shards the
+        plan's input layouts give (C++ rules guarantee those rows are exact) and wrap the
+        results in the plan's output layouts."""
+        import torch.utils._pytree as pytree
+
+        self.warnings[f"local:{node.target}"] += 1
+        local = lambda v: v.to_local().contiguous() if isinstance(v, DTensor) else v
+        out = node.target(*pytree.tree_map(local, args), **pytree.tree_map(local, kwargs))
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        vals = node.meta.get("val")
+        vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
+        wrapped = []
+        for k, o in enumerate(outs):
+            layout = self.planned_output(node.name, k)
+            if isinstance(o, torch.Tensor) and layout is not None and k < len(vals) \
+                    and isinstance(vals[k], torch.Tensor):
+                shape = tuple(int(x) for x in vals[k].shape)
+                o = DTensor.from_local(o, self.mesh, layout, run_check=False,
+                                       shape=torch.Size(shape), stride=contiguous_stride(shape))
+            wrapped.append(o)
+        return tuple(wrapped) if isinstance(out, (tuple, list)) else wrapped[0]
 
     def _run_replicated(self, node: fx.Node, args, kwargs):
         """No DTensor rule for this op: run it on full (replicated) values, exactly."""
@@ -379,6 +405,18 @@ class StepRunner:
         return {"version": 1, "mesh": {"shape": list(self.mesh.shape),
                                        "dim_names": list(self.mesh.mesh_dim_names or [])},
                 "nodes": nodes, "graph_outputs": graph_outputs}
+
+
+# Ops that DTensor 2.13 has no rule for but whose arguments carry no global sizes, so the
+# plan's rows (C++ rules, validated numerically) can run on local shards directly.
+_LOCAL_OPS = {
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+}
+
+
+def _runs_locally(node: fx.Node) -> bool:
+    return str(node.target) in _LOCAL_OPS
 
 
 def _safe_strs(placements) -> list[str]:

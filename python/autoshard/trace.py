@@ -88,8 +88,34 @@ def _addmm_as_mm_add(bias, mat1, mat2, *, beta=1, alpha=1):
     return aten.add.Tensor(out, bias)
 
 
+_REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
+
+
+def _nll_loss_mean_as_sum(self, target, weight, reduction, ignore_index):
+    # A mean nll_loss cannot run batch-sharded exactly (ranks may ignore different numbers
+    # of targets), so the planner would gather the [N, vocab] log-probs. As a sum divided by
+    # the total weight, the big op shards on the batch and only two scalars are reduced.
+    if reduction != _REDUCTION_MEAN:
+        return aten.nll_loss_forward.default(self, target, weight, reduction, ignore_index)
+    total, total_weight = aten.nll_loss_forward.default(self, target, weight, _REDUCTION_SUM,
+                                                        ignore_index)
+    return aten.div.Tensor(total, total_weight), total_weight
+
+
+def _nll_loss_backward_mean_as_sum(grad_output, self, target, weight, reduction, ignore_index,
+                                   total_weight):
+    if reduction != _REDUCTION_MEAN:
+        return aten.nll_loss_backward.default(grad_output, self, target, weight, reduction,
+                                              ignore_index, total_weight)
+    scaled = aten.div.Tensor(grad_output, total_weight)
+    return aten.nll_loss_backward.default(scaled, self, target, weight, _REDUCTION_SUM,
+                                          ignore_index, total_weight)
+
+
 def default_decompositions() -> dict:
-    return {aten.addmm.default: _addmm_as_mm_add}
+    return {aten.addmm.default: _addmm_as_mm_add,
+            aten.nll_loss_forward.default: _nll_loss_mean_as_sum,
+            aten.nll_loss_backward.default: _nll_loss_backward_mean_as_sum}
 
 
 def _tracing_device(device: torch.device | str | None) -> torch.device:

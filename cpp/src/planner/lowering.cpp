@@ -146,17 +146,18 @@ class Lowerer {
       const GraphOutput& o = g_.outputs[j];
       const TensorMeta& meta = g_.meta(o.ref);
       if (o.role == GraphOutput::Role::Output) {
-        std::vector<const Layout*> target(1, &sm_.output_targets[j]);
-        // A one-strategy pseudo side: fold it into the producer through a self pair.
+        // The output is redistributed to its required layout after the graph runs: a cost on
+        // the producer's choice alone.
+        const Layout& target = sm_.output_targets[j];
         const int32_t p = o.ref.node;
         auto outs = output_layouts(p, o.ref.output);
         const int32_t u = lp_.solver_node[p];
         std::string what = "forward output " + std::to_string(o.output_index) + " (" + g_.nodes[p].name + ")";
         if (u < 0) {
-          add_constant(cache_.time_us(meta, *outs[0], *target[0]), what);
+          add_constant(cache_.time_us(meta, *outs[0], target), what);
         } else {
           auto& pc = lp_.problem.node_costs[u];
-          for (size_t s = 0; s < outs.size(); ++s) pc[s] = clamp_cost(pc[s] + cache_.time_us(meta, *outs[s], *target[0]));
+          for (size_t s = 0; s < outs.size(); ++s) pc[s] = clamp_cost(pc[s] + cache_.time_us(meta, *outs[s], target));
         }
       } else {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.

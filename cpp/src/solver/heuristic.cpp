@@ -119,7 +119,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     auto polish = [&](const char* how) {
       const int64_t peak_before = memory.peak();
       const Cost cost_before = state.cost();
-      if (!state.repair(deadline)) {
+      if (!lns.repair(state, deadline)) {
         if (options.verbose)
           std::fprintf(stderr, "[heuristic]   %s: peak %lld cost %.6g, repair failed\n", how,
                        (long long)peak_before, cost_before);

@@ -64,6 +64,66 @@ void TreeLns::set_prices(const std::vector<Cost>& price) {
   }
 }
 
+bool TreeLns::repair(PlanState& state, Clock::time_point deadline) {
+  MemoryProfile& memory = state.memory();
+  const int64_t limit = memory.limit();
+  const int32_t C = cl_.num_clusters();
+  for (int64_t step = 0; memory.limited() && memory.peak() > limit; ++step) {
+    if ((step & 7) == 0 && Clock::now() > deadline) return false;
+    const auto& x = state.labels();
+    const int32_t t = memory.peak_point();
+    const int64_t excess = memory.peak() - limit;
+    double best_ratio = std::numeric_limits<double>::infinity();
+    int32_t best_c = -1, best_r = -1;
+    for (int32_t c = 0; c < C; ++c) {
+      const int32_t S = super_.labels(c);
+      const int32_t* mem = cl_.members.data() + cl_.member_offset[c];
+      bool live = false;
+      du_.assign(S, 0);
+      for (int32_t k = 0; k < cl_.size(c); ++k) {
+        const int32_t m = mem[k];
+        if (memory.first(m) > t || memory.last(m) <= t) continue;
+        live = true;
+        const int32_t* lab = cl_.label_of_root.data() + cl_.map_offset[m];
+        const int64_t* u = g_.usages(m);
+        for (int32_t r = 0; r < S; ++r) du_[r] += u[lab[r]] - u[x[m]];
+      }
+      if (!live) continue;
+      bool any = false;
+      for (int32_t r = 0; r < S && !any; ++r) any = du_[r] < 0;
+      if (!any) continue;
+      // Group cost of every label with the neighbouring groups as they are.
+      const int32_t root = cl_.root(c);
+      const int32_t cur = cl_.root_of_label[cl_.map_offset[root] + x[root]];
+      local_.assign(super_.costs(c), super_.costs(c) + S);
+      for (int64_t k = super_.adj_offset[c]; k < super_.adj_offset[c + 1]; ++k) {
+        const int32_t j = super_.adj_other[k], e = super_.adj_edge[k];
+        const int32_t rj = cl_.root(j);
+        const int32_t yj = cl_.root_of_label[cl_.map_offset[rj] + x[rj]];
+        for (int32_t r = 0; r < S; ++r) local_[r] += super_.edge_cost(e, c, r, yj);
+      }
+      for (int32_t r = 0; r < S; ++r) {
+        if (du_[r] >= 0 || is_infeasible(local_[r])) continue;
+        const double ratio = (local_[r] - local_[cur]) / double(std::min<int64_t>(-du_[r], excess));
+        if (ratio < best_ratio) {
+          best_ratio = ratio;
+          best_c = c;
+          best_r = r;
+        }
+      }
+    }
+    if (best_c < 0) return false;
+    const int32_t* mem = cl_.members.data() + cl_.member_offset[best_c];
+    for (int32_t k = 0; k < cl_.size(best_c); ++k) {
+      const int32_t m = mem[k];
+      const int32_t s = cl_.label_of_root[cl_.map_offset[m] + best_r];
+      if (s != x[m]) state.move(m, s, state.move_delta(m, s));
+    }
+    state.recompute_cost();
+  }
+  return state.repair(deadline);  // memory now holds; this settles the budgets
+}
+
 int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size,
                      std::mt19937_64& rng) {
   const int32_t C = cl_.num_clusters();

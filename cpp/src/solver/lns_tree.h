@@ -21,6 +21,9 @@ class TreeLns {
 
   // Memory price of every original label (flattened like GraphView::node_cost).
   void set_prices(const std::vector<Cost>& price_per_label);
+  // Greedy memory repair with whole-group moves: while the limit breaks, take the group move
+  // with the smallest cost increase per unit of usage removed at the peak. Then budgets.
+  bool repair(PlanState& state, Clock::time_point deadline);
   // Runs steps until the deadline or max_steps; returns the number of improving steps.
   int64_t run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size,
               std::mt19937_64& rng);
@@ -30,6 +33,8 @@ class TreeLns {
   const Clusters& cl_;
   GraphView super_;                   // one node per group, label = group (root) label
   std::vector<Cost> super_price_;     // flattened like super_.node_cost
+  std::vector<Cost> local_;
+  std::vector<int64_t> du_;
   // scratch
   std::vector<int32_t> order_, parent_, parent_slot_, in_tree_, label_;
   std::vector<int64_t> table_offset_;
