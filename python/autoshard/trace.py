@@ -96,7 +96,7 @@ def _nll_loss_mean_as_sum(self, target, weight, reduction, ignore_index):
     # of targets), so the planner would gather the [N, vocab] log-probs. As a sum divided by
     # the total weight, the big op shards on the batch and only two scalars are reduced.
     if reduction != _REDUCTION_MEAN:
-        return aten.nll_loss_forward.default(self, target, weight, reduction, ignore_index)
+        return NotImplemented  # traced as is
     total, total_weight = aten.nll_loss_forward.default(self, target, weight, _REDUCTION_SUM,
                                                         ignore_index)
     return aten.div.Tensor(total, total_weight), total_weight
@@ -105,8 +105,7 @@ def _nll_loss_mean_as_sum(self, target, weight, reduction, ignore_index):
 def _nll_loss_backward_mean_as_sum(grad_output, self, target, weight, reduction, ignore_index,
                                    total_weight):
     if reduction != _REDUCTION_MEAN:
-        return aten.nll_loss_backward.default(grad_output, self, target, weight, reduction,
-                                              ignore_index, total_weight)
+        return NotImplemented  # traced as is
     scaled = aten.div.Tensor(grad_output, total_weight)
     return aten.nll_loss_backward.default(scaled, self, target, weight, _REDUCTION_SUM,
                                           ignore_index, total_weight)

@@ -391,6 +391,7 @@ class ValidationReport:
     graphs: list[str] = field(default_factory=list)
     meshes: list[tuple] = field(default_factory=list)
     nodes_checked: int = 0
+    duplicates: int = 0  # nodes skipped as equal to a checked one (same op, shapes, args)
     strategies_checked: int = 0
     strategies_offered: int = 0  # before sampling
     ops: set = field(default_factory=set)
@@ -403,6 +404,7 @@ class ValidationReport:
         self.graphs += [g for g in other.graphs if g not in self.graphs]
         self.meshes += [m for m in other.meshes if m not in self.meshes]
         self.nodes_checked += other.nodes_checked
+        self.duplicates += other.duplicates
         self.strategies_checked += other.strategies_checked
         self.strategies_offered += other.strategies_offered
         self.ops |= other.ops
@@ -422,7 +424,7 @@ class ValidationReport:
                  f"{', '.join(str(list(m)) for m in self.meshes)}",
                  f"  {self.nodes_checked} op nodes ({len(self.ops)} distinct ops) x strategies: "
                  f"{self.strategies_checked} validated (of {self.strategies_offered} offered), "
-                 f"{len(self.failures)} failed"]
+                 f"{len(self.failures)} failed; {self.duplicates} nodes equal to a checked one"]
         skipped_ops = sorted({(s[2], s[3]) for s in self.skipped})
         for op, reason in skipped_ops:
             lines.append(f"  skipped {op}: {reason}")
@@ -591,8 +593,22 @@ def enumerate_strategies(graph: dict | str, mesh: Sequence[int]) -> dict:
     return json.loads(_core.enumerate_strategies(text, options, allow_unsupported=True))
 
 
+def node_signature(node_json: dict, nodes_by_name: dict[str, dict]) -> str:
+    """What the rules see of a node: op, argument values with every tensor reference
+    replaced by its shape and dtype, output metas. Equal signatures get equal strategies."""
+    def sub(v):
+        if isinstance(v, dict) and "ref" in v:
+            return nodes_by_name[v["ref"]]["outputs"][v["index"]]
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        return v
+    return json.dumps([node_json["op"], sub(node_json.get("args", [])),
+                       {k: sub(v) for k, v in node_json.get("kwargs", {}).items()},
+                       node_json["outputs"]], sort_keys=True)
+
+
 def validate(captured: CapturedGraph, mesh: Sequence[int], *,
-             max_strategies_per_node: int | None = None,
+             max_strategies_per_node: int | None = None, dedupe: bool = True,
              extra_strategies: StrategyHook | None = None,
              ops: set[str] | None = None, seed: int = 0) -> ValidationReport:
     """Validates every strategy of every op node of ``captured`` on ``mesh``.
@@ -602,6 +618,8 @@ def validate(captured: CapturedGraph, mesh: Sequence[int], *,
     ``extra_strategies(node_json, strategies) -> more strategies``: strategies to validate in
     addition to the rules' own (planted faults in tests).
     ``ops``: only nodes of these ops.
+    ``dedupe``: validate only the first of nodes with equal signatures (the same op on the
+    same shapes and arguments, e.g. in repeated layers); the others count as ``duplicates``.
     """
     mesh = tuple(int(m) for m in mesh)
     enumerated = enumerate_strategies(captured.graph, mesh)
@@ -610,6 +628,7 @@ def validate(captured: CapturedGraph, mesh: Sequence[int], *,
         report.unsupported.append((captured.name, u["op"], u["node"]))
     node_json = {n["name"]: n for n in captured.graph["nodes"]}
     unsupported_nodes = {u["node"] for u in enumerated["unsupported"]}
+    seen_signatures: set[str] = set()
     for node in captured.gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
@@ -622,6 +641,12 @@ def validate(captured: CapturedGraph, mesh: Sequence[int], *,
             report.skipped.append((captured.name, node.name, op, "random op: a per-rank run cannot "
                                    "reproduce the unsharded draw"))
             continue
+        if dedupe:
+            sig = node_signature(node_json[node.name], node_json)
+            if sig in seen_signatures:
+                report.duplicates += 1
+                continue
+            seen_signatures.add(sig)
         strategies = list(enumerated["nodes"][node.name])
         report.strategies_offered += len(strategies)
         if max_strategies_per_node is not None and len(strategies) > max_strategies_per_node:

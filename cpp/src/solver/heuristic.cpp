@@ -116,14 +116,14 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     state.reset(labeling);
     memory.values(profile);
     // Repair, then improve by local search, and keep the plan when it is the best so far.
-    auto polish = [&](const char* how) {
+    auto polish = [&](const char* how) -> bool {
       const int64_t peak_before = memory.peak();
       const Cost cost_before = state.cost();
       if (!lns.repair(state, deadline)) {
         if (options.verbose)
           std::fprintf(stderr, "[heuristic]   %s: peak %lld cost %.6g, repair failed\n", how,
                        (long long)peak_before, cost_before);
-        return;
+        return false;
       }
       const Cost cost_repaired = state.cost();
       for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
@@ -149,14 +149,17 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
         best_x = state.labels();
         if (result.time_to_first_s < 0) result.time_to_first_s = seconds_since(t0);
       }
+      return true;
     };
     const double decoded_peak = double(memory.peak());
     const double limit_d = double(red.reduced.usage_limit);
-    // Slightly over the limit: the greedy repair of the decoded plan itself loses least.
-    if (!memory.limited() || decoded_peak <= 1.05 * limit_d) polish("direct");
-    // Further over: re-decode with penalties pushed up where the limit breaks (far over the
-    // limit, with early multipliers, that takes long and gives a poor plan: skip once a plan exists).
-    if (memory.limited() && decoded_peak > limit_d && (best_x.empty() || decoded_peak <= 1.3 * limit_d)) {
+    // Over the limit by a little: the greedy group repair of the decoded plan loses least.
+    // Far over (early multipliers), or when that repair fails: re-decode with penalties pushed
+    // up where the limit breaks.
+    const bool near = !memory.limited() || decoded_peak <= 1.3 * limit_d;
+    bool polished = false;
+    if (near || best_x.empty()) polished = polish("direct");
+    if (!polished && memory.limited() && decoded_peak > limit_d && (best_x.empty() || near)) {
       state.reset(labeling);
       {
       // Stay close to the multipliers' own plan: scale them up a little each attempt and add a
