@@ -105,14 +105,21 @@ def _last(module: str) -> str:
 
 def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
                   mesh_dim_names: Sequence[str] | None = ("dp", "tp"),
-                  dp_name: str = "dp", tp_name: str = "tp") -> PinSet:
+                  dp_name: str = "dp", tp_name: str = "tp", sp_dim: int = 1) -> PinSet:
     """The Megatron (TP + SP + FSDP + DP) plan of a Llama-style graph as pins.
 
     ``graph`` is the tensor graph (docs/formats.md section 1) as JSON text or dict, traced
-    from ``autoshard.models.Llama`` or a model with the same module names. Raises
-    BaselineError when a layer the recipe needs cannot be found."""
+    from ``autoshard.models.Llama`` or a model with the same module names. ``sp_dim`` is the
+    dim of the [batch, seq, dim] residual stream that tp shards between the blocks: 1, the
+    sequence (Megatron's recipe), or 0, the batch. Both split the tokens tp ways; Megatron's
+    [seq, batch] activations make its sequence split a contiguous token range, which in
+    this [batch, seq] layout is the batch split (when each dp rank's batch is a multiple of
+    tp), the one the row-parallel outputs [batch*seq, dim] reduce-scatter into without an
+    extra all-to-all. Raises BaselineError when a layer the recipe needs cannot be found."""
     g = json.loads(graph) if isinstance(graph, str) else graph
     dp, tp = _mesh_dims(mesh_dim_names, mesh_ndim, dp_name, tp_name)
+    if sp_dim not in (0, 1):
+        raise BaselineError(f"sp_dim must be 1 (sequence) or 0 (batch), got {sp_dim!r}")
     pins = PinSet()
     S = lambda d: f"S({d})"  # noqa: E731
     nodes = g.get("nodes")
@@ -199,7 +206,7 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
         elif op == "aten.add.Tensor" and _BLOCK.match(mod) and \
                 len(n["outputs"][0]["shape"]) == 3:
             # residual stream [b, s, dim]: sequence-parallel between the blocks
-            pins.pin(name, _layout(dp, tp, S(0), S(1)), f"residual: {mod} add")
+            pins.pin(name, _layout(dp, tp, S(0), S(sp_dim)), f"residual: {mod} add")
             found["residual"] += 1
         if last in _NORM_SUFFIXES or mod == _FINAL_NORM:
             last_in_module[mod] = name
@@ -242,7 +249,7 @@ class PlanFigures:
                    seconds, plan)
 
     def line(self, label: str) -> str:
-        return (f"{label:<10} total {self.total_us / 1e3:10.3f} ms = compute "
+        return (f"{label:<18} total {self.total_us / 1e3:10.3f} ms = compute "
                 f"{self.compute_us / 1e3:9.3f} ms + comm {self.comm_us / 1e3:9.3f} ms; "
                 f"parameters {self.parameter_bytes_per_gpu / 2**20:9.2f} MiB/GPU; "
                 f"lower bound {self.lower_bound_us / 1e3:9.3f} ms; planned in "
@@ -251,18 +258,27 @@ class PlanFigures:
 
 @dataclass
 class Comparison:
+    """autoshard's plan against the Megatron recipe; ``megatron`` is the best of the
+    recipe's variants (``variants``: label -> figures, e.g. the sequence- and the batch-split
+    residual stream)."""
+
     megatron: PlanFigures
     autoshard: PlanFigures
-    pins: PinSet
+    pins: PinSet  # the pins of the best variant
     options: dict  # the options both runs share (without the Megatron pins)
+    variants: dict[str, PlanFigures] = field(default_factory=dict)
 
     def report(self) -> str:
         m, a = self.megatron, self.autoshard
         gain = (m.total_us - a.total_us) / m.total_us * 100 if m.total_us else 0.0
-        return "\n".join([m.line("megatron"), a.line("autoshard"),
-                          f"autoshard vs megatron: {gain:+.2f}% faster step "
-                          f"({len(self.pins.node_constraints)} node pins: "
-                          f"{self.pins.counts()})"])
+        lines = [v.line(f"megatron[{k}]") for k, v in self.variants.items()]
+        lines += [a.line("autoshard"),
+                  f"autoshard vs best megatron: {gain:+.2f}% faster step "
+                  f"({len(self.pins.node_constraints)} node pins: {self.pins.counts()})"]
+        return "\n".join(lines)
+
+
+SP_VARIANTS = {"sp=seq": 1, "sp=batch": 0}
 
 
 def parameter_bytes(graph: dict) -> int:
@@ -281,20 +297,27 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
                           mesh_dim_names: Sequence[str] = ("dp", "tp"),
                           hardware: str = "H100", memory_limit_bytes: int | None = None,
                           time_limit_s: float = 20.0, dp_name: str = "dp",
-                          tp_name: str = "tp") -> Comparison:
-    """Plans ``graph_json`` with the Megatron pins and without them, under the same cost
-    model, mesh, hardware, input layouts (batch on dp), memory limit and parameter-memory
-    budget. The budget is the Megatron plan's own parameter bytes per GPU (as a fraction of
-    all parameter bytes), so the Megatron plan is inside autoshard's search space and the
-    comparison is of equal memory."""
+                          tp_name: str = "tp",
+                          variants: dict[str, int] | None = None) -> Comparison:
+    """Plans ``graph_json`` with the Megatron pins (each variant: label -> sp_dim, default
+    both SP_VARIANTS) and without them, under the same cost model, mesh, hardware, input
+    layouts (batch on dp), memory limit and parameter-memory budget. The budget is the
+    Megatron plans' own parameter bytes per GPU (as a fraction of all parameter bytes; the
+    variants pin the weights alike), so the Megatron plans lie inside autoshard's search
+    space and the comparison is of equal memory."""
     from . import _core
 
     graph = json.loads(graph_json)
-    pins = megatron_pins(graph, len(mesh_shape), mesh_dim_names, dp_name, tp_name)
+    variants = dict(SP_VARIANTS if variants is None else variants)
+    if not variants:
+        raise BaselineError("compare_with_megatron: no Megatron variant to plan")
+    pin_sets = {label: megatron_pins(graph, len(mesh_shape), mesh_dim_names, dp_name,
+                                     tp_name, sp_dim) for label, sp_dim in variants.items()}
+    first = next(iter(pin_sets.values()))
     common: dict[str, Any] = {
         "mesh": {"shape": list(mesh_shape), "dim_names": list(mesh_dim_names)},
         "hardware": hardware,
-        "input_constraints": pins.input_constraints,
+        "input_constraints": first.input_constraints,
         "time_limit_s": time_limit_s,
     }
     if memory_limit_bytes is not None:
@@ -305,15 +328,18 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
         text = _core.plan_graph(graph_json, json.dumps(options))
         return PlanFigures.of(json.loads(text), time.perf_counter() - t0)
 
-    # Megatron first, without a budget: its pins fix every weight's layout anyway.
-    megatron = plan({**common, "node_constraints": pins.node_constraints,
-                     "parameter_memory": None})
+    # The Megatron runs need no budget: their pins fix every weight's layout.
+    figures = {label: plan({**common, "node_constraints": pins.node_constraints,
+                            "parameter_memory": None})
+               for label, pins in pin_sets.items()}
+    best = min(figures, key=lambda k: figures[k].total_us)
+    megatron = figures[best]
     total = parameter_bytes(graph)
     # A hair above the Megatron fraction so rounding never makes its own plan infeasible.
     fraction = min(1.0, megatron.parameter_bytes_per_gpu / total * (1 + 1e-9) + 1e-12)
     common["parameter_memory"] = {"low": 0.0, "high": fraction}
     auto = plan(common)
-    return Comparison(megatron, auto, pins, common)
+    return Comparison(megatron, auto, pin_sets[best], common, figures)
 
 
 # ---- tracing ------------------------------------------------------------------------------
@@ -330,17 +356,19 @@ def trace_llama(cfg, mesh_shape: Sequence[int], mesh_dim_names: Sequence[str] = 
                 batch: int | None = None, batch_per_dp: int = 8) -> TracedGraph:
     """Builds ``autoshard.models.Llama(cfg)`` on the meta device and traces one training step
     on a fake process group of ``mesh_shape`` (no GPU, no collectives). ``batch`` is the
-    global batch (default ``batch_per_dp`` sequences per dp rank) of ``cfg.max_seq_len``
-    tokens."""
+    global batch (default ``batch_per_dp`` sequences per rank of the "dp" mesh dim, else of
+    the first mesh dim) of ``cfg.max_seq_len`` tokens."""
     import torch
 
     from .api import AutoParallel
     from .fake_pg import fake_world
     from .models import Llama
 
+    names = list(mesh_dim_names)
+    if len(names) != len(mesh_shape):
+        raise ValueError(f"{len(names)} mesh dim names for a {len(mesh_shape)}-d mesh")
     if batch is None:
-        batch = batch_per_dp * int(mesh_shape[list(mesh_dim_names).index("dp")]
-                                   if "dp" in mesh_dim_names else mesh_shape[0])
+        batch = batch_per_dp * int(mesh_shape[names.index("dp") if "dp" in names else 0])
     seq = cfg.max_seq_len
     t0 = time.perf_counter()
     with torch.device("meta"):
@@ -351,7 +379,7 @@ def trace_llama(cfg, mesh_shape: Sequence[int], mesh_dim_names: Sequence[str] = 
         return (torch.empty(batch, seq, dtype=torch.long),
                 torch.empty(batch, seq, dtype=torch.long))
 
-    with fake_world(tuple(mesh_shape), tuple(mesh_dim_names)) as mesh:
+    with fake_world(tuple(mesh_shape), tuple(names)) as mesh:
         with AutoParallel(model, input_fn, mesh) as autop:
             text = autop.graph_json()
             n_nodes = sum(1 for n in autop.gm.graph.nodes if n.op == "call_function")

@@ -228,11 +228,16 @@ def _is_float(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
+def _finite_abs(t: torch.Tensor) -> torch.Tensor:
+    """|t| with non-finite entries as 0, in float64."""
+    a = t.abs().double() if not t.is_complex() else t.abs().double()
+    return torch.where(torch.isfinite(a), a, torch.zeros((), dtype=torch.float64)) if _is_float(t) else a
+
+
 def _noise_scale(t: torch.Tensor) -> float:
-    finite = t[torch.isfinite(t)] if _is_float(t) else t
-    if finite.numel() == 0:
+    if t.numel() == 0 or t.dtype == torch.bool:
         return 1.0
-    return float(finite.abs().double().mean()) + 0.5
+    return float(_finite_abs(t).mean()) + 0.5
 
 
 def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -> list[torch.Tensor]:
@@ -315,19 +320,22 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(diff.max())
 
 
-def tolerance(reference: torch.Tensor) -> float:
+_RTOL = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 2e-4,
+         torch.complex64: 2e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def tolerance(reference: torch.Tensor, precision: torch.dtype | None = None) -> float:
     """Allowed max abs error: exact for integers and bools, relative to the reference's
-    magnitude for floats (rank-local partial terms reorder the sums)."""
+    magnitude for floats (rank-local partial terms reorder the sums). ``precision``: the
+    least precise floating dtype the op computed in (e.g. float32 inputs of a float64 cast)."""
     if not _is_float(reference):
         return 0.0
-    rtol = {torch.float64: 1e-9, torch.float32: 2e-4, torch.bfloat16: 3e-2,
-            torch.float16: 5e-3}.get(reference.dtype, 2e-4)
-    finite = reference[torch.isfinite(reference)]
-    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    rtol = max(_RTOL.get(reference.dtype, 2e-4), _RTOL.get(precision, 0.0))
+    scale = float(_finite_abs(reference).max()) if reference.numel() else 0.0
     return rtol * (scale + 1.0)
 
 
-def _combine(parts: list[torch.Tensor], text: str, tol_ref: torch.Tensor,
+def _combine(parts: list[torch.Tensor], text: str, tol: float | None,
              mismatches: list[_Mismatch]) -> torch.Tensor:
     p = parse_placement(text)
     if p[0] == "S":
@@ -339,8 +347,10 @@ def _combine(parts: list[torch.Tensor], text: str, tol_ref: torch.Tensor,
                 mismatches.append(_Mismatch(math.inf, f"R output: rank shapes differ "
                                             f"{list(first.shape)} vs {list(other.shape)}"))
                 continue
+            if tol is None:  # uninitialised values: only shapes must agree
+                continue
             err = _max_abs_diff(first, other)
-            if err > tolerance(tol_ref):
+            if err > tol:
                 mismatches.append(_Mismatch(err, f"R output differs between ranks (max {err:.3g})"))
         return first
     stacked = torch.stack(parts)
@@ -357,15 +367,16 @@ def _combine(parts: list[torch.Tensor], text: str, tol_ref: torch.Tensor,
 
 
 def combine_value(locals_: dict[Coord, torch.Tensor], layout: Sequence[str],
-                  mesh: Sequence[int], reference: torch.Tensor,
+                  mesh: Sequence[int], tol: float | None,
                   mismatches: list[_Mismatch]) -> torch.Tensor:
-    """The global value the ranks' outputs stand for (inverse of split_value)."""
+    """The global value the ranks' outputs stand for (inverse of split_value). Replicated
+    outputs must agree between ranks within ``tol`` (None: values not compared)."""
     pieces = dict(locals_)
     for i in range(len(mesh) - 1, -1, -1):
         groups: dict[Coord, list] = {}
         for coord in sorted(pieces):
             groups.setdefault(coord[:i], []).append(pieces[coord])
-        pieces = {c: _combine(parts, layout[i], reference, mismatches) for c, parts in groups.items()}
+        pieces = {c: _combine(parts, layout[i], tol, mismatches) for c, parts in groups.items()}
     return pieces[()]
 
 
@@ -506,8 +517,14 @@ def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict]
     global_in = {r.name: captured.values[r.name] for r in refs}
     reference = _outputs_of(captured.values[node.name])
     coords = [tuple(c) for c in _all_coords(mesh)]
+    float_inputs = [v.dtype for v in global_in.values() if isinstance(v, torch.Tensor) and _is_float(v)]
+    precision = max(float_inputs, key=lambda d: _RTOL.get(d, 0.0)) if float_inputs else None
     split_cache: dict[tuple, dict[Coord, torch.Tensor]] = {}
     for strategy in strategies:
+        for layout in list(strategy["inputs"]) + [o for o in strategy["outputs"] if o is not None]:
+            if not isinstance(layout, (list, tuple)) or len(layout) != len(mesh):
+                raise ValidationSetupError(f"node {node.name}: strategy {strategy!r} has a layout "
+                                           f"{layout!r} that is not one placement per mesh dim")
         sname = strategy_str(strategy)
         report.strategies_checked += 1
         mismatches: list[_Mismatch] = []
@@ -548,7 +565,8 @@ def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict]
                 layout = out_layouts[k] if k < len(out_layouts) else None
                 if layout is None or not isinstance(ref, torch.Tensor):
                     continue
-                got = combine_value(local_outs[k], layout, mesh, ref, mismatches)
+                tol = None if op in UNINITIALISED_OPS else tolerance(ref, precision)
+                got = combine_value(local_outs[k], layout, mesh, tol, mismatches)
                 if tuple(got.shape) != tuple(ref.shape):
                     mismatches.append(_Mismatch(math.inf, f"output {k}: shape {list(got.shape)}"
                                                 f" != {list(ref.shape)}"))
@@ -557,10 +575,10 @@ def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict]
                     continue
                 err = _max_abs_diff(got, ref)
                 worst = max(worst, err)
-                if err > tolerance(ref):
+                if err > tol:
                     mismatches.append(_Mismatch(err, f"output {k} ({layout_compact(layout)}) "
                                                 f"differs from the unsharded op (tolerance "
-                                                f"{tolerance(ref):.3g})"))
+                                                f"{tol:.3g})"))
         except ValidationSetupError as e:
             mismatches.append(_Mismatch(math.inf, str(e)))
         except Exception as e:  # the op refused its local arguments: the rule is wrong
@@ -621,7 +639,18 @@ def validate(captured: CapturedGraph, mesh: Sequence[int], *,
     ``dedupe``: validate only the first of nodes with equal signatures (the same op on the
     same shapes and arguments, e.g. in repeated layers); the others count as ``duplicates``.
     """
-    mesh = tuple(int(m) for m in mesh)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: thread start-up and contention cost more than they save
+    try:
+        return _validate(captured, tuple(int(m) for m in mesh), max_strategies_per_node, dedupe,
+                         extra_strategies, ops, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _validate(captured: CapturedGraph, mesh: tuple, max_strategies_per_node: int | None,
+              dedupe: bool, extra_strategies: StrategyHook | None, ops: set[str] | None,
+              seed: int) -> ValidationReport:
     enumerated = enumerate_strategies(captured.graph, mesh)
     report = ValidationReport(graphs=[captured.name], meshes=[mesh])
     for u in enumerated["unsupported"]:

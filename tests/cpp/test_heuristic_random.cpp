@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <random>
 
 #include "autoshard/heuristic.h"
 #include "solver/memory_profile.h"
 #include "solver/graph_clusters.h"
 #include "solver/graph_view.h"
+#include "solver/lns_tree.h"
+#include "solver/local_search.h"
 #include "test_heuristic_util.h"
 #include "solver/trws.h"
 
@@ -99,6 +102,61 @@ TEST(HeuristicRandom, FindsBijectiveGroups) {
   EXPECT_EQ(c.label_of_root[c.map_offset[1] + 0], 1);
   EXPECT_EQ(c.label_of_root[c.map_offset[2] + 0], 1);
   EXPECT_EQ(c.label_of_root[c.map_offset[2] + 1], 0);
+}
+
+TEST(HeuristicRandom, TreeLnsSolvesATreeExactly) {
+  // On a tree, the grown neighbourhood is the whole tree, so one DP step reaches the optimum.
+  std::mt19937_64 rng(31);
+  for (int trial = 0; trial < 30; ++trial) {
+    Problem p = random_problem(rng, 5 + trial % 4, 4, false);
+    p.usage_limit = -1;
+    p.edges.resize(p.num_nodes() - 1);
+    for (auto& e : p.edges) for (auto& c : e.costs) if (is_infeasible(c)) c = 50;
+    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 50;
+    const Brute truth = brute_force(p);
+    const detail::GraphView g = detail::build_graph_view(p);
+    const detail::Clusters cl = detail::find_clusters(g);
+    detail::MemoryProfile mem(g, -1);
+    detail::PlanState state(g, mem);
+    state.reset(std::vector<int32_t>(p.num_nodes(), 0));
+    detail::TreeLns lns(g, cl);
+    lns.set_prices(std::vector<Cost>(g.node_cost.size(), 0.0));
+    std::mt19937_64 seed_rng(1);
+    lns.run(state, detail::Clock::now() + std::chrono::seconds(5), 3, 1000, seed_rng);
+    EXPECT_DOUBLE_EQ(detail::graph_cost(g, state.labels()), truth.best) << "trial " << trial;
+  }
+}
+
+TEST(HeuristicRandom, GroupRepairReturnsValidPlans) {
+  std::mt19937_64 rng(77);
+  int feasible = 0, repaired = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    Problem p = random_problem(rng, 6, 4, false);
+    for (auto& e : p.edges) for (auto& c : e.costs) if (is_infeasible(c)) c = 50;
+    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 50;
+    if (p.usage_limit < 0) continue;
+    const Brute truth = brute_force(p);
+    if (!truth.feasible) continue;
+    ++feasible;
+    const detail::GraphView g = detail::build_graph_view(p);
+    const detail::Clusters cl = detail::find_clusters(g);
+    detail::MemoryProfile mem(g, p.usage_limit);
+    detail::PlanState state(g, mem);
+    // Start from the largest-usage plan: the repair has to shrink it.
+    std::vector<int32_t> x(p.num_nodes(), 0);
+    for (size_t i = 0; i < p.num_nodes(); ++i)
+      for (size_t s = 0; s < p.node_costs[i].size(); ++s)
+        if (g.usages(int32_t(i))[s] > g.usages(int32_t(i))[x[i]]) x[i] = int32_t(s);
+    state.reset(x);
+    detail::TreeLns lns(g, cl);
+    if (!lns.repair(state, detail::Clock::now() + std::chrono::seconds(5))) continue;
+    ++repaired;
+    Cost c;
+    ASSERT_TRUE(plan_valid(p, state.labels(), &c)) << "trial " << trial;
+    EXPECT_DOUBLE_EQ(c, state.cost()) << "trial " << trial;
+  }
+  ASSERT_GT(feasible, 30);
+  EXPECT_GE(repaired, feasible * 9 / 10);
 }
 
 TEST(HeuristicRandom, TrwsBoundIsExactOnTrees) {

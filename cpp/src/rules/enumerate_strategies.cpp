@@ -33,6 +33,38 @@ bool layout_ok(const TensorMeta& m, const Layout& l, const Mesh& mesh) {
   return !has_mixed_partial(l) && is_shardable(m.shape, l, mesh);
 }
 
+// Every sharded dim exists and is not empty where it is split (uneven chunks with empty
+// trailing ranks allowed: 3 rows over 4 ranks).
+bool nonempty_shardable(const std::vector<int64_t>& shape, const Layout& l, const Mesh& mesh) {
+  std::vector<int64_t> s = shape;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (!l[i].is_shard()) continue;
+    int d = l[i].dim;
+    if (d < 0 || d >= static_cast<int>(s.size()) || s[d] < 1) return false;
+    s[d] = (s[d] + mesh.shape[i] - 1) / mesh.shape[i];
+  }
+  return true;
+}
+
+// A strategy that keeps every tensor where it is: all inputs and outputs have one shape and
+// one layout (pointwise ops on equal shapes, casts, copies). Such an op works on each rank's
+// block alone, so it is exact for ANY chunking - also an uneven one that DTensor's
+// shardability (every rank gets data) rejects. Without this, a tensor already sharded
+// unevenly (3 rows over 4 ranks) would have to be gathered just to apply relu or a cast.
+bool keeps_uneven_layout(const Strategy& s, const RuleContext& ctx, const Mesh& mesh) {
+  const TensorMeta* meta = nullptr;
+  const Layout* layout = nullptr;
+  auto same = [&](const TensorMeta& m, const Layout& l) {
+    if (!meta) { meta = &m; layout = &l; }
+    return m.shape == meta->shape && l == *layout;
+  };
+  for (size_t k = 0; k < s.outputs.size(); ++k)
+    if (s.outputs[k] && !same(*ctx.outputs[k], *s.outputs[k])) return false;
+  for (size_t a = 0; a < s.inputs.size(); ++a)
+    if (!same(ctx.inputs[a], s.inputs[a])) return false;
+  return meta && !has_partial(*layout) && nonempty_shardable(meta->shape, *layout, mesh);
+}
+
 // A strategy's identity for deduplication.
 std::vector<uint64_t> strategy_key(const Strategy& s) {
   std::vector<uint64_t> k;
@@ -93,19 +125,20 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   while (true) {
     Strategy s;
     bool ok = true;
-    for (size_t k = 0; k < n.outputs.size() && ok; ++k) {
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
       if (!n.outputs[k]) { s.outputs.emplace_back(std::nullopt); continue; }
       Layout l(nd);
       for (int i = 0; i < nd; ++i) l[i] = rows[idx[i]].outputs[k];
-      ok = layout_ok(*n.outputs[k], l, mesh);
+      ok = ok && layout_ok(*n.outputs[k], l, mesh);
       s.outputs.emplace_back(std::move(l));
     }
-    for (size_t a = 0; a < refs.size() && ok; ++a) {
+    for (size_t a = 0; a < refs.size(); ++a) {
       Layout l(nd);
       for (int i = 0; i < nd; ++i) l[i] = rows[idx[i]].inputs[a];
-      ok = layout_ok(ctx.inputs[a], l, mesh);
+      ok = ok && layout_ok(ctx.inputs[a], l, mesh);
       s.inputs.push_back(std::move(l));
     }
+    if (!ok) ok = keeps_uneven_layout(s, ctx, mesh);
     if (ok && rule->accept) {
       std::vector<Layout> outs;
       for (const auto& o : s.outputs) outs.push_back(o ? *o : replicate_layout(nd));

@@ -1,0 +1,62 @@
+"""No redundant communication: on 4 gloo ranks (torchrun), one training step of a planned
+module issues exactly the collectives its plan lists - in particular the gradient of a
+replicated weight used as ``x @ w.t()`` with a batch-sharded ``x`` is all-reduced exactly once,
+where the plan says, also when the plan keeps it Partial through a transpose (the value
+reduced is then a non-contiguous view). Worker: tests/python/dist/comm_count_worker.py."""
+
+from collections import Counter
+
+import pytest
+
+from autoshard import _core
+from conftest import by_name, run_torchrun
+
+pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
+                                reason="the C++ planner (_core.plan_graph) is not built")
+
+SCENARIOS = [
+    {"name": "planner_choice", "mesh": [4]},
+    {"name": "partial_through_transpose", "mesh": [4], "partial_through_transpose": True},
+]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return run_torchrun("comm_count_worker.py", SCENARIOS, tmp_path_factory.mktemp("comm"),
+                        timeout=300)
+
+
+def _per_rank(results, name):
+    out = []
+    for rank, res in enumerate(results):
+        r = by_name(res)[name]
+        assert r["ok"], f"rank {rank}: {r.get('traceback', r.get('error'))}"
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
+def test_collectives_issued_are_exactly_the_planned_redistributions(results, name):
+    for rank, r in enumerate(_per_rank(results, name)):
+        issued = Counter((c["where"], c["kind"]) for c in r["collectives"])
+        planned = Counter((p["where"], p["kind"]) for p in r["planned"])
+        assert issued == planned, (f"rank {rank}: issued {r['collectives']}\nplanned "
+                                   f"{r['planned']}\n{r['report']}")
+        assert r["loss_close"] and r["grad_close"], f"rank {rank}: wrong numerics"
+        assert r["param_layout"] == ["R"] and r["grad_placements"] == ["R"]
+
+
+@pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
+def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, name):
+    for rank, r in enumerate(_per_rank(results, name)):
+        w_numel = r["w_numel"]
+        reductions = [c for c in r["collectives"]
+                      if c["kind"] in ("all_reduce", "reduce_scatter") and c["numel"] == w_numel]
+        planned = [p for p in r["planned"] if p["kind"] == "all_reduce"
+                   and p["shape"][0] * p["shape"][1] == w_numel]
+        assert len(planned) == 1, r["planned"]
+        assert len(reductions) == 1, f"rank {rank}: gradient reduced {len(reductions)} times: " \
+                                     f"{r['collectives']}"
+        assert reductions[0]["where"] == planned[0]["where"]
+        if r["pinned"]:  # the Partial went through the pinned transpose before being reduced
+            assert planned[0]["where"] != r["pinned"] and planned[0]["src"] == ["P(sum)"]
