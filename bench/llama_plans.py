@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 try:
     from autoshard import _core
-    from autoshard.baselines import compare_with_megatron, trace_llama
+    from autoshard.baselines import TracedGraph, compare_with_megatron, trace_llama
     from autoshard.models import LlamaConfig, llama3_8b_config
 except ImportError as exc:  # pragma: no cover
     sys.exit(f"autoshard is not importable ({exc}); run: pip install --no-build-isolation -e .")
@@ -37,6 +38,14 @@ def llama3_70b_config(n_layers: int = 80, seq_len: int = 2048) -> LlamaConfig:
     return LlamaConfig(dim=8192, n_layers=n_layers, n_heads=64, n_kv_heads=8,
                        vocab_size=128256, ffn_dim=28672, norm_eps=1e-5,
                        rope_theta=500000.0, max_seq_len=seq_len, attention="sdpa")
+
+
+def llama_parameters(cfg: LlamaConfig) -> int:
+    """Parameter count of autoshard.models.Llama(cfg), by hand."""
+    head = cfg.dim // cfg.n_heads
+    attn = cfg.dim * cfg.dim * 2 + 2 * cfg.dim * cfg.n_kv_heads * head
+    layer = attn + 3 * cfg.dim * cfg.ffn_dim + 2 * cfg.dim
+    return cfg.n_layers * layer + 2 * cfg.vocab_size * cfg.dim + cfg.dim
 
 
 @dataclass(frozen=True)
@@ -53,10 +62,10 @@ def cases(args) -> list[Case]:
         m = m.strip().lower()
         if m == "8b":
             cfg = llama3_8b_config(n_layers=args.layers or 32, seq_len=args.seq)
-            out.append(Case("Llama-3-8B", cfg, (8, 8), args.batch_per_dp or 8))
+            out.append(Case("Llama-3-8B", cfg, (8, 8), args.batch_per_dp))
         elif m == "70b":
             cfg = llama3_70b_config(n_layers=args.layers or 80, seq_len=args.seq)
-            out.append(Case("Llama-3-70B", cfg, (32, 8), args.batch_per_dp or 2))
+            out.append(Case("Llama-3-70B", cfg, (32, 8), args.batch_per_dp))
         else:
             raise SystemExit(f"--models: unknown model {m!r} (expected 8b, 70b)")
     return out
@@ -78,12 +87,29 @@ def run_case(case: Case, args) -> dict:
           f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim}, vocab {cfg.vocab_size}; batch {batch} x "
           f"seq {cfg.max_seq_len}; mesh (dp={dp}, tp={tp}) = {dp * tp} x {args.hardware}",
           flush=True)
-    traced = trace_llama(cfg, case.mesh, batch=batch)
+    cache = None
+    if args.graph_cache:
+        cache = os.path.join(args.graph_cache, f"{case.name}-{cfg.n_layers}l-{dp}x{tp}-b{batch}-"
+                                               f"s{cfg.max_seq_len}.json")
+    if cache and os.path.exists(cache):
+        with open(cache) as f:
+            text = f.read()
+        traced = TracedGraph(text, float("nan"), sum(
+            1 for n in json.loads(text)["nodes"] if n["op"] != "placeholder"),
+            llama_parameters(cfg))
+        print(f"  (graph read from {cache}; trace time not measured)")
+    else:
+        traced = trace_llama(cfg, case.mesh, batch=batch)
+        if cache:
+            os.makedirs(args.graph_cache, exist_ok=True)
+            with open(cache, "w") as f:
+                f.write(traced.graph_json)
     graph_nodes = len(json.loads(traced.graph_json)["nodes"])
     print(f"  parameters          {traced.parameters / 1e9:.2f} B")
     print(f"  nodes               {traced.aten_nodes} ATen ops, {graph_nodes} graph nodes "
           f"(placeholders in, getitems folded)")
-    print(f"  trace time          {traced.trace_seconds:.1f} s", flush=True)
+    if traced.trace_seconds == traced.trace_seconds:  # not NaN: traced in this run
+        print(f"  trace time          {traced.trace_seconds:.1f} s", flush=True)
     missing = ops_without_rules(traced.graph_json)
     print(f"  ops without rules   {', '.join(missing) if missing else 'none'}", flush=True)
     if missing:
@@ -93,17 +119,18 @@ def run_case(case: Case, args) -> dict:
     c = compare_with_megatron(traced.graph_json, case.mesh, hardware=args.hardware,
                               memory_limit_bytes=memory, time_limit_s=args.time_limit)
     a, m = c.autoshard, c.megatron
-    print(f"  plan time           {a.plan_seconds:.1f} s (solver limit {args.time_limit:g} s; "
-          f"Megatron baseline {m.plan_seconds:.1f} s)")
+    print(f"  plan time           {a.plan_seconds:.1f} s (solver limit {args.time_limit:g} s)")
     print(f"  step time estimate  {a.total_us / 1e3:.2f} ms = compute {a.compute_us / 1e3:.2f} ms "
           f"+ comm {a.comm_us / 1e3:.2f} ms ({100 * a.comm_us / a.total_us:.0f}% comm); "
           f"lower bound {a.lower_bound_us / 1e3:.2f} ms")
     print(f"  parameters per GPU  {a.parameter_bytes_per_gpu / 2**30:.3f} GiB")
-    print(f"  Megatron baseline   {m.total_us / 1e3:.2f} ms = compute {m.compute_us / 1e3:.2f} ms "
-          f"+ comm {m.comm_us / 1e3:.2f} ms; parameters {m.parameter_bytes_per_gpu / 2**30:.3f} "
-          f"GiB/GPU")
-    print(f"  autoshard vs Megatron: {100 * (m.total_us - a.total_us) / m.total_us:+.2f}% "
-          f"(positive: autoshard faster); both plans in {time.perf_counter() - t0:.1f} s",
+    for label, v in c.variants.items():
+        print(f"  Megatron [{label:<8}] {v.total_us / 1e3:.2f} ms = compute "
+              f"{v.compute_us / 1e3:.2f} ms + comm {v.comm_us / 1e3:.2f} ms; parameters "
+              f"{v.parameter_bytes_per_gpu / 2**30:.3f} GiB/GPU; planned in "
+              f"{v.plan_seconds:.1f} s")
+    print(f"  autoshard vs best Megatron: {100 * (m.total_us - a.total_us) / m.total_us:+.2f}% "
+          f"(positive: autoshard faster); all plans in {time.perf_counter() - t0:.1f} s",
           flush=True)
     if args.verbose:
         print(a.plan.get("report", ""))
@@ -114,8 +141,9 @@ def run_case(case: Case, args) -> dict:
             "plan_s": a.plan_seconds, "ops_without_rules": missing,
             "autoshard": {k: getattr(a, k) for k in ("total_us", "compute_us", "comm_us",
                                                      "parameter_bytes_per_gpu", "lower_bound_us")},
-            "megatron": {k: getattr(m, k) for k in ("total_us", "compute_us", "comm_us",
-                                                    "parameter_bytes_per_gpu", "lower_bound_us")}}
+            "megatron": {label: {k: getattr(v, k) for k in (
+                "total_us", "compute_us", "comm_us", "parameter_bytes_per_gpu", "plan_seconds")}
+                for label, v in c.variants.items()}}
 
 
 def main(argv=None) -> int:
@@ -124,14 +152,16 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=0,
                    help="override the layer count (default: 32 for 8B, 80 for 70B)")
     p.add_argument("--seq", type=int, default=2048, help="sequence length (default 2048)")
-    p.add_argument("--batch-per-dp", type=int, default=0,
-                   help="sequences per dp rank (default 8 for 8B, 2 for 70B)")
+    p.add_argument("--batch-per-dp", type=int, default=8,
+                   help="sequences per dp rank (default 8)")
     p.add_argument("--hardware", default="H100")
     p.add_argument("--time-limit", type=float, default=30.0,
                    help="solver time limit per plan in seconds (default 30)")
     p.add_argument("--memory-limit-gb", type=float, default=80.0,
                    help="memory limit per GPU in GB (1e9 bytes; default 80, 0: none)")
     p.add_argument("--json-out", help="also write the figures as JSON to this file")
+    p.add_argument("--graph-cache", help="directory to keep traced graphs in: a graph found "
+                   "there is read instead of traced (its trace time is then not measured)")
     p.add_argument("--verbose", action="store_true", help="print both plans' reports")
     args = p.parse_args(argv)
     results = []

@@ -281,6 +281,12 @@ class Comparison:
 SP_VARIANTS = {"sp=seq": 1, "sp=batch": 0}
 
 
+def _batch_splits_over(graph: dict, ways: int) -> bool:
+    """Whether every input's batch dim splits evenly ``ways`` ways (dp x tp)."""
+    shapes = [n["outputs"][0]["shape"] for n in graph["nodes"] if n.get("role") == "input"]
+    return bool(shapes) and all(s and s[0] % ways == 0 for s in shapes)
+
+
 def parameter_bytes(graph: dict) -> int:
     """Total bytes of every parameter of the graph (global shapes)."""
     from . import _core
@@ -308,7 +314,11 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
     from . import _core
 
     graph = json.loads(graph_json)
-    variants = dict(SP_VARIANTS if variants is None else variants)
+    if variants is None:
+        variants = dict(SP_VARIANTS)
+        if not _batch_splits_over(graph, math.prod(mesh_shape)):
+            del variants["sp=batch"]  # fewer sequences than GPUs: only the sequence split
+    variants = dict(variants)
     if not variants:
         raise BaselineError("compare_with_megatron: no Megatron variant to plan")
     pin_sets = {label: megatron_pins(graph, len(mesh_shape), mesh_dim_names, dp_name,

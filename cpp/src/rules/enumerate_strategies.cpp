@@ -62,7 +62,7 @@ bool keeps_uneven_layout(const Strategy& s, const RuleContext& ctx, const Mesh& 
     if (s.outputs[k] && !same(*ctx.outputs[k], *s.outputs[k])) return false;
   for (size_t a = 0; a < s.inputs.size(); ++a)
     if (!same(ctx.inputs[a], s.inputs[a])) return false;
-  return meta && !has_partial(*layout) && nonempty_shardable(meta->shape, *layout, mesh);
+  return meta && !has_mixed_partial(*layout) && nonempty_shardable(meta->shape, *layout, mesh);
 }
 
 // A strategy's identity for deduplication.
