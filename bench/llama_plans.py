@@ -94,9 +94,7 @@ def run_case(case: Case, args) -> dict:
     if cache and os.path.exists(cache):
         with open(cache) as f:
             text = f.read()
-        traced = TracedGraph(text, float("nan"), sum(
-            1 for n in json.loads(text)["nodes"] if n["op"] != "placeholder"),
-            llama_parameters(cfg))
+        traced = TracedGraph(text, float("nan"), -1, llama_parameters(cfg))
         print(f"  (graph read from {cache}; trace time not measured)")
     else:
         traced = trace_llama(cfg, case.mesh, batch=batch)
@@ -106,8 +104,9 @@ def run_case(case: Case, args) -> dict:
                 f.write(traced.graph_json)
     graph_nodes = len(json.loads(traced.graph_json)["nodes"])
     print(f"  parameters          {traced.parameters / 1e9:.2f} B")
-    print(f"  nodes               {traced.aten_nodes} ATen ops, {graph_nodes} graph nodes "
-          f"(placeholders in, getitems folded)")
+    aten = f"{traced.aten_nodes} ATen ops in the joint graph, " if traced.aten_nodes >= 0 else ""
+    print(f"  nodes               {aten}{graph_nodes} planner graph nodes (placeholders "
+          f"included, getitems folded)")
     if traced.trace_seconds == traced.trace_seconds:  # not NaN: traced in this run
         print(f"  trace time          {traced.trace_seconds:.1f} s", flush=True)
     missing = ops_without_rules(traced.graph_json)

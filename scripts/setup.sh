@@ -16,7 +16,7 @@ fi
 
 python3 -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || pip install -q torch==2.13.0
-python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy
+python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy transformers
 # No build isolation: the build tools are installed above, and isolation would download them.
 python3 -m pip install -q --no-build-isolation -e . 
 

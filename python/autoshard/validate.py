@@ -409,7 +409,7 @@ class ValidationReport:
     failures: list[Failure] = field(default_factory=list)
     skipped: list[tuple] = field(default_factory=list)  # (graph, node, op, reason)
     unsupported: list[tuple] = field(default_factory=list)  # (graph, op, node)
-    passed: dict = field(default_factory=dict)  # (node, strategy str) -> True, for queries
+    passed: dict = field(default_factory=dict)  # (graph, mesh, node, strategy str) -> True
 
     def merge(self, other: "ValidationReport") -> None:
         self.graphs += [g for g in other.graphs if g not in self.graphs]
@@ -696,3 +696,56 @@ def validate_all(captures: Sequence[CapturedGraph], meshes: Sequence[Sequence[in
         for mesh in meshes:
             total.merge(validate(cap, mesh, **kwargs))
     return total
+
+
+# ----------------------------------------------------------------------------- standard models
+
+def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: int = 0
+                      ) -> list[CapturedGraph]:
+    """The validator's models (python/autoshard/models_zoo.py), traced and run eagerly:
+    ``llama3`` (2 layers, SDPA with GQA), ``moe`` (4 experts, top-2), ``gpt2`` (transformers,
+    2 layers; needs the transformers package)."""
+    from . import models_zoo as Z
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for name in names:
+        if name == "llama3":
+            model, inputs = Z.llama3_small("sdpa"), (torch.randint(0, 64, (2, 6), generator=gen),
+                                                     torch.randint(0, 64, (2, 6), generator=gen))
+        elif name == "llama3_manual":
+            model, inputs = Z.llama3_small("manual"), (torch.randint(0, 64, (2, 6), generator=gen),
+                                                       torch.randint(0, 64, (2, 6), generator=gen))
+        elif name == "moe":
+            model, inputs = Z.MoEBlock(n_experts=4, top_k=2), (torch.randn(2, 6, 32, generator=gen),
+                                                               torch.randn(2, 6, 32, generator=gen))
+        elif name == "gpt2":
+            model, inputs = Z.GPT2LM(), (torch.randint(0, 128, (2, 8), generator=gen),
+                                         torch.randint(0, 128, (2, 8), generator=gen))
+        else:
+            raise ValueError(f"unknown model {name!r}: expected llama3, llama3_manual, moe, gpt2")
+        out.append(capture_model(name, model, inputs, seed=seed))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m autoshard.validate [--models llama3,moe,gpt2] [--meshes 2,4,2x2,2x2x2]
+    [--sample N]``: validates every rule of the standard models and prints the summary."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m autoshard.validate", description=main.__doc__)
+    ap.add_argument("--models", default="llama3,moe,gpt2")
+    ap.add_argument("--meshes", default="2,4,2x2,2x2x2")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="strategies per node to validate (default: all)")
+    args = ap.parse_args(argv)
+    captures = standard_captures(args.models.split(","))
+    meshes = [tuple(int(x) for x in m.split("x")) for m in args.meshes.split(",")]
+    report = validate_all(captures, meshes, max_strategies_per_node=args.sample)
+    print(report.summary(max_failures=200))
+    return 0 if report.ok() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
