@@ -193,23 +193,6 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     }
       polish("penalised");
     }
-    // Intensify: continue the tree LNS from the best plan so far (new decodes diversify; the
-    // best plan is usually far from converged under LNS on the large instances).
-    if (!best_x.empty() && Clock::now() < deadline) {
-      state.reset(best_x);
-      for (size_t k = 0; k < price.size(); ++k) price[k] = unary[k] - g.node_cost[k];
-      lns.set_prices(price);
-      const auto lns_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(lns_ms));
-      const int64_t lns_moves = lns.run(state, lns_deadline, 1 << 30, 48, rng);
-      state.descend(deadline);
-      if (state.valid() && state.cost() < best_cost && detail::graph_cost(g, state.labels()) < best_cost) {
-        best_cost = detail::graph_cost(g, state.labels());
-        best_x = state.labels();
-      }
-      if (options.verbose)
-        std::fprintf(stderr, "[heuristic]   best-plan lns: %lld moves -> %.6g\n", (long long)lns_moves,
-                     best_cost + red.cost_offset);
-    }
     if (options.verbose)
       std::fprintf(stderr, "[heuristic] round %d t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g\n",
                    round, seconds_since(t0), best_bound + red.cost_offset, best_cost + red.cost_offset,
