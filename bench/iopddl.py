@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DIR = Path("/work/shared/bench/iopddl")
+# shared/ lies beside the checkout (../shared from the project root).
+DEFAULT_DIR = (Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "iopddl")
 
 # Contest time limit (s) and best known cost (shared/bench/iopddl/README.md).
 INSTANCES = {

@@ -2,6 +2,8 @@
 // and evaluate() matches hand-computed values (including half-open interval semantics).
 #include <gtest/gtest.h>
 
+#include "test_data_paths.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -125,7 +127,8 @@ TEST(ProblemIo, MissingFileAndBadGzipAreReported) {
 }
 
 TEST(ProblemIo, ReadsTheIopddlInstanceB) {
-  Problem p = read_problem("/work/shared/bench/iopddl/B.json.gz");
+  AUTOSHARD_REQUIRE_INSTANCE(path_b, "B.json.gz");
+  Problem p = read_problem(path_b);
   EXPECT_EQ(p.num_nodes(), 816u);
   EXPECT_EQ(p.edges.size(), 1096u);
   EXPECT_EQ(p.usage_limit, 14392528);

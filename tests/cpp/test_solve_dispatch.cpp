@@ -2,6 +2,8 @@
 // instance B), infeasible problems reported as such, malformed problems rejected.
 #include <gtest/gtest.h>
 
+#include "test_data_paths.h"
+
 #include "autoshard/evaluate.h"
 #include "autoshard/problem_io.h"
 #include "autoshard/solver.h"
@@ -9,7 +11,8 @@
 using namespace autoshard;
 
 TEST(SolveDispatch, InstanceBValidPlanAndBoundAroundTheKnownOptimum) {
-  Problem p = read_problem("/work/shared/bench/iopddl/B.json.gz");
+  AUTOSHARD_REQUIRE_INSTANCE(path_b, "B.json.gz");
+  Problem p = read_problem(path_b);
   SolveOptions o;
   o.time_limit_s = 20;
   SolveResult r = solve(p, o);

@@ -1,8 +1,16 @@
-// The anytime solver for large problems: exact reductions, then a Lagrangian relaxation of
-// the memory limit (one multiplier per time point that matters) whose pairwise subproblem is
-// solved by TRW-S message passing. Each round decodes a labeling, repairs it to a valid plan
-// and improves it by local search; the dual value gives a proven lower bound. Runs until
-// options.time_limit_s and returns the best valid plan found.
+// The anytime solver for large problems:
+//  1. exact reductions (autoshard/reduce.h);
+//  2. a Lagrangian relaxation of the memory limit, one multiplier per time point that matters
+//     (interval starts), whose pairwise subproblem is solved by TRW-S message passing: first
+//     subgradient steps (fast bound), then gentle multiplicative "adaptive penalty" updates;
+//     the dual value is a proven lower bound for any multipliers >= 0;
+//  3. nodes tied by bijective edges (XLA follow/alias constraints) are decoded, repaired and
+//     moved as groups;
+//  4. each decoded plan is repaired to the limit (greedy group moves), improved by single and
+//     group descent, then by large-neighbourhood search: exact DP on induced trees of groups,
+//     priced with the current multipliers, kept only when the true plan is valid and cheaper.
+// Runs until options.time_limit_s (or a proof of optimality) and returns the best valid plan.
+// Deterministic for a given seed apart from how many rounds fit in the time; single-threaded.
 #pragma once
 
 #include "autoshard/problem.h"
