@@ -82,7 +82,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   double step_scale = 1.0;
   bool primal_phase = false;
   // Time for tree LNS after each polished plan: a share of the limit, at least 0.2 s.
-  const int64_t lns_ms = std::max<int64_t>(200, int64_t(options.time_limit_s * 1000 / 25));
+  const int64_t lns_ms = std::max<int64_t>(200, int64_t(options.time_limit_s * 1000 / 60));
   double target_gap = 0.15;  // Polyak target above the bound; shrinks as the bound stalls
   int rounds_without_bound_gain = 0;
 
