@@ -193,7 +193,8 @@ class AutoParallel:
         """Plan the traced step; returns the plan (docs/formats.md section 3) as a dict."""
         self._check_entered()
         t0 = time.perf_counter()
-        plan = plan_traced_step(self.step, self.options(verbose))
+        plan = _same_plan_on_every_rank(
+            lambda: plan_traced_step(self.step, self.options(verbose)))
         plan["plan_seconds"] = time.perf_counter() - t0
         if verbose:
             log_plan(plan, self.step)
@@ -221,6 +222,29 @@ def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
     if mesh.device_type == "cuda" and torch.cuda.is_available():
         return torch.device("cuda", 0)
     return torch.device("cpu")
+
+
+def _same_plan_on_every_rank(make_plan) -> dict:
+    """The solver is anytime: under a wall-clock limit two ranks could stop at different
+    plans. With a real multi-rank process group, rank 0 plans and broadcasts its plan (or
+    its error) so every rank runs the same one."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1 \
+            or dist.get_backend() == "fake":
+        return make_plan()
+    box: list = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = ("plan", make_plan())
+        except Exception as e:  # every rank must raise the same error, not hang
+            box[0] = ("error", (type(e), str(e)))
+    dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        exc_type, msg = value
+        raise exc_type(msg)
+    return value
 
 
 def plan_traced_step(step: TracedStep, options: dict) -> dict:

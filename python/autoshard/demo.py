@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-per-dp", type=int, default=8,
                    help="sequences per data-parallel rank (default 8)")
     p.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa")
-    p.add_argument("--time-limit", type=float, default=30.0,
-                   help="planning time limit in seconds (default 30)")
+    p.add_argument("--time-limit", type=float, default=10.0,
+                   help="solver time limit in seconds (default 10)")
     p.add_argument("--trace-only", action="store_true", help="stop after tracing")
     p.add_argument("--graph-out", help="also write the traced graph JSON to this file")
     p.add_argument("--plan-out", help="also write the plan JSON to this file")
