@@ -451,21 +451,10 @@ class ValidationReport:
 
 def tensor_ref_nodes(node: fx.Node) -> list[fx.Node]:
     """The node's tensor references in args then kwargs, depth first (the order of the
-    strategies' ``inputs``, docs/formats.md section 3)."""
-    refs: list[fx.Node] = []
+    strategies' ``inputs``, docs/formats.md section 3), as the runtime walks them."""
+    from .runtime import _tensor_refs
 
-    def walk(v):
-        if isinstance(v, fx.Node):
-            refs.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-
-    for a in node.args:
-        walk(a)
-    for v in node.kwargs.values():
-        walk(v)
-    return refs
+    return _tensor_refs(node.args, node.kwargs)
 
 
 def _substitute(args: Any, local_of: dict[str, torch.Tensor]) -> Any:

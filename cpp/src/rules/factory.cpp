@@ -40,13 +40,6 @@ std::vector<ShardingRow> factory_like_rows(const RuleContext& ctx, bool partial_
   return dedup_rows(std::move(rows));
 }
 
-OpRule make(std::function<std::vector<ShardingRow>(const RuleContext&)> rows) {
-  OpRule r;
-  r.rows = std::move(rows);
-  r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
-  return r;
-}
-
 }  // namespace
 
 void register_factory_rules() {
@@ -54,17 +47,17 @@ void register_factory_rules() {
              "aten.empty_strided.default", "aten.scalar_tensor.default", "aten.arange.default",
              "aten.arange.start", "aten.arange.start_step", "aten.rand.default", "aten.randn.default",
              "aten._assert_async.msg"},
-            make(no_rows));
+            memory_bound_rule(no_rows));
   add_rules({"aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default",
              "aten.rand_like.default", "aten.randn_like.default"},
-            make([](const RuleContext& ctx) { return factory_like_rows(ctx, true, {}); }));
+            memory_bound_rule([](const RuleContext& ctx) { return factory_like_rows(ctx, true, {}); }));
   add_rules({"aten.empty_like.default", "aten.new_empty.default", "aten.new_empty_strided.default"},
-            make([](const RuleContext& ctx) {
+            memory_bound_rule([](const RuleContext& ctx) {
               return factory_like_rows(ctx, false, {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min});
             }));
   add_rules({"aten.new_zeros.default", "aten.new_ones.default", "aten.new_full.default"},
-            make([](const RuleContext& ctx) { return factory_like_rows(ctx, true, {}); }));
-  add_rules({"aten.fill.Scalar"}, make([](const RuleContext& ctx) {
+            memory_bound_rule([](const RuleContext& ctx) { return factory_like_rows(ctx, true, {}); }));
+  add_rules({"aten.fill.Scalar"}, memory_bound_rule([](const RuleContext& ctx) {
               return factory_like_rows(ctx, false, {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min});
             }));
 }

@@ -192,22 +192,15 @@ std::vector<ShardingRow> index_put_rows(const RuleContext& ctx) {
   return dedup_rows(std::move(rows));
 }
 
-OpRule make(std::function<std::vector<ShardingRow>(const RuleContext&)> rows) {
-  OpRule r;
-  r.rows = std::move(rows);
-  r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
-  return r;
-}
-
 }  // namespace
 
 void register_indexing_rules() {
-  add_rule("aten.index_select.default", make(index_select_rows));
-  add_rule("aten.gather.default", make(gather_rows));
-  add_rules({"aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default"}, make(scatter_rows));
-  add_rule("aten.index_add.default", make(index_add_rows));
-  add_rule("aten.index.Tensor", make(index_rows));
-  add_rules({"aten.index_put.default", "aten._index_put_impl.default"}, make(index_put_rows));
+  add_rule("aten.index_select.default", memory_bound_rule(index_select_rows));
+  add_rule("aten.gather.default", memory_bound_rule(gather_rows));
+  add_rules({"aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default"}, memory_bound_rule(scatter_rows));
+  add_rule("aten.index_add.default", memory_bound_rule(index_add_rows));
+  add_rule("aten.index.Tensor", memory_bound_rule(index_rows));
+  add_rules({"aten.index_put.default", "aten._index_put_impl.default"}, memory_bound_rule(index_put_rows));
 }
 
 }  // namespace autoshard

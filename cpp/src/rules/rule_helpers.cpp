@@ -257,6 +257,13 @@ void add_rules(std::initializer_list<const char*> ops, const OpRule& rule) {
   for (const char* op : ops) add_rule(op, rule);
 }
 
+OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows) {
+  OpRule r;
+  r.rows = std::move(rows);
+  r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
+  return r;
+}
+
 double numel_of(const TensorMeta& m) {
   double n = 1;
   for (int64_t s : m.shape) n *= static_cast<double>(s);
