@@ -157,6 +157,13 @@ def graph_dict(step: TracedStep) -> dict:
             if mod:
                 entry["module"] = mod
             nodes.append(entry)
+        elif n.op == "get_attr" and isinstance(getattr(gm, n.target, None), torch.Tensor):
+            # a tensor constant the model builds in forward (e.g. transformers' GPT-2
+            # `torch.tensor([])`): to the planner it is a graph input like a buffer; the
+            # runtime feeds its value (runtime.StepRunner.constant_values)
+            nodes.append({"name": n.name, "op": "placeholder", "role": "buffer",
+                          "fqn": str(n.target),
+                          "outputs": [_meta_entry(getattr(gm, n.target))]})
         elif n.op == "output":
             continue
         else:

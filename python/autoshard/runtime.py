@@ -124,6 +124,14 @@ class StepRunner:
         self.param_names = list(step.param_fqns)
         self.buffer_names = list(step.buffer_fqns)
         self.placeholders = {n.name: n for n in self.gm.graph.find_nodes(op="placeholder")}
+        # tensor constants (get_attr) are graph inputs to the planner, exported like buffers
+        self.constants = {n.name: getattr(self.gm, n.target)
+                          for n in self.gm.graph.find_nodes(op="get_attr")
+                          if isinstance(getattr(self.gm, n.target, None), torch.Tensor)}
+        for n in self.gm.graph.find_nodes(op="get_attr"):
+            if n.name in self.constants:
+                self.placeholders[n.name] = n
+                n.meta.setdefault("val", self.constants[n.name])
         self.fwd_outputs = sorted((o for o in step.outputs if o.role == "output"),
                                   key=lambda o: o.output_index)
         self.grad_outputs = {o.grad_of: o for o in step.outputs if o.role == "grad"}
@@ -295,9 +303,12 @@ class StepRunner:
             layout = self.planned_output(node.name, k)
             if isinstance(o, torch.Tensor) and layout is not None and k < len(vals) \
                     and isinstance(vals[k], torch.Tensor):
-                shape = tuple(int(x) for x in vals[k].shape)
+                # the traced value's global shape and stride: later views depend on them,
+                # so the local result is laid out in the traced memory order too (the CPU
+                # flash-attention kernel and its meta function disagree on it)
+                o = _match_stride_order(o, vals[k])
                 o = DTensor.from_local(o, self.mesh, layout, run_check=False,
-                                       shape=torch.Size(shape), stride=contiguous_stride(shape))
+                                       shape=vals[k].shape, stride=tuple(vals[k].stride()))
             wrapped.append(o)
         return tuple(wrapped) if isinstance(out, (tuple, list)) else wrapped[0]
 
@@ -322,6 +333,10 @@ class StepRunner:
         for name, v in zip(self.step.input_nodes, input_values):
             if name is not None:
                 env[name] = self.wrap_local(v, name) if isinstance(v, torch.Tensor) else v
+        for name, value in self.constants.items():
+            full = DTensor.from_local(value.to(self.device), self.mesh,
+                                      (Replicate(),) * self.mesh.ndim, run_check=False)
+            env[name] = self._to_layout(full, self.placeholder_layout(name))
         for node in self.forward_nodes:
             self.run_node(env, node)
         outs, layouts = [], []
@@ -413,6 +428,18 @@ _LOCAL_OPS = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
 }
+
+
+def _match_stride_order(t: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``t`` with its dims laid out in memory in the same order as ``ref``'s."""
+    if t.dim() != ref.dim() or t.dim() < 2:
+        return t
+    # outermost first: larger stride, ties broken by the later dim being inner
+    order = sorted(range(ref.dim()), key=lambda d: (-ref.stride(d), d))
+    if order == sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)):
+        return t
+    inverse = [order.index(d) for d in range(t.dim())]
+    return t.permute(order).contiguous().permute(inverse)
 
 
 def _runs_locally(node: fx.Node) -> bool:

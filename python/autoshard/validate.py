@@ -29,7 +29,6 @@ Entry points: ``capture_model`` / ``capture_function`` (graph + real values), th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import operator
@@ -112,32 +111,9 @@ def _eager_values(gm: fx.GraphModule, placeholder_values: Sequence[Any]) -> dict
 
 
 def export_graph(step: TracedStep) -> dict:
-    """graph_export.graph_dict, with lifted tensor constants (``get_attr`` nodes, e.g. the
-    ``torch.tensor(...)`` values transformers' GPT-2 builds in forward) written as buffers.
-
-    graph_export rejects get_attr nodes; the constants are plain graph inputs to the planner
-    (replicated like a buffer), so they are exported under the buffer role with their
-    attribute name as fqn."""
-    consts = [n for n in step.gm.graph.nodes if n.op == "get_attr"]
-    if not consts:
-        return graph_dict(step)
-    saved = []
-    buffer_fqns = dict(step.buffer_fqns)
-    try:
-        for n in consts:
-            saved.append((n, n.op, n.meta.get("val", None), "val" in n.meta))
-            value = getattr(step.gm, n.target)
-            n.op = "placeholder"
-            n.meta["val"] = value
-            buffer_fqns[n.name] = str(n.target)
-        return graph_dict(dataclasses.replace(step, buffer_fqns=buffer_fqns))
-    finally:
-        for n, op, val, had in saved:
-            n.op = op
-            if had:
-                n.meta["val"] = val
-            else:
-                n.meta.pop("val", None)
+    """The graph JSON of ``step`` (lifted tensor constants, e.g. the ``torch.tensor(...)``
+    values transformers' GPT-2 builds in forward, are exported like buffers)."""
+    return graph_dict(step)
 
 
 def capture_model(name: str, model: torch.nn.Module, inputs: tuple, *,
