@@ -92,8 +92,10 @@ bool has_empty_shard(const Mesh& mesh, const Layout& layout, const TensorMeta& m
 // ---- registration -----------------------------------------------------------------------
 void add_rule(const std::string& op, OpRule rule);
 void add_rules(std::initializer_list<const char*> ops, const OpRule& rule);
-// A rule from its rows alone for a memory-bound op (no FLOPs): factories, index ops.
-OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows);
+// A rule from its rows alone for an op with no FLOPs: factories, index ops, views
+// (`is_view`: moves no data, so no compute cost either).
+OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows,
+                         bool is_view = false);
 
 // ---- flops helpers ----------------------------------------------------------------------
 double numel_of(const TensorMeta& m);

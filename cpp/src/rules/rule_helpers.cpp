@@ -257,10 +257,12 @@ void add_rules(std::initializer_list<const char*> ops, const OpRule& rule) {
   for (const char* op : ops) add_rule(op, rule);
 }
 
-OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows) {
+OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows,
+                         bool is_view) {
   OpRule r;
   r.rows = std::move(rows);
   r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
+  r.is_view = is_view;
   return r;
 }
 

@@ -144,27 +144,19 @@ std::vector<ShardingRow> pad_rows(const RuleContext& ctx) {
 // tril / triu: DTensor only runs them replicated, so the framework's all-R row is the only one.
 std::vector<ShardingRow> no_rows(const RuleContext&) { return {}; }
 
-OpRule rule_of(std::function<std::vector<ShardingRow>(const RuleContext&)> rows, bool is_view) {
-  OpRule r;
-  r.rows = std::move(rows);
-  r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
-  r.is_view = is_view;
-  return r;
-}
-
 }  // namespace
 
 void register_slicing_rules() {
-  add_rule("aten.select.int", rule_of(select_rows, true));
-  add_rule("aten.slice.Tensor", rule_of(slice_rows, true));
-  add_rule("aten.select_backward.default", rule_of(select_backward_rows, false));
-  add_rule("aten.slice_backward.default", rule_of(slice_backward_rows, false));
-  add_rules({"aten.split.Tensor", "aten.split_with_sizes.default"}, rule_of(split_rows, true));
-  add_rule("aten.unbind.int", rule_of(unbind_rows, true));
-  add_rule("aten.cat.default", rule_of(cat_rows, false));
-  add_rule("aten.stack.default", rule_of(stack_rows, false));
-  add_rule("aten.constant_pad_nd.default", rule_of(pad_rows, false));
-  add_rules({"aten.tril.default", "aten.triu.default"}, rule_of(no_rows, false));
+  add_rule("aten.select.int", memory_bound_rule(select_rows, true));
+  add_rule("aten.slice.Tensor", memory_bound_rule(slice_rows, true));
+  add_rule("aten.select_backward.default", memory_bound_rule(select_backward_rows, false));
+  add_rule("aten.slice_backward.default", memory_bound_rule(slice_backward_rows, false));
+  add_rules({"aten.split.Tensor", "aten.split_with_sizes.default"}, memory_bound_rule(split_rows, true));
+  add_rule("aten.unbind.int", memory_bound_rule(unbind_rows, true));
+  add_rule("aten.cat.default", memory_bound_rule(cat_rows, false));
+  add_rule("aten.stack.default", memory_bound_rule(stack_rows, false));
+  add_rule("aten.constant_pad_nd.default", memory_bound_rule(pad_rows, false));
+  add_rules({"aten.tril.default", "aten.triu.default"}, memory_bound_rule(no_rows, false));
 }
 
 }  // namespace autoshard

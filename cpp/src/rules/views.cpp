@@ -181,29 +181,21 @@ std::vector<ShardingRow> expand_rows(const RuleContext& ctx) {
   return rows_from_dim_map(ctx, out_to_in);
 }
 
-OpRule view_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows, bool is_view = true) {
-  OpRule r;
-  r.rows = std::move(rows);
-  r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
-  r.is_view = is_view;
-  return r;
-}
-
 }  // namespace
 
 void register_view_rules() {
-  OpRule reshape = view_rule(reshape_rows);
+  OpRule reshape = memory_bound_rule(reshape_rows, true);
   reshape.accept = reshape_accept;
   add_rules({"aten.view.default", "aten._unsafe_view.default", "aten.view_copy.default"}, reshape);
   OpRule reshape_copy = reshape;
   reshape_copy.is_view = false;  // reshape copies when the input is not contiguous
   add_rules({"aten.reshape.default"}, reshape_copy);
-  add_rule("aten.permute.default", view_rule(permute_rows));
-  add_rule("aten.transpose.int", view_rule(transpose_rows));
-  add_rule("aten.t.default", view_rule(t_rows));
-  add_rule("aten.unsqueeze.default", view_rule(unsqueeze_rows));
-  add_rules({"aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims"}, view_rule(squeeze_rows));
-  add_rule("aten.expand.default", view_rule(expand_rows));
+  add_rule("aten.permute.default", memory_bound_rule(permute_rows, true));
+  add_rule("aten.transpose.int", memory_bound_rule(transpose_rows, true));
+  add_rule("aten.t.default", memory_bound_rule(t_rows, true));
+  add_rule("aten.unsqueeze.default", memory_bound_rule(unsqueeze_rows, true));
+  add_rules({"aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims"}, memory_bound_rule(squeeze_rows, true));
+  add_rule("aten.expand.default", memory_bound_rule(expand_rows, true));
 }
 
 }  // namespace autoshard
