@@ -76,6 +76,11 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
             shells[path]._modules[name] = shells[child_path] if child is not None else None
     root = shells[""]
 
+    def at_rest_layout(placeholder):
+        # tensors the graph never reads have no placeholder: they stay replicated
+        return (runner.placeholder_layout(placeholder) if placeholder is not None
+                else (Replicate(),) * mesh.ndim)
+
     # parameters: one DTensor Parameter per distinct tensor, registered under every alias
     made: dict[int, nn.Parameter] = {}
     param_layouts: dict[str, list[str]] = {}
@@ -86,9 +91,7 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                 shells[path]._parameters[name] = None
                 continue
             if id(p) not in made:
-                ph = placeholder_of_fqn.get(fqn)
-                layout = (runner.placeholder_layout(ph) if ph is not None
-                          else (Replicate(),) * mesh.ndim)
+                layout = at_rest_layout(placeholder_of_fqn.get(fqn))
                 made[id(p)] = nn.Parameter(_meta_dtensor(tuple(p.shape), p.dtype, layout, mesh),
                                            requires_grad=p.requires_grad)
             shells[path]._parameters[name] = made[id(p)]
@@ -99,9 +102,7 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                 shells[path]._buffers[name] = None
                 continue
             if id(b) not in made:
-                ph = buffer_ph_of_fqn.get(fqn)
-                layout = (runner.placeholder_layout(ph) if ph is not None
-                          else (Replicate(),) * mesh.ndim)
+                layout = at_rest_layout(buffer_ph_of_fqn.get(fqn))
                 made[id(b)] = _meta_dtensor(tuple(b.shape), b.dtype, layout, mesh)
             shells[path]._buffers[name] = made[id(b)]
             if name in mod._non_persistent_buffers_set:
