@@ -170,6 +170,62 @@ def normalize_inputs(value: Any) -> ForwardInputs:
     return ForwardInputs(args=(value,))
 
 
+def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
+                           fake_mode: FakeTensorMode) -> None:
+    """One placeholder per parameter TENSOR. A tensor registered under two names (tied
+    weights: GPT-2's input embedding and output projection) reaches the joint graph as two
+    placeholders, each with the gradient of its own uses; the parameter's gradient is their
+    sum. Rewrites ``gm`` in place: later placeholders of a tensor are replaced by the first,
+    their gradient outputs are added into the first one's, and ``param_fqns`` loses them."""
+    from torch._functorch._aot_autograd.descriptors import GradAOTOutput, ParamAOTInput
+
+    kept_of_fqn: dict[str, str] = {}
+    kept_of: dict[str, str] = {}  # placeholder -> the placeholder that stays
+    for ph, fqn in param_fqns.items():
+        kept_of[ph] = kept_of_fqn.setdefault(fqn, ph)
+    if all(k == ph for ph, k in kept_of.items()):
+        return
+    placeholders = {n.name: n for n in gm.graph.find_nodes(op="placeholder")}
+    ph_of_target = {n.meta["desc"].target: name for name, n in placeholders.items()
+                    if isinstance(n.meta.get("desc"), ParamAOTInput)}
+    out_node = gm.graph.find_nodes(op="output")[0]
+    values, descs = list(out_node.args[0]), list(out_node.meta["desc"])
+    first_slot: dict[str, int] = {}  # kept placeholder -> index of its gradient output
+    drop: set[int] = set()
+    for k, (value, desc) in enumerate(zip(values, descs)):
+        if not (isinstance(desc, GradAOTOutput) and isinstance(desc.grad_of, ParamAOTInput)):
+            continue
+        kept = kept_of.get(ph_of_target.get(desc.grad_of.target, ""), None)
+        if kept is None:
+            continue
+        if kept not in first_slot:
+            first_slot[kept] = k
+            continue
+        drop.add(k)
+        j = first_slot[kept]
+        if value is None:
+            continue
+        if values[j] is None:
+            values[j] = value
+            continue
+        with gm.graph.inserting_before(out_node):
+            total = gm.graph.call_function(torch.ops.aten.add.Tensor, (values[j], value))
+        with fake_mode:
+            total.meta["val"] = torch.ops.aten.add.Tensor(values[j].meta["val"],
+                                                          value.meta["val"])
+        total.meta["partitioner_tag"] = "is_backward"
+        values[j] = total
+    out_node.args = (tuple(v for k, v in enumerate(values) if k not in drop),)
+    out_node.meta["desc"] = [d for k, d in enumerate(descs) if k not in drop]
+    for ph, kept in kept_of.items():
+        if ph != kept:
+            placeholders[ph].replace_all_uses_with(placeholders[kept])
+            gm.graph.erase_node(placeholders[ph])
+            del param_fqns[ph]
+    gm.graph.lint()
+    gm.recompile()
+
+
 def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                         device: torch.device | str | None = None, *,
                         capture: str = "dynamo", decompositions: dict | None = None
@@ -258,6 +314,7 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
         else:
             raise NotImplementedError(f"graph input {n.name} has descriptor {desc!r}, which "
                                       "autoshard does not support (e.g. RNG state, tokens)")
+    _merge_tied_parameters(gm, param_fqns, fake_mode)
     missing = [i for i in range(len(flat_inputs)) if i not in input_by_idx
                and isinstance(flat_inputs[i], torch.Tensor)]
     if missing:

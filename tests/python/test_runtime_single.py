@@ -123,10 +123,8 @@ def test_gpt2_tensor_constants_are_planned_and_fed(mesh1):
     from autoshard.graph_export import graph_json
 
     cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64,
-                                  n_positions=16, bos_token_id=0, eos_token_id=0,
-                                  # tied input/output embeddings are a known gap of the
-                                  # tracer (the tie is lifted as two parameters)
-                                  tie_word_embeddings=False)
+                                  n_positions=16, bos_token_id=0, eos_token_id=0)
+    assert cfg.tie_word_embeddings  # GPT-2's default: one weight for input and output
 
     class LM(nn.Module):
         def __init__(self):
@@ -157,6 +155,50 @@ def test_gpt2_tensor_constants_are_planned_and_fed(mesh1):
     torch.testing.assert_close(loss, rloss.detach(), rtol=1e-5, atol=1e-6)
     loss.backward()
     rloss.backward()
+    assert par.m.lm_head.weight is par.m.transformer.wte.weight
     for name, p in ref.named_parameters():
         got = dict(par.named_parameters())[name].grad.full_tensor()
         torch.testing.assert_close(got, p.grad, rtol=1e-5, atol=1e-6)
+
+
+class TiedProjection(nn.Module):
+    """One weight used twice (embedding lookup and output projection), as in tied LMs."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+        self.proj = nn.Linear(8, 16, bias=False)
+        self.proj.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.proj(torch.tanh(self.emb(ids))).logsumexp(-1).sum()
+
+
+def test_tied_weight_is_one_parameter_with_the_summed_gradient(mesh1):
+    import json
+
+    from autoshard import _core
+    from autoshard.graph_export import graph_json
+
+    torch.manual_seed(0)
+    ref = TiedProjection()
+    with torch.device("meta"):
+        meta = TiedProjection()
+    step = trace_training_step(meta, lambda: torch.randint(0, 16, (4, 5)))
+    # one placeholder and one gradient output for the one tensor
+    assert list(step.param_fqns.values()) == ["emb.weight"]
+    assert [o.grad_of for o in step.outputs if o.role == "grad"] == list(step.param_fqns)
+    plan = json.loads(_core.plan_graph(graph_json(step), json.dumps(
+        {"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2})))
+    par = build_parallel_module(meta, step, plan, mesh1, strict=True)
+    par.to_empty(device="cpu")
+    load_full_state_dict(par, ref.state_dict())
+    assert par.proj.weight is par.emb.weight
+    ids = torch.randint(0, 16, (4, 5))
+    loss, rloss = par(ids), ref(ids)
+    torch.testing.assert_close(loss, rloss.detach(), rtol=1e-5, atol=1e-6)
+    loss.backward()
+    rloss.backward()
+    # both uses contribute: the lookup's rows and the projection's full matrix
+    torch.testing.assert_close(par.emb.weight.grad.full_tensor(), ref.emb.weight.grad,
+                               rtol=1e-5, atol=1e-6)

@@ -12,7 +12,11 @@ namespace autoshard {
 
 struct SolveOptions {
   double time_limit_s = 60.0;  // wall clock, including reductions; the best plan so far is returned
-  int threads = 1;
+  int threads = 1;              // > 1: a portfolio of independent searches, best plan kept
+  // > 0: the large-problem search stops after this much counted work (see `work` below)
+  // instead of at the clock, which makes runs bit-identical on any machine; the time limit
+  // still applies as a safety net.
+  int64_t work_limit = 0;
   bool exact = false;          // prove optimality (no time-limit shortcut unless time runs out)
   uint64_t seed = 0;
   bool verbose = false;        // progress lines on stderr
@@ -27,6 +31,7 @@ struct SolveResult {
   int64_t peak_usage = 0;       // max over time of the live usage of `solution`
   double time_to_first_s = -1;  // when the first valid plan was found
   double total_time_s = 0;
+  int64_t work = 0;             // counted work of the large-problem search (0 when it did not run)
   std::string status;           // human-readable: "optimal", "time limit", "infeasible", ...
 };
 

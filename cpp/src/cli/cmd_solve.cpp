@@ -20,9 +20,13 @@ namespace {
 
 const char* kSolveUsage =
     "usage: autoshard solve PROBLEM.json[.gz] [--time-limit SECONDS] [--threads N]\n"
-    "                       [--out SOLUTION.json] [--exact] [--seed N] [--verbose]\n"
+    "                       [--work-limit UNITS] [--out SOLUTION.json] [--exact] [--seed N]\n"
+    "                       [--verbose]\n"
     "  --time-limit SECONDS  wall-clock limit, including reading (default 60)\n"
-    "  --threads N           worker threads (default 1)\n"
+    "  --threads N           independent searches run in parallel, best plan kept (default 1)\n"
+    "  --work-limit UNITS    stop the search after this much counted work instead of at the\n"
+    "                        clock: the same plan on any machine (the time limit still holds;\n"
+    "                        each run prints the work it did)\n"
     "  --out PATH            write {\"solution\": [...]} to PATH\n"
     "  --exact               prove optimality (branch and bound) within the time limit\n"
     "  --seed N              seed for randomised search (default 0)\n"
@@ -77,6 +81,10 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
         int64_t t = parse_int(a, value());
         if (t < 1 || t > 1024) throw UsageError{"--threads must be between 1 and 1024"};
         opt.threads = static_cast<int>(t);
+      } else if (a == "--work-limit") {
+        const int64_t w = parse_int(a, value());
+        if (w < 1) throw UsageError{"--work-limit must be >= 1 (it counts units of search work)"};
+        opt.work_limit = w;
       } else if (a == "--out") {
         out_path = value();
       } else if (a == "--exact") {
@@ -170,6 +178,7 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
     std::snprintf(b, sizeof b, "%.3f", read_s);
     return std::string(b);
   }() << " s)\n";
+  if (r.work > 0) out << "search work: " << r.work << " units\n";
   if (r.proven_optimal) out << "proven optimal\n";
   if (!out_path.empty()) {
     try {

@@ -125,13 +125,16 @@ bool TreeLns::repair(PlanState& state, Clock::time_point deadline) {
 }
 
 int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size,
-                     std::mt19937_64& rng) {
+                     std::mt19937_64& rng, int64_t max_work) {
   const int32_t C = cl_.num_clusters();
   if (C == 0) return 0;
   int64_t improved = 0;
   std::vector<int32_t> saved_nodes, saved_labels;
-  for (int64_t step = 0; step < max_steps; ++step) {
+  steps_done_ = 0;
+  const int64_t work_start = state.work();
+  for (int64_t step = 0; step < max_steps && state.work() - work_start < max_work; ++step) {
     if ((step & 15) == 0 && Clock::now() > deadline) break;
+    ++steps_done_;
     // Current group labels (from each group's root).
     const auto& x = state.labels();
     // Grow an induced tree: a node joins only with exactly one neighbour already inside.
@@ -168,6 +171,7 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
       Cost* bv = best_.data() + table_offset_[v];
       for (int32_t l = 0; l < S; ++l)
         bv[l] = super_.costs(v)[l] + super_price_[super_.label_offset[v] + l];
+      state.add_work(int64_t(S) * (1 + super_.adj_offset[v + 1] - super_.adj_offset[v]));
       for (int64_t k = super_.adj_offset[v]; k < super_.adj_offset[v + 1]; ++k) {
         const int32_t j = super_.adj_other[k];
         if (in_tree_[j]) continue;
@@ -198,6 +202,7 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
         bv[l] += m;
         ch[l] = a;
       }
+      state.add_work(int64_t(Sv) * Sw);
     }
     {
       const Cost* b0 = best_.data() + table_offset_[seed];

@@ -6,10 +6,13 @@
 
 namespace autoshard::detail {
 
-PlanState::PlanState(const GraphView& g, MemoryProfile& memory) : g_(g), memory_(memory) {}
+PlanState::PlanState(const GraphView& g, MemoryProfile& memory) : g_(g), memory_(memory) {
+  while ((int64_t(1) << memory_op_work_) < int64_t(memory.num_points()) + 1) ++memory_op_work_;
+}
 
 void PlanState::reset(const std::vector<int32_t>& x) {
   x_ = x;
+  work_ += g_.num_nodes + int64_t(g_.adj_other.size());
   cost_ = graph_cost(g_, x_);
   memory_.reset(x_);
   budget_sum_.assign(g_.budgets.size(), 0);
@@ -25,6 +28,7 @@ bool PlanState::budgets_ok() const {
 
 void PlanState::local_costs(int32_t i, std::vector<Cost>& out) const {
   const int32_t S = g_.labels(i);
+  work_ += int64_t(S) * (1 + g_.adj_offset[i + 1] - g_.adj_offset[i]);
   out.assign(g_.costs(i), g_.costs(i) + S);
   for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
     const int32_t e = g_.adj_edge[k], j = g_.adj_other[k];
@@ -40,6 +44,7 @@ void PlanState::local_costs(int32_t i, std::vector<Cost>& out) const {
 }
 
 bool PlanState::move_fits(int32_t i, int32_t s) const {
+  work_ += memory_op_work_;
   if (!memory_.fits(i, x_[i], s)) return false;
   for (size_t k = 0; k < g_.budgets.size(); ++k) {
     const auto& u = g_.budgets[k].usage;
@@ -54,6 +59,7 @@ bool PlanState::move_fits(int32_t i, int32_t s) const {
 
 void PlanState::move(int32_t i, int32_t s, Cost delta) {
   if (s == x_[i]) return;
+  work_ += 2 * memory_op_work_;
   memory_.move(i, x_[i], s);
   for (size_t k = 0; k < g_.budgets.size(); ++k) {
     const auto& u = g_.budgets[k].usage;
@@ -76,6 +82,7 @@ bool PlanState::repair_memory(Clock::time_point deadline, int64_t max_steps, Mov
     if (step >= max_steps || Clock::now() > deadline) return false;
     const int32_t t = memory_.peak_point();
     const int64_t excess = memory_.peak() - limit;
+    work_ += g_.num_nodes;
     double best_ratio = std::numeric_limits<double>::infinity();
     int32_t best_node = -1, best_label = -1;
     Cost best_delta = 0;
@@ -227,6 +234,7 @@ int64_t PlanState::descend(Clock::time_point deadline, const std::vector<int32_t
 Cost PlanState::move_delta(int32_t i, int32_t s) const {
   const int32_t cur = x_[i];
   if (s == cur) return 0;
+  work_ += 1 + g_.adj_offset[i + 1] - g_.adj_offset[i];
   Cost delta = g_.costs(i)[s] - g_.costs(i)[cur];
   for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
     const int32_t e = g_.adj_edge[k], j = g_.adj_other[k];

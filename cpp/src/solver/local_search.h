@@ -59,6 +59,12 @@ class PlanState {
   const GraphView& graph() const { return g_; }
   MemoryProfile& memory() { return memory_; }
 
+  // Deterministic measure of the work done so far (roughly: edge-matrix entries read plus
+  // memory-profile updates). The heuristic schedules its phases on it instead of the clock,
+  // so the same problem and options give the same sequence of plans on any machine.
+  int64_t work() const { return work_; }
+  void add_work(int64_t w) const { work_ += w; }
+
  private:
   const GraphView& g_;
   MemoryProfile& memory_;
@@ -66,6 +72,8 @@ class PlanState {
   Cost cost_ = 0;
   std::vector<int64_t> budget_sum_;
   mutable std::vector<Cost> scratch_;
+  mutable int64_t work_ = 0;
+  int64_t memory_op_work_ = 1;  // one profile update or query: a walk down the segment tree
 
   using MoveLog = std::vector<std::pair<int32_t, int32_t>>;  // (node, previous label)
   std::vector<uint8_t> locked_;  // nodes the memory repair may not move

@@ -58,6 +58,7 @@ void merge_into(SolveResult& best, const SolveResult& other, const Problem& p, d
     }
   }
   best.lower_bound = std::max(best.lower_bound, other.lower_bound);
+  best.work += other.work;
   if (other.proven_optimal) best.proven_optimal = true;
   if (!other.status.empty()) best.status = other.status;
 }

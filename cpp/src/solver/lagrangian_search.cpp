@@ -1,0 +1,275 @@
+#include "lagrangian_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+
+#include "lns_tree.h"
+#include "memory_profile.h"
+#include "trws.h"
+
+namespace autoshard::detail {
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Work of one forward plus backward TRW-S sweep in PlanState::work units (matrix entries and
+// node terms read), so message passing and polishing are measured on one scale.
+int64_t sweep_work(const GraphView& g) {
+  int64_t w = 0;
+  for (int64_t e = 0; e < g.num_edges(); ++e) w += 2 * int64_t(g.labels(g.edge_a[e])) * g.labels(g.edge_b[e]);
+  for (int32_t i = 0; i < g.num_nodes; ++i) w += 3 * int64_t(g.labels(i)) * (1 + g.adj_offset[i + 1] - g.adj_offset[i]);
+  return w;
+}
+
+// Tree-LNS work after each polished plan, in TRW-S sweeps.
+constexpr int64_t kLnsSweeps = 50;
+
+class Search {
+ public:
+  Search(const GraphView& g, const Clusters& clusters, int64_t usage_limit, const SearchConfig& config,
+         const SearchStop& stop, Cost cost_offset)
+      : g_(g), clusters_(clusters), config_(config), stop_(stop), cost_offset_(cost_offset),
+        memory_(g, usage_limit), state_(g, memory_), trws_(g), repair_trws_(g), lns_(g, clusters),
+        rng_(config.seed), T_(memory_.num_points()), limit_(double(usage_limit)),
+        lambda_(T_, 0.0), prefix_(T_ + 1, 0.0), boost_(T_, 0.0), one_sweep_(sweep_work(g)) {
+    trws_.set_clusters(&clusters);
+    repair_trws_.set_clusters(&clusters);
+    // Smallest penalty per unit of usage and time point: tiny against the costs, then grown
+    // until the plan fits; capped far below the infeasible-entry cost it must never outweigh.
+    double cost_scale = 0, usage_scale = 0;
+    for (Cost c : g.node_cost) if (!is_infeasible(c)) cost_scale = std::max(cost_scale, std::abs(c));
+    for (int64_t u : g.usage) usage_scale = std::max(usage_scale, double(u));
+    if (usage_scale > 0) {
+      boost_unit_ = std::max(1e-12, 1e-6 * cost_scale / usage_scale);
+      boost_cap_ = 1e14 / usage_scale / std::max<int32_t>(1, T_);
+    }
+  }
+
+  SearchOutcome run();
+
+ private:
+  const GraphView& g_;
+  const Clusters& clusters_;
+  const SearchConfig config_;
+  const SearchStop stop_;
+  const Cost cost_offset_;
+  MemoryProfile memory_;
+  PlanState state_;
+  Trws trws_, repair_trws_;
+  TreeLns lns_;
+  std::mt19937_64 rng_;
+  const int32_t T_;
+  const double limit_;
+  std::vector<double> lambda_, prefix_, boost_;
+  std::vector<Cost> unary_, boosted_, price_;
+  std::vector<int32_t> labeling_, repaired_;
+  std::vector<int64_t> profile_, repair_profile_;
+  double boost_unit_ = 1e-12, boost_cap_ = 1e300;
+  const int64_t one_sweep_;
+  int64_t dual_work_ = 0;
+  Clock::time_point t0_ = Clock::now();
+  SearchOutcome out_;
+
+  Cost best_cost() const { return out_.best.empty() ? std::numeric_limits<Cost>::infinity() : out_.best_cost; }
+  int64_t work() const { return dual_work_ + state_.work(); }
+  bool out_of_budget() const {
+    return Clock::now() >= stop_.deadline || (stop_.work_limit > 0 && work() >= stop_.work_limit) ||
+           (stop_.proven && stop_.proven->load());
+  }
+  // prefix_ = running sums of lambda (scaled) plus boost; unary = costs + usage * live sum.
+  void penalised_costs(double lambda_scale, bool with_boost, std::vector<Cost>& out);
+  bool polish(const char* how);
+  void redecode_with_boost();
+  void update_multipliers(bool primal_phase, Cost bound, double step_scale, double target_gap);
+  double mean_positive_lambda() const;
+};
+
+void Search::penalised_costs(double lambda_scale, bool with_boost, std::vector<Cost>& out) {
+  double run = 0;
+  for (int32_t t = 0; t < T_; ++t) prefix_[t + 1] = (run += lambda_scale * lambda_[t] + (with_boost ? boost_[t] : 0.0));
+  out.resize(g_.node_cost.size());
+  for (int32_t i = 0; i < g_.num_nodes; ++i) {
+    const double pen = prefix_[memory_.last(i)] - prefix_[memory_.first(i)];
+    const int64_t off = g_.label_offset[i];
+    for (int32_t s = 0; s < g_.labels(i); ++s) out[off + s] = g_.node_cost[off + s] + pen * double(g_.usage[off + s]);
+  }
+}
+
+double Search::mean_positive_lambda() const {
+  double sum = 0;
+  int32_t positive = 0;
+  for (double l : lambda_) if (l > 0) { sum += l; ++positive; }
+  return positive ? sum / positive : 0.0;
+}
+
+// Repair, then improve by local search, and keep the plan when it is the best so far.
+bool Search::polish(const char* how) {
+  const auto deadline = stop_.deadline;
+  const int64_t peak_before = memory_.peak();
+  const Cost cost_before = state_.cost();
+  if (!lns_.repair(state_, deadline)) {
+    if (config_.verbose)
+      std::fprintf(stderr, "[search %d]   %s: peak %lld cost %.6g, repair failed\n", config_.id, how,
+                   (long long)peak_before, cost_before);
+    return false;
+  }
+  const Cost cost_repaired = state_.cost();
+  for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
+    const int64_t single = state_.descend(deadline);
+    const int64_t grouped = state_.descend_clusters(deadline, clusters_);
+    const int64_t ejected = state_.descend_ejection(deadline, clusters_);
+    if (single + grouped + ejected == 0) break;
+  }
+  const Cost cost_descended = state_.cost();
+  // Tree LNS priced with the current multipliers, then a last single-move descent.
+  price_.resize(g_.node_cost.size());
+  for (size_t k = 0; k < price_.size(); ++k) price_[k] = unary_[k] - g_.node_cost[k];
+  lns_.set_prices(price_);
+  const int64_t lns_moves = lns_.run(state_, deadline, int64_t(1) << 40, config_.lns_tree_size, rng_,
+                                     kLnsSweeps * one_sweep_);
+  state_.descend(deadline);
+  if (config_.verbose)
+    std::fprintf(stderr, "[search %d]   %s: peak %lld cost %.6g, repaired %.6g, descended %.6g, lns %lld -> %.6g\n",
+                 config_.id, how, (long long)peak_before, cost_before, cost_repaired, cost_descended,
+                 (long long)lns_moves, state_.cost());
+  // The running cost is incremental; the recorded one is recomputed exactly.
+  if (state_.valid() && state_.cost() < best_cost()) {
+    const Cost exact = graph_cost(g_, state_.labels());
+    if (exact < best_cost()) {
+      out_.best = state_.labels();
+      out_.best_cost = exact;
+      if (out_.time_to_first_s < 0) out_.time_to_first_s = seconds_since(t0_);
+    }
+  }
+  return true;
+}
+
+// Far over the limit (early multipliers), or when the direct repair failed: re-decode with
+// the multipliers scaled up a little each attempt plus a growing extra penalty only where the
+// limit still breaks. Too strong a push would over-shrink memory and give away cost elsewhere.
+void Search::redecode_with_boost() {
+  state_.reset(labeling_);
+  std::fill(boost_.begin(), boost_.end(), 0.0);
+  const double mean = mean_positive_lambda();
+  const double unit = mean > 0 ? 0.05 * mean : boost_unit_;
+  double scale = 1.0;
+  for (int attempt = 0; attempt < 10 && !state_.memory_ok() && Clock::now() < stop_.deadline; ++attempt) {
+    memory_.values(repair_profile_);
+    scale *= 1.15;
+    for (int32_t t = 0; t < T_; ++t)
+      if (double(repair_profile_[t]) > limit_) boost_[t] = std::min(boost_cap_, std::max(2.0 * boost_[t], unit));
+    penalised_costs(scale, true, boosted_);
+    // A second message passer tracks the boosted costs, so early nodes see what the boost
+    // does to later ones (decoding alone with stale messages cannot coordinate them).
+    repair_trws_.set_unary(boosted_);
+    repair_trws_.iterate(repaired_);
+    dual_work_ += 2 * one_sweep_;
+    state_.reset(repaired_);
+  }
+}
+
+// Two phases. First, projected subgradient steps (Polyak) raise the lower bound quickly. Once
+// the bound stalls, gentle multiplicative "adaptive penalty" updates keep the decoded plans
+// near the limit, where the best plans are; the bound stays valid for any multipliers >= 0.
+void Search::update_multipliers(bool primal_phase, Cost bound, double step_scale, double target_gap) {
+  if (!primal_phase) {
+    // Polyak target: the best plan, but at most target_gap above the bound (a poor early
+    // plan would make the steps far too long and the multipliers oscillate).
+    const double target = std::min(best_cost(), bound + target_gap * std::abs(bound) + 1.0);
+    double norm2 = 0;
+    for (int32_t t = 0; t < T_; ++t) {
+      const double sg = double(profile_[t]) - limit_;
+      if (lambda_[t] > 0 || sg > 0) norm2 += sg * sg;
+    }
+    if (norm2 <= 0) return;
+    const double step = step_scale * std::max(target - bound, 1e-6 * std::abs(target)) / norm2;
+    for (int32_t t = 0; t < T_; ++t) lambda_[t] = std::max(0.0, lambda_[t] + step * (double(profile_[t]) - limit_));
+    return;
+  }
+  const double mean = mean_positive_lambda();
+  const double unit = mean > 0 ? 0.02 * mean : boost_unit_;
+  for (int32_t t = 0; t < T_; ++t) {
+    const double rel = (double(profile_[t]) - limit_) / limit_;
+    if (rel > 0) lambda_[t] = std::max(lambda_[t], unit);
+    lambda_[t] *= std::clamp(1.0 + 0.5 * rel, 0.8, 1.3);
+  }
+}
+
+SearchOutcome Search::run() {
+  t0_ = Clock::now();
+  out_.lower_bound = -std::numeric_limits<Cost>::infinity();
+  double step_scale = 1.0, target_gap = 0.15;  // Polyak target above the bound; shrinks as it stalls
+  int rounds_without_bound_gain = 0;
+  bool primal_phase = false;
+  const bool limited = memory_.limited();
+  for (int64_t round = 0;; ++round) {
+    if (out_of_budget()) {
+      out_.stopped_by = Clock::now() >= stop_.deadline ? "time limit"
+                        : (stop_.work_limit > 0 && work() >= stop_.work_limit) ? "work limit" : "another run's proof";
+      break;
+    }
+    out_.rounds = round + 1;
+    penalised_costs(1.0, false, unary_);
+    const double lambda_sum = prefix_[T_];
+    trws_.set_unary(unary_);
+    const int iterations = round == 0 ? 10 : 5;
+    for (int k = 0; k < iterations && Clock::now() < stop_.deadline; ++k) trws_.iterate(labeling_);
+    dual_work_ += (iterations + 1) * one_sweep_;
+    if (labeling_.empty()) break;
+    // Valid for any multipliers >= 0: every valid plan has penalised cost <= cost + sum(lambda) * limit.
+    const Cost bound = trws_.lower_bound() - (limited ? lambda_sum * limit_ : 0.0);
+    if (!std::isfinite(out_.lower_bound) || bound > out_.lower_bound + 1e-9 * std::abs(out_.lower_bound)) {
+      out_.lower_bound = bound;
+      rounds_without_bound_gain = 0;
+    } else if (++rounds_without_bound_gain >= 5) {
+      step_scale *= 0.5;
+      target_gap = std::max(0.02, target_gap * 0.7);
+      rounds_without_bound_gain = 0;
+    }
+
+    state_.reset(labeling_);
+    memory_.values(profile_);
+    const double share = primal_phase ? config_.polish_share_primal : config_.polish_share_dual;
+    const bool polish_now = out_.best.empty() || double(state_.work()) * (1 - share) <= share * double(dual_work_);
+    const double decoded_peak = double(memory_.peak());
+    // Over the limit by a little: the greedy group repair of the decoded plan loses least.
+    const bool near = !limited || decoded_peak <= 1.3 * limit_;
+    if (polish_now) {
+      bool polished = false;
+      if (near || out_.best.empty()) polished = polish("direct");
+      if (!polished && limited && decoded_peak > limit_ && (out_.best.empty() || near)) {
+        redecode_with_boost();
+        polish("penalised");
+      }
+    }
+    if (config_.verbose)
+      std::fprintf(stderr, "[search %d] round %lld t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g\n",
+                   config_.id, (long long)round, seconds_since(t0_), out_.lower_bound + cost_offset_,
+                   best_cost() + cost_offset_, (long long)decoded_peak, (long long)limit_, step_scale);
+    if (!out_.best.empty() && out_.best_cost - out_.lower_bound <= 1e-9 * std::abs(out_.best_cost)) {
+      out_.stopped_by = "proven optimal";
+      if (stop_.proven) stop_.proven->store(true);
+      break;
+    }
+    if (!limited || T_ == 0) continue;  // no multipliers to move: keep passing messages
+    if (!primal_phase && step_scale < 0.3) primal_phase = true;
+    update_multipliers(primal_phase, bound, step_scale, target_gap);
+  }
+  out_.work = work();
+  return out_;
+}
+
+}  // namespace
+
+SearchOutcome lagrangian_search(const GraphView& g, const Clusters& clusters, int64_t usage_limit,
+                                const SearchConfig& config, const SearchStop& stop, Cost cost_offset) {
+  Search search(g, clusters, usage_limit, config, stop, cost_offset);
+  return search.run();
+}
+
+}  // namespace autoshard::detail

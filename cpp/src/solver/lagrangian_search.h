@@ -1,0 +1,54 @@
+// One run of the anytime search on a reduced problem: Lagrangian multipliers on the memory
+// limit (one per time point that matters), TRW-S message passing for the pairwise part,
+// and every so often a polish of the decoded plan (repair to the limit, descent, tree LNS).
+//
+// The schedule is driven by counted work (PlanState::work units), never by the clock: the
+// same graph and config give the same sequence of plans on any machine, and the clock only
+// decides where the run stops. Several runs with different configs may share one GraphView
+// and Clusters from different threads (both are read-only here).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "graph_clusters.h"
+#include "graph_view.h"
+#include "local_search.h"
+
+namespace autoshard::detail {
+
+struct SearchConfig {
+  uint64_t seed = 0;
+  // Share of the work spent polishing plans while the bound climbs (dual phase) and once the
+  // multipliers only wander near the limit (primal phase).
+  double polish_share_dual = 0.2;
+  double polish_share_primal = 0.5;
+  int32_t lns_tree_size = 48;
+  bool verbose = false;
+  int32_t id = 0;  // names the run in verbose output
+};
+
+struct SearchStop {
+  Clock::time_point deadline;
+  // Set by a run that proved optimality: the others stop at their next round.
+  std::atomic<bool>* proven = nullptr;
+  int64_t work_limit = 0;  // > 0: stop once this much work is done (bit-identical runs)
+};
+
+struct SearchOutcome {
+  std::vector<int32_t> best;           // empty when no valid plan was found
+  Cost best_cost = 0;
+  Cost lower_bound = 0;                // valid for the reduced problem
+  double time_to_first_s = -1;         // since the run started
+  int64_t work = 0;                    // total counted work
+  int64_t rounds = 0;
+  const char* stopped_by = "time limit";  // "time limit", "work limit" or "proven optimal"
+};
+
+// `cost_offset` is only added to verbose output (the reduced problem's dropped constant).
+SearchOutcome lagrangian_search(const GraphView& g, const Clusters& clusters, int64_t usage_limit,
+                                const SearchConfig& config, const SearchStop& stop,
+                                Cost cost_offset = 0);
+
+}  // namespace autoshard::detail
