@@ -45,9 +45,11 @@ class AutoParallel:
                  mp_policy: Any = None, hardware: str = "H100", *, strict: bool = False,
                  time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
                  capture: str = "dynamo"):
-        if mp_policy is not None:
-            raise NotImplementedError("autoshard: mixed precision (mp_policy) is not supported "
-                                      "yet; pass mp_policy=None and cast the model yourself")
+        from .mixed_precision import canonical_policy
+
+        # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
+        # all-gathers in param_dtype, gradient reductions in reduce_dtype (mixed_precision.py)
+        self.mp_policy = canonical_policy(mp_policy)
         if not isinstance(mesh, DeviceMesh):
             raise TypeError(f"mesh must be a torch.distributed DeviceMesh, got "
                             f"{type(mesh).__name__}")
@@ -74,7 +76,7 @@ class AutoParallel:
             raise RuntimeError("AutoParallel is not reentrant: create a new one")
         device = _mesh_trace_device(self.mesh)
         self.step = trace_training_step(self.model, self.input_fn, device,
-                                        capture=self.capture)
+                                        capture=self.capture, mp_policy=self.mp_policy)
         log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
                  self.step.trace_seconds)
         self._state = "entered"

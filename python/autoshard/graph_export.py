@@ -153,6 +153,8 @@ def graph_dict(step: TracedStep) -> dict:
             src = source_line(n)
             if src:
                 entry["source"] = src
+            if n.name in step.local_inputs:
+                entry["local_inputs"] = list(step.local_inputs[n.name])
             mod = module_path(n)
             if mod:
                 entry["module"] = mod

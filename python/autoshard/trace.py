@@ -67,6 +67,8 @@ class TracedStep:
     output_spec: Any  # pytree spec of the forward's return value
     source_captured: bool  # whether nodes carry the user's source lines
     trace_seconds: float = 0.0
+    # node name -> positions of inputs that must arrive without a collective (mixed precision)
+    local_inputs: dict[str, list[int]] = field(default_factory=dict)
 
     def placeholder(self, name: str) -> fx.Node:
         for n in self.gm.graph.find_nodes(op="placeholder"):
@@ -228,15 +230,18 @@ def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
 
 def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                         device: torch.device | str | None = None, *,
-                        capture: str = "dynamo", decompositions: dict | None = None
-                        ) -> TracedStep:
+                        capture: str = "dynamo", decompositions: dict | None = None,
+                        mp_policy: Any = None) -> TracedStep:
     """Trace ``model(*args, **kwargs)`` and its backward as one joint ATen graph.
 
     ``input_fn`` returns the GLOBAL example inputs (called under the fake mode, so it may
     create tensors of any size for free); it may also be the inputs themselves.
     ``capture``: "dynamo" (source lines and module paths recorded, falls back to "direct" if
-    Dynamo fails) or "direct".
+    Dynamo fails) or "direct". ``mp_policy``: FSDP2-style mixed precision (see
+    mixed_precision.py), traced into the graph.
     """
+    from .mixed_precision import CastingStep, canonical_policy, collective_free_inputs
+
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
     import torch.fx.traceback as fx_traceback
 
@@ -263,20 +268,22 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     input_metas = [(tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
                    for x in flat_inputs]
 
-    traced_mod: nn.Module = fake
+    mp = canonical_policy(mp_policy)
+    root: nn.Module = CastingStep(fake, mp) if mp is not None else fake
+    traced_mod: nn.Module = root
     source_captured = False
     if capture == "dynamo":
         try:
             from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
 
             with fake_mode:
-                traced_mod = _dynamo_graph_capture_for_export(fake)(*inputs.args,
+                traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
                                                                      **inputs.kwargs)
             source_captured = True
         except Exception as e:  # Dynamo cannot capture every model; keep going without it
             log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
                         "without source lines", type(e).__name__, str(e).splitlines()[0])
-            traced_mod = fake
+            traced_mod = root
     decomps = default_decompositions() if decompositions is None else decompositions
     stack = contextlib.ExitStack()
     with stack:
@@ -354,5 +361,8 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                       input_metas=input_metas, input_spec=input_spec, tangent_of=tangent_of,
                       outputs=outputs, num_forward_outputs=num_fwd, output_spec=out_spec,
                       source_captured=source_captured)
+    if mp is not None:
+        grads = {o.grad_of: o.node for o in outputs if o.role == "grad" and o.grad_of in param_fqns}
+        step.local_inputs = collective_free_inputs(gm, list(param_fqns), grads, mp)
     step.trace_seconds = time.perf_counter() - t0
     return step

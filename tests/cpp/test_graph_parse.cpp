@@ -107,3 +107,20 @@ TEST(GraphParse, ErrorsNameTheNodeAndField) {
   EXPECT_NE(parse_error(R"({"version": 2, "nodes": [], "outputs": []})").find("version"), std::string::npos);
   EXPECT_NE(parse_error(R"({"version": 1, "nodes": []})").find("outputs"), std::string::npos);
 }
+
+TEST(GraphParse, LocalInputsAreReadAndChecked) {
+  std::string ok = std::string(kHead) + R"(,
+  {"name": "c", "op": "aten._to_copy.default", "args": [{"ref": "w"}], "kwargs": {"dtype": {"dtype": "bfloat16"}},
+   "outputs": [{"shape": [8, 4], "dtype": "bfloat16"}], "local_inputs": [0]}], "outputs": []})";
+  Graph g = parse_graph(parse_json(ok));
+  EXPECT_EQ(g.nodes[2].local_inputs, std::vector<int32_t>{0});
+  EXPECT_TRUE(g.nodes[1].local_inputs.empty());
+
+  std::string bad = std::string(kHead) + R"(,
+  {"name": "c", "op": "aten._to_copy.default", "args": [{"ref": "w"}],
+   "outputs": [{"shape": [8, 4], "dtype": "bfloat16"}], "local_inputs": [1]}], "outputs": []})";
+  const std::string e = parse_error(bad);
+  EXPECT_NE(e.find("'c'"), std::string::npos) << e;
+  EXPECT_NE(e.find("local_inputs"), std::string::npos) << e;
+  EXPECT_NE(e.find("1 tensor input"), std::string::npos) << e;
+}

@@ -5,6 +5,7 @@ import logging
 
 import pytest
 import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy
 import torch.nn as nn
 from torch.distributed.tensor import Replicate, Shard
 
@@ -62,9 +63,12 @@ def test_constraint_errors_name_the_problem(mesh4):
         assert autop.options()["parameter_memory"] is None
 
 
-def test_mixed_precision_is_refused_clearly(mesh4):
-    with pytest.raises(NotImplementedError, match="mixed precision"):
+def test_unknown_mixed_precision_policy_is_refused_clearly(mesh4):
+    with pytest.raises(TypeError, match="MixedPrecisionPolicy"):
         AutoParallel(_mlp(), _inputs, mesh4, mp_policy=object())
+    with pytest.raises(ValueError, match="param_dtype must be a floating"):
+        AutoParallel(_mlp(), _inputs, mesh4,
+                     mp_policy=MixedPrecisionPolicy(param_dtype=torch.int32))
 
 
 def test_runtime_input_validation_names_argument_and_local_shape(mesh4):

@@ -62,6 +62,10 @@ struct Node {
   std::vector<std::optional<TensorMeta>> outputs;  // nullopt for None outputs
   std::string source;        // user source line, for errors and reports
   std::string module;        // module path (e.g. "layers.0.attention"), for reports
+  // Positions (in tensor_inputs() order) of inputs that must arrive in their producer's
+  // layout, with no communication on the way: mixed precision asks for collectives on the
+  // other side of a dtype cast (all-gather after the down-cast, reduce after the up-cast).
+  std::vector<int32_t> local_inputs;
 
   // Tensor references among args then kwargs, depth-first (the order plan "inputs" use).
   std::vector<TensorRef> tensor_inputs() const;

@@ -118,6 +118,16 @@ class GraphReader {
 
     if (const Json* s = j.find("source"); s && !s->is_null()) n.source = s->as_string(at + ": field 'source'");
     if (const Json* m = j.find("module"); m && !m->is_null()) n.module = m->as_string(at + ": field 'module'");
+    if (const Json* li = j.find("local_inputs"); li && !li->is_null()) {
+      const size_t num_refs = n.tensor_inputs().size();
+      for (const Json& k : li->as_array(at + ": field 'local_inputs'")) {
+        const int64_t pos = k.as_int(at + ": field 'local_inputs'");
+        if (pos < 0 || pos >= static_cast<int64_t>(num_refs))
+          throw JsonError(at + ": field 'local_inputs': position " + std::to_string(pos) + " but the node has " +
+                          std::to_string(num_refs) + " tensor input(s)");
+        n.local_inputs.push_back(static_cast<int32_t>(pos));
+      }
+    }
     g_.index_by_name.emplace(n.name, static_cast<int32_t>(g_.nodes.size()));
     g_.nodes.push_back(std::move(n));
   }

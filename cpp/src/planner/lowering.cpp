@@ -67,7 +67,8 @@ class Lowerer {
   // Adds the cost of moving a tensor between a layout chosen by graph node `gu` (lu[su]) and
   // one chosen by `gv` (lv[sv]); `u_to_v` says which side is the source.
   void add_pair(int32_t gu, int32_t gv, const TensorMeta& meta, const std::vector<const Layout*>& lu,
-                const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what) {
+                const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what,
+                bool same_layout_only = false) {
     // Distinct layouts on each side: most strategies share a handful of them.
     auto distinct = [&](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<int32_t>& reps) {
       std::unordered_map<int32_t, int> seen;
@@ -85,7 +86,8 @@ class Lowerer {
     const int32_t meta_id = cache_.intern(meta);
     for (size_t a = 0; a < ru.size(); ++a)
       for (size_t b = 0; b < rv.size(); ++b)
-        table[a * rv.size() + b] = u_to_v ? cache_.time_us(meta_id, ru[a], rv[b]) : cache_.time_us(meta_id, rv[b], ru[a]);
+        table[a * rv.size() + b] = same_layout_only && ru[a] != rv[b] ? kInfeasibleCost
+                                   : u_to_v ? cache_.time_us(meta_id, ru[a], rv[b]) : cache_.time_us(meta_id, rv[b], ru[a]);
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
     const int32_t u = lp_.solver_node[gu], v = lp_.solver_node[gv];
@@ -135,8 +137,9 @@ class Lowerer {
         const TensorRef& r = refs[a];
         std::vector<const Layout*> in;
         for (const auto& s : sm_.strategies[c]) in.push_back(&s.inputs[a]);
+        const bool local = std::find(node.local_inputs.begin(), node.local_inputs.end(), int32_t(a)) != node.local_inputs.end();
         add_pair(r.node, static_cast<int32_t>(c), g_.meta(r), output_layouts(r.node, r.output), in, true,
-                 "the edge " + g_.nodes[r.node].name + " -> " + node.name);
+                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, local);
       }
     }
   }
