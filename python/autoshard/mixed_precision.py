@@ -134,16 +134,14 @@ def collective_free_inputs(gm: fx.GraphModule, param_placeholders: list[str],
         for ph, grad in grad_values.items():
             # backward: the cast back from param_dtype nearest the gradient, then upward
             # through single-input nodes
-            chain, node, found = [], grad, False
-            while node is not None and node.op == "call_function":
-                if _single_tensor_input(node) is None:
-                    break
+            storage_dtype = nodes[ph].meta["val"].dtype
+            chain, node, cast_at = [], grad, None
+            while node.op == "call_function" and _single_tensor_input(node) is not None:
+                if cast_at is None and _is_cast(node, mp.param_dtype, storage_dtype):
+                    cast_at = len(chain)
                 chain.append(node)
-                found = found or _is_cast(node, mp.param_dtype, nodes[ph].meta["val"].dtype)
                 node = _single_tensor_input(node)
-            if found:
-                cast_at = next(k for k, c in enumerate(chain)
-                               if _is_cast(c, mp.param_dtype, nodes[ph].meta["val"].dtype))
+            if cast_at is not None:
                 for c in chain[cast_at:]:
                     local[c.name] = [0]
     return local

@@ -23,10 +23,7 @@ namespace autoshard {
 namespace {
 
 using detail::Clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using detail::seconds_since;
 
 // Run k of a portfolio: run 0 is the tuned default; the others change the seed (the LNS
 // neighbourhoods) and lean more or less on polishing, so they explore different plans.

@@ -13,10 +13,6 @@
 namespace autoshard::detail {
 namespace {
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // Work of one forward plus backward TRW-S sweep in PlanState::work units (matrix entries and
 // node terms read), so message passing and polishing are measured on one scale.
 int64_t sweep_work(const GraphView& g) {

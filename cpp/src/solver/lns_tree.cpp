@@ -130,11 +130,9 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
   if (C == 0) return 0;
   int64_t improved = 0;
   std::vector<int32_t> saved_nodes, saved_labels;
-  steps_done_ = 0;
   const int64_t work_start = state.work();
   for (int64_t step = 0; step < max_steps && state.work() - work_start < max_work; ++step) {
     if ((step & 15) == 0 && Clock::now() > deadline) break;
-    ++steps_done_;
     // Current group labels (from each group's root).
     const auto& x = state.labels();
     // Grow an induced tree: a node joins only with exactly one neighbour already inside.

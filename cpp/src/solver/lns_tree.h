@@ -26,8 +26,6 @@ class TreeLns {
   // with the smallest cost increase per unit of usage removed at the peak. Then budgets.
   bool repair(PlanState& state, Clock::time_point deadline);
   // Runs steps until the deadline or max_steps; returns the number of improving steps.
-  // last_steps() then tells how many steps ran.
-  int64_t last_steps() const { return steps_done_; }
   // Stops early once the steps have added max_work to state.work().
   int64_t run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size,
               std::mt19937_64& rng, int64_t max_work = std::numeric_limits<int64_t>::max());
@@ -44,7 +42,6 @@ class TreeLns {
   std::vector<int64_t> table_offset_;
   std::vector<Cost> best_, arg_cost_;
   std::vector<int32_t> arg_;
-  int64_t steps_done_ = 0;
 };
 
 }  // namespace autoshard::detail

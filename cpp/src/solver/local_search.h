@@ -17,6 +17,10 @@ namespace autoshard::detail {
 
 using Clock = std::chrono::steady_clock;
 
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 class PlanState {
  public:
   PlanState(const GraphView& g, MemoryProfile& memory);
