@@ -39,12 +39,13 @@ class AutoParallel:
     """Trace a model's training step, plan its sharding on ``mesh`` and build the parallel
     module. ``input_fn()`` returns the GLOBAL example inputs (a tensor, a tuple of them or
     ``ForwardInputs``); it runs under a fake tensor mode, so sizes cost nothing.
-    ``hardware`` names the cost model's device profile ("H100", "A100", ...)."""
+    ``hardware`` names the cost model's device profile ("H100", "A100", "CPU", ...) or is a
+    JSON object of profile fields; None picks it from the mesh (default_hardware)."""
 
     def __init__(self, model: nn.Module, input_fn: Callable[[], Any] | Any, mesh: DeviceMesh,
-                 mp_policy: Any = None, hardware: str = "H100", *, strict: bool = False,
+                 mp_policy: Any = None, hardware: str | None = None, *, strict: bool = False,
                  time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
-                 capture: str = "dynamo"):
+                 capture: str = "dynamo", compile: bool = False, runtime: str = "program"):
         from .mixed_precision import canonical_policy
 
         # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
@@ -56,11 +57,15 @@ class AutoParallel:
         self.model = model
         self.input_fn = input_fn
         self.mesh = mesh
-        self.hardware = hardware
+        self.hardware = hardware if hardware is not None else default_hardware(mesh)
         self.strict = strict
         self.time_limit_s = time_limit_s
         self.memory_limit_bytes = memory_limit_bytes
         self.capture = capture
+        # how the parallel module runs its step (apply.py): the lowered per-rank program,
+        # compiled with inductor when ``compile``, or the reference DTensor interpreter
+        self.compile = compile
+        self.runtime = runtime
         self._state = "new"
         self.step: TracedStep | None = None
         self._param_memory: tuple | None | str = "default"
@@ -213,8 +218,24 @@ class AutoParallel:
             raise RuntimeError("apply_placement needs a plan: call optimize_placement() first "
                                "or pass one")
         self.parallel_model = build_parallel_module(self.model, self.step, plan, self.mesh,
-                                                    strict=self.strict)
+                                                    strict=self.strict, runtime=self.runtime,
+                                                    compile=self.compile)
         return self.parallel_model
+
+
+def default_hardware(mesh: DeviceMesh) -> str:
+    """The cost model's profile when the user names none: a mesh of CPU ranks on a real
+    process group (gloo) runs on CPU cores, so its plans are costed as such ("CPU"); a CUDA
+    mesh, or a CPU mesh on a fake process group (planning a virtual GPU cluster on this
+    machine), is costed as H100s."""
+    import torch.distributed as dist
+
+    backend = dist.get_backend() if dist.is_initialized() else ""
+    if mesh.device_type == "cpu" and backend != "fake":
+        log.info("autoshard: CPU mesh on a %s process group: planning with the 'CPU' "
+                 "hardware profile (pass hardware=... to plan for other hardware)", backend)
+        return "CPU"
+    return "H100"
 
 
 def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
@@ -329,9 +350,10 @@ def _flatten_out_shardings(out_shardings: Any) -> list:
 
 def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                   out_shardings: Any = None, *, mp_policy: Any = None,
-                  parameter_memory_budget: tuple | None = None, hardware: str = "H100",
+                  parameter_memory_budget: tuple | None = None, hardware: str | None = None,
                   strict: bool = False, verbose: bool = False,
-                  time_limit_s: float | None = None) -> nn.Module:
+                  time_limit_s: float | None = None, compile: bool = False,
+                  runtime: str = "program") -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
     shape is traced and its placements become the input constraint, a plain tensor is the
@@ -355,7 +377,8 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
         return ForwardInputs(args=a, kwargs=k)
 
     with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
-                      strict=strict, time_limit_s=time_limit_s) as autop:
+                      strict=strict, time_limit_s=time_limit_s, compile=compile,
+                      runtime=runtime) as autop:
         autop.add_input_constraints(constraints)
         if parameter_memory_budget is not None:
             low, high = parameter_memory_budget

@@ -6,6 +6,14 @@ layouts, registered under the ORIGINAL names (submodules are recreated, so ``sta
 keys match the user's model). Materialise with ``to_empty(device=...)``, then initialise or
 ``load_full_state_dict``. ``forward`` takes this rank's LOCAL inputs and returns the local
 outputs (the loss); ``backward`` leaves DTensor gradients in each parameter's layout.
+
+How the step runs (``runtime``):
+- "program" (default): at the first call the plan is lowered to this rank's forward and
+  backward graphs on local shards with explicit, overlapped collectives (program.py,
+  overlap.py) and those run; ``compile=True`` compiles them with inductor. The lowered
+  graphs are ``module.parallel_gm`` (forward) and ``module.parallel_bwd_gm``.
+- "interpret": the reference interpreter (runtime.StepRunner: DTensor ops node by node),
+  kept for debugging and as the ground truth the program is tested against.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
 from .placements import layout_to_strs
 from .runtime import StepRunner, _StepFunction, contiguous_stride
+
+RUNTIMES = ("program", "interpret")
 from .trace import TracedStep
 
 _MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_forward_hooks",
@@ -55,7 +65,13 @@ def _meta_dtensor(shape, dtype, layout, mesh: DeviceMesh) -> DTensor:
 
 
 def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: DeviceMesh,
-                          *, strict: bool = False) -> nn.Module:
+                          *, strict: bool = False, runtime: str = "program",
+                          compile: bool = False, prefetch_bytes: int | None = None
+                          ) -> nn.Module:
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
+    if compile and runtime != "program":
+        raise ValueError("compile=True compiles the lowered program: use runtime='program'")
     runner = StepRunner(step, plan, mesh, strict=strict)
     placeholder_of_fqn = {fqn: ph for ph, fqn in step.param_fqns.items()}
     buffer_ph_of_fqn = {fqn: ph for ph, fqn in step.buffer_fqns.items()}
@@ -63,8 +79,18 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     def forward(self, *args, **kwargs):
         return _parallel_forward(self, args, kwargs)
 
+    def parallel_gm(self):
+        """This rank's lowered forward graph (the module must have run once, or have
+        materialised parameters to lower from)."""
+        return _program(self).fwd_gm
+
+    def parallel_bwd_gm(self):
+        return _program(self).bwd_gm
+
     root_cls = type(model)
-    par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,), {"forward": forward})
+    par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,),
+                   {"forward": forward, "parallel_gm": property(parallel_gm),
+                    "parallel_bwd_gm": property(parallel_bwd_gm)})
     shells: dict[str, nn.Module] = {}
     for path, mod in model.named_modules(remove_duplicate=False):
         if path in shells:
@@ -109,6 +135,10 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                 shells[path]._non_persistent_buffers_set.add(name)
 
     root._autoshard_runner = runner
+    root._autoshard_runtime = runtime
+    root._autoshard_compile = compile
+    root._autoshard_prefetch_bytes = prefetch_bytes
+    root._autoshard_program = None
     root._autoshard_plan = plan
     root._autoshard_param_order = [step.param_fqns[n] for n in runner.param_names]
     root._autoshard_buffer_order = [step.buffer_fqns[n] for n in runner.buffer_names]
@@ -121,6 +151,31 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
     step = runner.step
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     check_inputs(runner, flat)
+    param_locals, buffer_locals = _state_locals(module)
+    if module._autoshard_runtime == "interpret":
+        outs = _StepFunction.apply(runner, len(param_locals), len(buffer_locals),
+                                   *param_locals, *buffer_locals, *flat)
+    else:
+        from .program import ProgramFunction
+
+        program = _program(module, flat)
+        tensors = [v for v in (*param_locals, *buffer_locals, *flat)
+                   if isinstance(v, torch.Tensor)]
+        local_outs = ProgramFunction.apply(program, *tensors)
+        outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
+                for s in program.output_slots]
+    if step.num_forward_outputs == 1:
+        return outs[0]
+    if step.output_spec is not None:
+        try:
+            return pytree.tree_unflatten(list(outs), step.output_spec)
+        except Exception:
+            pass
+    return tuple(outs)
+
+
+def _state_locals(module: nn.Module) -> tuple[list, list]:
+    """The local shards of the parameters and buffers, in the traced order."""
     params = dict(module.named_parameters(remove_duplicate=False))
     buffers = dict(module.named_buffers(remove_duplicate=False))
     param_locals = []
@@ -132,16 +187,36 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
                                "weights before running the module")
         param_locals.append(p.to_local())
     buffer_locals = [buffers[f].to_local() for f in module._autoshard_buffer_order]
-    outs = _StepFunction.apply(runner, len(param_locals), len(buffer_locals),
-                               *param_locals, *buffer_locals, *flat)
-    if step.num_forward_outputs == 1:
-        return outs[0]
-    if step.output_spec is not None:
-        try:
-            return pytree.tree_unflatten(list(outs), step.output_spec)
-        except Exception:
-            pass
-    return tuple(outs)
+    return param_locals, buffer_locals
+
+
+def _program(module: nn.Module, flat_inputs: list | None = None):
+    """The lowered program of this rank, built on first use (local shapes come from the
+    materialised parameters and the plan's input layouts; no data is read)."""
+    if module._autoshard_program is None:
+        from .program import compile_program, lower_step
+
+        runner: StepRunner = module._autoshard_runner
+        if flat_inputs is None:
+            flat_inputs = _example_local_inputs(runner)
+        param_locals, buffer_locals = _state_locals(module)
+        program = lower_step(runner, param_locals, buffer_locals, flat_inputs,
+                             prefetch_bytes=module._autoshard_prefetch_bytes)
+        if module._autoshard_compile:
+            program = compile_program(program)
+        module._autoshard_program = program
+    return module._autoshard_program
+
+
+def _example_local_inputs(runner: StepRunner) -> list:
+    out = []
+    for meta, name in zip(runner.step.input_metas, runner.step.input_nodes):
+        if isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype):
+            shape = runner.expected_local_shape(name) if name is not None else meta[0]
+            out.append(torch.empty(shape, dtype=meta[1], device=runner.device))
+        else:
+            out.append(meta)
+    return out
 
 
 def check_inputs(runner: StepRunner, flat: list) -> None:

@@ -9,13 +9,15 @@
 
 using namespace autoshard;
 
-TEST(CostHardware, KnowsTheFourProfiles) {
+TEST(CostHardware, KnowsTheGpuProfilesAndTheCpuGlooOne) {
   auto names = known_hardware();
-  ASSERT_EQ(names.size(), 4u);
+  ASSERT_EQ(names.size(), 5u);
   EXPECT_EQ(names[0], "A100");
   EXPECT_EQ(names[1], "H100");
   EXPECT_EQ(names[2], "H200");
   EXPECT_EQ(names[3], "B200");
+  EXPECT_EQ(names[4], "CPU");
+  EXPECT_EQ(hardware_profile("gloo").name, "CPU");
   for (const auto& n : names) EXPECT_NO_THROW(validate_hardware_profile(hardware_profile(n))) << n;
 }
 

@@ -2,7 +2,8 @@
 module issues exactly the collectives its plan lists - in particular the gradient of a
 replicated weight used as ``x @ w.t()`` with a batch-sharded ``x`` is all-reduced exactly once,
 where the plan says, also when the plan keeps it Partial through a transpose (the value
-reduced is then a non-contiguous view). Worker: tests/python/dist/comm_count_worker.py."""
+reduced is then a non-contiguous view). Checked for the lowered program (its graphs' collectives
+are the plan's, and exactly those run) and for the reference interpreter. Worker: tests/python/dist/comm_count_worker.py."""
 
 from collections import Counter
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
 SCENARIOS = [
     {"name": "planner_choice", "mesh": [4]},
     {"name": "partial_through_transpose", "mesh": [4], "partial_through_transpose": True},
+    {"name": "planner_choice_interpreted", "mesh": [4], "runtime": "interpret"},
 ]
 
 
@@ -42,6 +44,7 @@ def test_collectives_issued_are_exactly_the_planned_redistributions(results, nam
         planned = Counter((p["where"], p["kind"]) for p in r["planned"])
         assert issued == planned, (f"rank {rank}: issued {r['collectives']}\nplanned "
                                    f"{r['planned']}\n{r['report']}")
+        assert r["executed_as_listed"], f"rank {rank}: the program ran other collectives"
         assert r["loss_close"] and r["grad_close"], f"rank {rank}: wrong numerics"
         assert r["param_layout"] == ["R"] and r["grad_placements"] == ["R"]
 

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_profiles_and_datasheet_numbers():
-    assert _core.known_hardware() == ["A100", "H100", "H200", "B200"]
+    assert _core.known_hardware() == ["A100", "H100", "H200", "B200", "CPU"]
     h100 = _core.hardware_profile("NVIDIA H100 80GB HBM3")
     assert h100["name"] == "H100"
     assert h100["peak_flops_bf16"] == 989.5e12

@@ -111,6 +111,37 @@ HardwareProfile b200() {
   return with_shared_estimates(p);
 }
 
+HardwareProfile cpu_gloo() {
+  // One CPU core per rank running eager PyTorch, all ranks on one host, gloo over loopback TCP:
+  // what `torchrun` + gloo on a workstation or CI machine runs. Not a datasheet: measured on
+  // an x86-64 cloud host (2026-11, one thread per rank): 512^3 fp32 matmul ~80 GFLOP/s, a
+  // streaming multiply ~13 GB/s, gloo all-gather/all-reduce ~0.5-1 GB/s and ~200 us for the
+  // smallest message between 2 ranks. The numbers only need to rank plans as this machine
+  // does (e.g. data parallelism over replicated compute), not to predict times exactly.
+  HardwareProfile p;
+  p.name = "CPU";
+  p.peak_flops_fp32 = 100e9;
+  p.peak_flops_fp32_cuda_core = 100e9;
+  p.peak_flops_bf16 = 50e9;             // no bf16 matrix units assumed: slower than fp32
+  p.peak_flops_fp64 = 50e9;
+  p.peak_flops_fp8 = 0;
+  p.hbm_bandwidth = 16e9;               // DRAM share of one core
+  p.memory_bytes = 16e9;
+  p.flop_efficiency = 0.8;
+  p.bandwidth_efficiency = 0.8;
+  p.kernel_floor_us = 5.0;              // eager ATen op dispatch on CPU
+  p.gpus_per_node = 1024;               // every rank on one host: one link class
+  p.intra_node_bandwidth = 1e9;
+  p.intra_node_latency_us = 50.0;
+  p.intra_node_efficiency = 0.8;
+  p.inter_node_bandwidth = 1e9;
+  p.inter_node_latency_us = 50.0;
+  p.inter_node_efficiency = 0.8;
+  p.collective_launch_us = 150.0;       // gloo's fixed cost per call (~200 us measured, 2 ranks)
+  p.fp32_matmul_uses_tf32 = false;
+  return p;
+}
+
 struct NamedProfile {
   HardwareProfile profile;
   std::vector<std::string> aliases;  // lower case, exact match
@@ -123,6 +154,7 @@ const std::vector<NamedProfile>& registry() {
     v.push_back({h100(), {"h100", "h100 sxm", "h100-sxm", "h100 sxm5", "nvidia h100 80gb hbm3"}});
     v.push_back({h200(), {"h200", "h200 sxm", "h200-sxm", "nvidia h200"}});
     v.push_back({b200(), {"b200", "nvidia b200", "hgx b200", "dgx b200"}});
+    v.push_back({cpu_gloo(), {"cpu", "cpu-gloo", "gloo"}});
     return v;
   }();
   return profiles;

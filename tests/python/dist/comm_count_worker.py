@@ -6,10 +6,13 @@ gradient is ``t(mm(x.t(), dy))``, a Partial(sum) that goes through a transpose (
 non-contiguous tensor) before it reaches the replicated parameter. It must be all-reduced
 exactly once, at the place the plan says.
 
-Every functional / c10d collective is recorded by a TorchDispatchMode with the plan node that
-was running when it was issued (the runner's ``run_node`` is wrapped to name it; collectives
-outside any node belong to the graph outputs: the loss and the gradients leaving in their
-parameters' layouts).
+Every functional / c10d collective is recorded by a TorchDispatchMode. With the reference
+interpreter (``runtime: interpret``) it is attributed to the plan node that was running when
+it was issued (the runner's ``run_node`` is wrapped to name it; collectives outside any node
+belong to the graph outputs: the loss and the gradients leaving in their parameters'
+layouts). With the lowered program (the default), each collective node of the program's
+graphs names the plan node it came from, and the recorder checks that exactly those
+collectives run.
 
 Usage: torchrun --standalone --nproc-per-node 4 comm_count_worker.py CONFIG.json OUT_DIR
 """
@@ -139,7 +142,8 @@ def run(sc: dict, rank: int) -> dict:
     g = torch.Generator().manual_seed(1)
     x, target = torch.randn(8, 8, generator=g), torch.randn(8, 16, generator=g)
     with AutoParallel(meta_model, lambda: (torch.empty(8, 8), torch.empty(8, 16)), mesh,
-                      strict=True, capture="direct", time_limit_s=5.0) as autop:
+                      strict=True, capture="direct", time_limit_s=5.0,
+                      runtime=sc.get("runtime", "program")) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         autop.add_parameter_memory_constraint(1.0, 1.0)  # w replicated: a DDP-style plan
         step = autop.step
@@ -159,6 +163,18 @@ def run(sc: dict, rank: int) -> dict:
     load_full_state_dict(parallel, ref.state_dict())
 
     recorder = CollectiveRecorder()
+    a, k = local_inputs(parallel, x, target)
+    if sc.get("runtime", "program") == "program":
+        parallel.parallel_gm  # lowered before the recorder runs
+        with recorder:
+            loss = parallel(*a, **k)
+            loss.backward()
+        in_program = parallel._autoshard_program.collectives()
+        executed = sorted((c["op"], c["numel"]) for c in recorder.calls)
+        calls = [{"where": c["where"], "kind": _KIND_OF_OP[c["op"]], "op": c["op"],
+                  "numel": c["numel"]} for c in in_program]
+        return _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
+                       executed == sorted((c["op"], c["numel"]) for c in in_program))
     original = StepRunner.run_node
 
     def run_node(self, env, node):
@@ -170,19 +186,24 @@ def run(sc: dict, rank: int) -> dict:
 
     StepRunner.run_node = run_node
     try:
-        a, k = local_inputs(parallel, x, target)
         with recorder:
             loss = parallel(*a, **k)
             loss.backward()
     finally:
         StepRunner.run_node = original
+    return _result(sc, parallel, ref, step, plan, x, target, loss, pinned, recorder.calls, True)
+
+
+def _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
+            executed_as_listed) -> dict:
     ref_loss = ref(x, target)
     ref_loss.backward()
     grad = parallel.w.grad
     w_ph = next(ph for ph, fqn in step.param_fqns.items() if fqn == "w")
     grad_node = next(o.node for o in step.outputs if o.role == "grad" and o.grad_of == w_ph)
     return {"name": sc["name"], "ok": True,
-            "collectives": recorder.calls,
+            "collectives": calls,
+            "executed_as_listed": executed_as_listed,
             "planned": planned_redistributions(step, plan),
             "grad_node": grad_node.name,
             "grad_node_input_layouts": plan["nodes"][grad_node.name].get("inputs"),

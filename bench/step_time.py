@@ -1,0 +1,271 @@
+"""Step time of autoshard's parallel module vs FSDP2 and DDP written by hand, side by side.
+
+The model is a Llama-style decoder written here (pre-norm RMSNorm, grouped-query attention
+with F.scaled_dot_product_attention, SwiGLU MLP, untied output head), not autoshard's test
+model. Every variant trains the same model on the same GLOBAL batch (split over the ranks on
+the batch dim) with SGD, one thread per rank, gloo on CPU; a step is forward + backward +
+optimizer step + zero_grad. Reported: mean step time over ``--steps`` steps after
+``--warmup`` steps (the slowest rank's), and the ratio to FSDP2 / DDP.
+
+Variants:
+  autoshard          default parameter budget (1/n of the parameters per rank: FSDP-like)
+  autoshard_ddp      low = high = 1 (replicated parameters: DDP-like)
+  autoshard_compile  the default-budget plan with compile=True (inductor, CPU)
+  autoshard_interp   the reference DTensor interpreter (runtime="interpret"), for comparison
+  fsdp2              torch.distributed.fsdp.fully_shard on every block, then the root
+  ddp                torch.nn.parallel.DistributedDataParallel
+
+    python3 bench/step_time.py                        # dim 128, 2 layers; 2 and 4 ranks
+    python3 bench/step_time.py --dim 256 --layers 4
+    python3 bench/step_time.py --ranks 2 --variants autoshard,fsdp2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ALL_VARIANTS = ["autoshard", "autoshard_ddp", "autoshard_compile", "autoshard_interp",
+                "fsdp2", "ddp"]
+
+
+# ---- the model ---------------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.attn_norm = RMSNorm(dim)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+        self.mlp_norm = RMSNorm(dim)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.attn_norm(x)
+        q = self.q(h).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(h).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+        rep = self.heads // self.kv_heads
+        k = k.transpose(1, 2).repeat_interleave(rep, dim=1)
+        v = v.transpose(1, 2).repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int, kv_heads: int,
+                 hidden: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens, targets):
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1))
+
+
+def make_model(a) -> Decoder:
+    return Decoder(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.hidden)
+
+
+# ---- one rank --------------------------------------------------------------------------------
+def _autoshard_module(a, mesh, variant, ref_state):
+    from torch.distributed.tensor import Shard
+
+    from autoshard import AutoParallel
+    from autoshard.apply import load_full_state_dict
+
+    with torch.device("meta"):
+        meta = make_model(a)
+    shapes = [(a.batch, a.seq)] * 2
+    t0 = time.perf_counter()
+    with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
+                      mesh, compile=variant == "autoshard_compile",
+                      runtime="interpret" if variant == "autoshard_interp" else "program",
+                      time_limit_s=a.plan_time_limit) as autop:
+        autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+        if variant == "autoshard_ddp":
+            autop.add_parameter_memory_constraint(1.0, 1.0)
+        else:
+            autop.add_parameter_memory_constraint()
+        plan = autop.optimize_placement()
+        par = autop.apply_placement(plan)
+    plan_s = time.perf_counter() - t0
+    par.to_empty(device="cpu")
+    load_full_state_dict(par, ref_state)
+    return par, plan_s
+
+
+def _run_variant(a, variant: str, rank: int, world: int) -> dict:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.manual_seed(0)
+    ref = make_model(a)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
+    per = a.batch // world
+    local = (tokens[rank * per:(rank + 1) * per], targets[rank * per:(rank + 1) * per])
+    mesh = init_device_mesh("cpu", (world,))
+    info: dict = {}
+    if variant.startswith("autoshard"):
+        model, info["plan_s"] = _autoshard_module(a, mesh, variant, ref.state_dict())
+    elif variant == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        model = ref
+        for blk in model.blocks:
+            fully_shard(blk, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    elif variant == "ddp":
+        model = nn.parallel.DistributedDataParallel(ref)
+    else:
+        raise ValueError(f"unknown variant {variant!r}; choose from {ALL_VARIANTS}")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+
+    def step():
+        loss = model(*local)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    t0 = time.perf_counter()
+    first_loss = float(step().detach())
+    info["first_step_s"] = time.perf_counter() - t0
+    for _ in range(a.warmup - 1):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        loss = step()
+    float(loss.detach())
+    elapsed = torch.tensor([(time.perf_counter() - t0) / a.steps])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    info.update(step_s=float(elapsed), first_loss=first_loss)
+    return info
+
+
+def worker(a) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for v in a.variants.split(","):
+        try:
+            out[v] = _run_variant(a, v, rank, world)
+        except Exception as e:  # one failing variant must not hide the others
+            out[v] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        dist.barrier()
+    if rank == 0:
+        with open(a.out, "w") as f:
+            json.dump(out, f)
+    dist.destroy_process_group()
+
+
+# ---- launcher --------------------------------------------------------------------------------
+def _fmt(r: dict, key: str = "step_s") -> str:
+    return f"{r[key]:.4f}" if key in r else "failed"
+
+
+def launch(a) -> None:
+    rows = []
+    for n in [int(x) for x in a.ranks.split(",")]:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "out.json")
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={n}", __file__, "--worker", "--out", out]
+            cmd += [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
+                    if k not in ("worker", "out", "ranks")]
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(proc.stdout[-3000:], proc.stderr[-6000:], file=sys.stderr)
+                raise SystemExit(f"{n} ranks: torchrun failed ({proc.returncode})")
+            rows.append((n, json.load(open(out))))
+    print(f"model: dim {a.dim}, {a.layers} layers, {a.heads} heads ({a.kv_heads} kv), hidden "
+          f"{a.hidden}, vocab {a.vocab}; global batch {a.batch} x seq {a.seq}; SGD; gloo, one "
+          f"thread per rank; mean of {a.steps} steps after {a.warmup}\n")
+    variants = a.variants.split(",")
+    print("| ranks | " + " | ".join(variants) + " | autoshard / fsdp2 | autoshard_ddp / ddp "
+          "| compile / min(fsdp2, ddp) |")
+    print("|---:|" + "---:|" * (len(variants) + 3))
+    for n, res in rows:
+        def ratio(x, y):
+            if x in res and y in res and "step_s" in res[x] and "step_s" in res[y]:
+                return f"{res[x]['step_s'] / res[y]['step_s']:.2f}"
+            return "-"
+        best = min((res[v]["step_s"] for v in ("fsdp2", "ddp") if "step_s" in res.get(v, {})),
+                   default=None)
+        comp = (f"{res['autoshard_compile']['step_s'] / best:.2f}"
+                if best and "step_s" in res.get("autoshard_compile", {}) else "-")
+        print(f"| {n} | " + " | ".join(f"{_fmt(res[v])} s" for v in variants)
+              + f" | {ratio('autoshard', 'fsdp2')} | {ratio('autoshard_ddp', 'ddp')} | {comp} |")
+    print()
+    for n, res in rows:
+        for v in variants:
+            r = res[v]
+            extra = ", ".join(f"{k} {r[k]:.2f} s" for k in ("plan_s", "first_step_s") if k in r)
+            print(f"{n} ranks {v}: {r.get('error') or extra}; first loss "
+                  f"{r.get('first_loss', float('nan')):.5f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=0, help="MLP hidden size (default 4 x dim)")
+    p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--batch", type=int, default=8, help="global batch")
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--ranks", default="2,4")
+    p.add_argument("--variants", default=",".join(ALL_VARIANTS))
+    p.add_argument("--plan-time-limit", type=float, default=10.0)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    a.hidden = a.hidden or 4 * a.dim
+    if a.worker:
+        worker(a)
+    else:
+        launch(a)
+
+
+if __name__ == "__main__":
+    main()

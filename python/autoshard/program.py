@@ -1,0 +1,288 @@
+"""Lowering a plan to a per-rank program: two FX graphs on LOCAL shards.
+
+The reference runtime (runtime.StepRunner) interprets the joint graph node by node as
+DTensor ops. Here that interpreter is traced ONCE with ``make_fx`` under a fake tensor mode:
+DTensor's dispatch turns every op into its local ATen op (size arguments localised, uneven
+shards padded and unpadded) and every redistribution into explicit functional collectives
+(``_c10d_functional.all_gather_into_tensor`` / ``reduce_scatter_tensor`` / ``all_reduce`` /
+``all_to_all_single``, each followed by ``wait_tensor``). What is recorded is plain ATen on
+plain tensors, so running it needs no DTensor dispatch and no per-node interpreter, and
+inductor can compile it.
+
+Two graphs, split where the runner splits (nodes that read a tangent are backward):
+  forward : (param locals, buffer locals, tensor inputs) -> (outputs, saved tensors)
+  backward: (saved tensors, output gradients)            -> (param grads, input grads)
+Saved tensors cross as local tensors; the DTensor metadata they need to be re-wrapped in the
+backward trace (placements, global shape and stride) is recorded here and only used while
+tracing. After tracing, overlap.schedule_collectives moves every collective to where its
+input is ready and every wait to just before the first use of its result.
+
+Each collective node carries ``meta["custom"]["autoshard_node"]``: the joint-graph node whose
+input redistribution issued it, or "<graph outputs>" for the loss and the gradients leaving
+in their parameters' layouts (tests compare these with the plan's redistributions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch.distributed.tensor import DTensor
+
+from .runtime import StepRunner
+
+OUTSIDE = "<graph outputs>"
+COLLECTIVE_OPS = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce",
+                  "all_to_all_single", "all_gather_into_tensor_coalesced",
+                  "reduce_scatter_tensor_coalesced", "all_reduce_coalesced"}
+
+
+def is_collective(node: fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.namespace == "_c10d_functional"
+            and node.target._schema.name.split("::")[-1] in COLLECTIVE_OPS)
+
+
+def is_wait(node: fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.namespace == "_c10d_functional"
+            and node.target._schema.name.split("::")[-1] == "wait_tensor")
+
+
+@dataclass
+class _SavedSpec:
+    """How to turn a saved local tensor back into the value the backward nodes read."""
+    placements: tuple | None  # None: a plain tensor (not a DTensor)
+    shape: torch.Size | None = None
+    stride: tuple | None = None
+
+
+@dataclass
+class LocalProgram:
+    """One rank's step: ``forward`` then ``backward`` graphs on local tensors."""
+    fwd_gm: fx.GraphModule
+    bwd_gm: fx.GraphModule
+    n_outputs: int              # tensor outputs of the module (the rest of fwd's are saved)
+    output_slots: list          # per module output: index into tensor outputs, or ("const", v)
+    grad_slots: list            # per flat input tensor: index into bwd outputs or None
+    input_tensor_positions: list[int]  # which flat inputs (params, buffers, inputs) are tensors
+    fwd: Callable = None        # what runs: fwd_gm or its compiled form
+    bwd: Callable = None
+    compiled: bool = False
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.fwd = self.fwd or self.fwd_gm
+        self.bwd = self.bwd or self.bwd_gm
+
+    def collectives(self) -> list[dict]:
+        """Every collective in both graphs: phase, kind, joint-graph node that issued it."""
+        out = []
+        for phase, gm in (("forward", self.fwd_gm), ("backward", self.bwd_gm)):
+            for n in gm.graph.nodes:
+                if is_collective(n):
+                    custom = n.meta.get("custom") or {}
+                    src = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
+                    out.append({"phase": phase, "op": n.target._schema.name.split("::")[-1],
+                                "where": custom.get("autoshard_node", OUTSIDE),
+                                "numel": int(src.numel()) if src is not None else -1,
+                                "node": n.name})
+        return out
+
+
+def _fake_like(mode, t: torch.Tensor) -> torch.Tensor:
+    return mode.from_tensor(t, static_shapes=True)
+
+
+@contextlib.contextmanager
+def _annotating_nodes(runner: StepRunner):
+    """While tracing, tag every recorded op with the joint-graph node being run."""
+    import torch.fx.traceback as fx_traceback
+
+    original = runner.run_node
+
+    def run_node(env, node):
+        with fx_traceback.annotate({"autoshard_node": node.name}):
+            return original(env, node)
+
+    runner.run_node = run_node
+    try:
+        with fx_traceback.preserve_node_meta():
+            yield
+    finally:
+        del runner.run_node
+
+
+def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
+               buffer_locals: list[torch.Tensor], input_values: list[Any], *,
+               overlap: bool = True, prefetch_bytes: int | None = None) -> LocalProgram:
+    """Trace ``runner``'s forward and backward into local graphs. The example tensors give
+    local shapes and dtypes only (they are replaced by fake tensors; nothing runs)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .overlap import schedule_collectives
+
+    n_params, n_buffers = len(param_locals), len(buffer_locals)
+    flat = list(param_locals) + list(buffer_locals) + list(input_values)
+    tensor_pos = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_flat = [_fake_like(mode, flat[i]) for i in tensor_pos]
+
+    def rebuild(tensors):
+        full = list(flat)
+        for i, t in zip(tensor_pos, tensors):
+            full[i] = t
+        return full
+
+    meta: dict = {}
+
+    def forward(*tensors):
+        full = rebuild(tensors)
+        with torch.no_grad():
+            outs, saved, layouts = runner.run_forward(full[:n_params],
+                                                      full[n_params:n_params + n_buffers],
+                                                      full[n_params + n_buffers:])
+        leaves, spec = pytree.tree_flatten(saved)
+        saved_tensors, saved_specs, saved_consts = [], [], []
+        for leaf in leaves:
+            if isinstance(leaf, DTensor):
+                saved_specs.append(_SavedSpec(tuple(leaf.placements), leaf.shape, leaf.stride()))
+                saved_tensors.append(leaf.to_local())
+                saved_consts.append(None)
+            elif isinstance(leaf, torch.Tensor):
+                saved_specs.append(_SavedSpec(None))
+                saved_tensors.append(leaf)
+                saved_consts.append(None)
+            else:
+                saved_specs.append(None)
+                saved_consts.append(leaf)
+        tensor_outs = [o for o in outs if isinstance(o, torch.Tensor)]
+        meta.update(saved_spec=spec, saved_specs=saved_specs, saved_consts=saved_consts,
+                    layouts=layouts, n_outputs=len(tensor_outs),
+                    output_slots=_output_slots(outs))
+        return (*tensor_outs, *saved_tensors)
+
+    with _annotating_nodes(runner):
+        fwd_gm = make_fx(forward, tracing_mode="fake", _allow_non_fake_inputs=True)(*fake_flat)
+    n_out = meta["n_outputs"]
+    out_vals = [n.meta["val"] for n in _graph_outputs(fwd_gm)]
+    fake_outs, fake_saved = out_vals[:n_out], out_vals[n_out:]
+    grad_examples = [_fake_like(mode, torch.empty_strided(
+        tuple(v.shape), _contiguous(v.shape), dtype=v.dtype, device=v.device))
+        for v in fake_outs]
+    n_saved = len(fake_saved)
+
+    def backward(*tensors):
+        saved_locals, grads = tensors[:n_saved], tensors[n_saved:]
+        it = iter(saved_locals)
+        leaves = []
+        for spec, const in zip(meta["saved_specs"], meta["saved_consts"]):
+            if spec is None:
+                leaves.append(const)
+            elif spec.placements is None:
+                leaves.append(next(it))
+            else:
+                leaves.append(DTensor.from_local(next(it), runner.mesh, spec.placements,
+                                                 run_check=False, shape=spec.shape,
+                                                 stride=spec.stride))
+        saved = pytree.tree_unflatten(leaves, meta["saved_spec"])
+        # the runner expects one gradient per module output (None for non-tensors)
+        all_grads, g = [], iter(grads)
+        for slot in meta["output_slots"]:
+            all_grads.append(next(g) if not isinstance(slot, tuple) else None)
+        with torch.no_grad():
+            result = runner.run_backward(saved, meta["layouts"], all_grads)
+        wanted = [n for n in runner.param_names] + [None] * n_buffers + list(
+            runner.step.input_nodes)
+        grads_out = []
+        for i in tensor_pos:
+            name = wanted[i]
+            grads_out.append(result.get(name) if name is not None else None)
+        return tuple(grads_out)
+
+    with _annotating_nodes(runner):
+        bwd_gm = make_fx(backward, tracing_mode="fake", _allow_non_fake_inputs=True)(
+            *fake_saved, *grad_examples)
+    grad_slots = []
+    bwd_out_vals = _graph_output_args(bwd_gm)
+    for k in range(len(tensor_pos)):
+        grad_slots.append(k if bwd_out_vals[k] is not None else None)
+    info = {"saved_tensors": n_saved}
+    for gm in (fwd_gm, bwd_gm):
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    if overlap:
+        info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
+        info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
+    return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], grad_slots, tensor_pos,
+                        info=info)
+
+
+def _contiguous(shape) -> tuple:
+    stride, acc = [], 1
+    for s in reversed(list(shape)):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
+
+
+def _output_slots(outs: list) -> list:
+    slots, k = [], 0
+    for o in outs:
+        if isinstance(o, torch.Tensor):
+            slots.append(k)
+            k += 1
+        else:
+            slots.append(("const", o))
+    return slots
+
+
+def _graph_output_args(gm: fx.GraphModule) -> list:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    args = out.args[0]
+    return list(args) if isinstance(args, (tuple, list)) else [args]
+
+
+def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
+    return [a for a in _graph_output_args(gm)]
+
+
+def compile_program(program: LocalProgram) -> LocalProgram:
+    """Compile both graphs with inductor (CPU or GPU); the FX graphs stay for inspection.
+    Static shapes: a step's local shapes are fixed by the plan."""
+    program.fwd = torch.compile(program.fwd_gm, backend="inductor", fullgraph=True,
+                                dynamic=False)
+    program.bwd = torch.compile(program.bwd_gm, backend="inductor", fullgraph=True,
+                                dynamic=False)
+    program.compiled = True
+    return program
+
+
+class ProgramFunction(torch.autograd.Function):
+    """The step as one autograd node running the lowered program: inputs are the local
+    shards of parameters (``DTensor.to_local``, so gradients reach the DTensor ``.grad``),
+    buffers and the user's tensor inputs; outputs are the local module outputs."""
+
+    @staticmethod
+    def forward(ctx, program: LocalProgram, *tensors):
+        results = program.fwd(*tensors)
+        outs, saved = results[:program.n_outputs], results[program.n_outputs:]
+        ctx.program = program
+        ctx.save_for_backward(*saved)
+        for o in outs:
+            if not o.is_floating_point():
+                ctx.mark_non_differentiable(o)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        program: LocalProgram = ctx.program
+        grads = [g.contiguous() for g in grads]
+        results = program.bwd(*ctx.saved_tensors, *grads)
+        return (None, *results)
+

@@ -1,0 +1,169 @@
+"""Lowering a plan to per-rank graphs (program.py) and overlapping their collectives
+(overlap.py), checked in one process on a fake 4-rank process group: lowering only traces
+with fake tensors, so no collective has to run. Numerics of the lowered program on real
+gloo ranks: test_autoparallel_dist.py, test_runtime_dist.py, test_comm_count.py."""
+
+import operator
+
+import pytest
+import torch
+
+from torch.distributed.tensor import Shard
+
+from autoshard import _core
+from autoshard.api import AutoParallel
+from autoshard.apply import build_parallel_module
+from autoshard.fake_pg import fake_world
+from autoshard.models import MLP
+from autoshard.overlap import schedule_collectives
+from autoshard.program import is_collective, is_wait
+from autoshard.trace import trace_training_step
+
+needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
+                                   reason="the C++ planner (_core.plan_graph) is not built")
+
+
+def _fsdp_module(mesh, prefetch_bytes=None):
+    """A 3-block MLP planned by the C++ planner under the default budget (1/4 of the
+    parameters per rank) with a batch-sharded input: FSDP (weights gathered before use,
+    gradients reduce-scattered)."""
+    with torch.device("meta"):
+        model = MLP(dim=16, hidden=32, layers=3)
+    with AutoParallel(model, lambda: (torch.empty(4096, 16), torch.empty(4096, 16)), mesh,
+                      hardware="CPU", capture="direct", time_limit_s=5.0) as autop:
+        autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+        autop.add_parameter_memory_constraint()
+        par = autop.apply_placement(autop.optimize_placement())
+    par._autoshard_prefetch_bytes = prefetch_bytes
+    par.to_empty(device="cpu")
+    return par, autop.step
+
+
+@pytest.fixture(scope="module")
+def mlp_program():
+    if not hasattr(_core, "plan_graph"):
+        pytest.skip("the C++ planner (_core.plan_graph) is not built")
+    with fake_world((4,), device_type="cpu") as mesh:
+        par, step = _fsdp_module(mesh)
+        fwd, bwd = par.parallel_gm, par.parallel_bwd_gm  # lowered: no process group needed
+    return par, step, fwd, bwd
+
+
+def _order(gm):
+    return {n: i for i, n in enumerate(gm.graph.nodes)}
+
+
+def test_graphs_hold_only_local_aten_and_functional_collectives(mlp_program):
+    par, step, fwd, bwd = mlp_program
+    for gm in (fwd, bwd):
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.target is not operator.getitem:
+                ns = getattr(n.target, "namespace", None)
+                assert ns in ("aten", "_c10d_functional", "prims"), n.target
+        assert not any("DTensor" in type(n.meta.get("val")).__name__ for n in gm.graph.nodes)
+    colls = par._autoshard_program.collectives()
+    # FSDP-like: the sharded weights are gathered in forward and their gradients reduced
+    sharded = [n for n, p in par.named_parameters() if p.to_local().numel() < p.numel()]
+    fwd_gathers = [c for c in colls if c["phase"] == "forward"
+                   and c["op"] == "all_gather_into_tensor"]
+    bwd_reductions = [c for c in colls if c["phase"] == "backward"
+                      and c["op"] in ("reduce_scatter_tensor", "all_reduce")]
+    assert len(sharded) >= 6 and len(fwd_gathers) >= len(sharded)
+    assert len(bwd_reductions) >= 1
+    assert all(c["where"] for c in colls)
+
+
+def test_waits_sit_right_before_first_use(mlp_program):
+    _, _, fwd, bwd = mlp_program
+    for gm in (fwd, bwd):
+        order = _order(gm)
+        nodes = list(gm.graph.nodes)
+        for n in nodes:
+            if is_wait(n):
+                first_use = min(order[u] for u in n.users)
+                between = nodes[order[n] + 1:first_use]
+                assert all(is_wait(b) or is_collective(b) for b in between), \
+                    f"{n.name} waited {len(between)} ops before its use"
+
+
+def _reads_a_placeholder(n) -> bool:
+    """``n`` is a graph input or a view of one (a parameter's local shard)."""
+    while n.op == "call_function" and "view" in str(n.target):
+        n = n.args[0]
+    return n.op == "placeholder"
+
+
+def test_next_block_weights_are_gathered_before_this_block_computes(mlp_program):
+    """Prefetch: under the default budget, the all-gather of a later block's weight is
+    issued before the compute op that reads an earlier block's gathered weight (FSDP's
+    prefetch, here as deep as the byte budget allows)."""
+    _, _, fwd, _ = mlp_program
+    order = _order(fwd)
+
+    def consumer(c):  # the first compute op reading the gathered value
+        w = next(iter(c.users))
+        return min(w.users, key=order.__getitem__)
+
+    gathers = [n for n in fwd.graph.nodes if is_collective(n) and "all_gather" in str(n.target)
+               and _reads_a_placeholder(n.args[0])]
+    uses = sorted((order[consumer(c)], c) for c in gathers)
+    assert len(uses) >= 6
+    for (use_a, _), (use_b, c_b) in zip(uses, uses[1:]):
+        if use_b > use_a:
+            assert order[c_b] < use_a, f"{c_b.name} issued at {order[c_b]}, after {use_a}"
+
+
+@needs_planner
+def test_prefetch_budget_bounds_bytes_in_flight():
+    with fake_world((4,), device_type="cpu") as mesh:
+        par, step = _fsdp_module(mesh, prefetch_bytes=0)  # no prefetch: gathers wait for use
+        fwd = par.parallel_gm
+        order = _order(fwd)
+        for n in fwd.graph.nodes:
+            if is_collective(n) and "all_gather" in str(n.target):
+                w = next(iter(n.users))
+                assert order[w] == order[n] + 1 or all(
+                    is_collective(x) or is_wait(x)
+                    for x in list(fwd.graph.nodes)[order[n] + 1:order[w]])
+        report = par._autoshard_program.info["forward_schedule"]
+        assert report["deferred_by_budget"] > 0
+
+
+def test_collectives_keep_their_traced_issue_order(mlp_program):
+    """Ranks must issue collectives in one order; the schedule never swaps two."""
+    par, step, fwd, bwd = mlp_program
+    for phase, gm in (("forward", fwd), ("backward", bwd)):
+        issued = [n.name for n in gm.graph.nodes if is_collective(n)]
+        traced = [c["node"] for c in par._autoshard_program.collectives()
+                  if c["phase"] == phase]
+        assert issued == traced
+        # scheduling again changes nothing
+        before = [n.name for n in gm.graph.nodes]
+        schedule_collectives(gm)
+        assert [n.name for n in gm.graph.nodes] == before
+
+
+def test_replicated_plan_has_no_collectives_and_needs_no_schedule():
+    with fake_world((2,), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = MLP(dim=8, hidden=8, layers=1)
+        step = trace_training_step(model, lambda: (torch.empty(4, 8), torch.empty(4, 8)),
+                                   capture="direct")
+        par = build_parallel_module(model, step, {"nodes": {}}, mesh)
+        par.to_empty(device="cpu")
+        assert par._autoshard_program is None
+        par.parallel_gm
+        assert par._autoshard_program.collectives() == []
+
+
+def test_unknown_runtime_and_compile_with_interpreter_are_refused():
+    with fake_world((2,), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = MLP(dim=8, hidden=8, layers=1)
+        step = trace_training_step(model, lambda: (torch.empty(4, 8), torch.empty(4, 8)),
+                                   capture="direct")
+        with pytest.raises(ValueError, match="runtime must be one of"):
+            build_parallel_module(model, step, {"nodes": {}}, mesh, runtime="eager")
+        with pytest.raises(ValueError, match="compile=True compiles the lowered program"):
+            build_parallel_module(model, step, {"nodes": {}}, mesh, runtime="interpret",
+                                  compile=True)
