@@ -66,8 +66,8 @@ def _meta_dtensor(shape, dtype, layout, mesh: DeviceMesh) -> DTensor:
 
 def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: DeviceMesh,
                           *, strict: bool = False, runtime: str = "program",
-                          compile: bool = False, prefetch_bytes: int | None = None
-                          ) -> nn.Module:
+                          compile: bool = False, prefetch_bytes: int | None = None,
+                          bucket_bytes: int | None = None) -> nn.Module:
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
     if compile and runtime != "program":
@@ -137,7 +137,8 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     root._autoshard_runner = runner
     root._autoshard_runtime = runtime
     root._autoshard_compile = compile
-    root._autoshard_prefetch_bytes = prefetch_bytes
+    root._autoshard_prefetch_bytes = prefetch_bytes  # overlap.py: None = its defaults
+    root._autoshard_bucket_bytes = bucket_bytes
     root._autoshard_program = None
     root._autoshard_plan = plan
     root._autoshard_param_order = [step.param_fqns[n] for n in runner.param_names]
@@ -201,7 +202,8 @@ def _program(module: nn.Module, flat_inputs: list | None = None):
             flat_inputs = _example_local_inputs(runner)
         param_locals, buffer_locals = _state_locals(module)
         program = lower_step(runner, param_locals, buffer_locals, flat_inputs,
-                             prefetch_bytes=module._autoshard_prefetch_bytes)
+                             prefetch_bytes=module._autoshard_prefetch_bytes,
+                             bucket_bytes=module._autoshard_bucket_bytes)
         if module._autoshard_compile:
             program = compile_program(program)
         module._autoshard_program = program

@@ -19,9 +19,16 @@ order of the collectives (which depends on the plan only): a collective never st
 one traced before it.
 
 A gap is the point right before compute op i (gap len(compute) is the end of the graph).
+
+Before scheduling, ``bucket_reductions`` merges the gradient reductions that only feed the
+graph's outputs (DDP's all-reduces, FSDP's reduce-scatters: one per parameter) into buckets
+of up to ``bucket_bytes``, as DDP and FSDP do: one collective per bucket pays the fixed cost
+of a call once, which dominates for the many small tensors (norm weights, biases).
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx as fx
@@ -29,6 +36,8 @@ import torch.fx as fx
 from .program import is_collective, is_wait
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
+DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
+FIRST_BUCKET_BYTES = 1 << 20      # DDP's first bucket: small, so reductions start early
 _PREFETCHED = {"all_gather_into_tensor", "all_to_all_single",
                "all_gather_into_tensor_coalesced"}
 
@@ -43,17 +52,203 @@ def _op_name(node: fx.Node) -> str:
     return node.target._schema.name.split("::")[-1]
 
 
+def _pairs(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node]]:
+    """(collective, wait) pairs where the wait is the collective's only user."""
+    out = []
+    for n in gm.graph.nodes:
+        if is_collective(n) and len(n.users) == 1:
+            w = next(iter(n.users))
+            if is_wait(w):
+                out.append((n, w))
+    return out
+
+
+def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
+    """Merge terminal gradient reductions into buckets (in traced order, so every rank
+    builds the same buckets). A bucket is issued where its last member was, its inputs
+    flattened and concatenated; its result is split back just before the graph's output."""
+    cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
+    aten = torch.ops.aten
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    groups: dict[tuple, list] = {}
+    for c, w in _pairs(gm):
+        name = _op_name(c)
+        if name not in ("all_reduce", "reduce_scatter_tensor"):
+            continue
+        tail = _view_tail(w, output)
+        if tail is None:
+            continue
+        src = c.args[0].meta.get("val")
+        if not isinstance(src, torch.Tensor):
+            continue
+        key = (name, *[a for a in c.args[1:]], src.dtype)
+        groups.setdefault(key, []).append((c, w, tail))
+    buckets = []
+    for members in groups.values():
+        cur, size = [], 0
+        for c, w, tail in members:
+            b = _bytes(c.args[0])
+            limit = min(cap, FIRST_BUCKET_BYTES) if not buckets else cap
+            if cur and size + b > limit:
+                buckets.append(cur)
+                cur, size = [], 0
+            cur.append((c, w, tail))
+            size += b
+        if cur:
+            buckets.append(cur)
+    merged = 0
+    for bucket in buckets:
+        if len(bucket) < 2:
+            continue
+        merged += len(bucket)
+        last_c = bucket[-1][0]
+        name = _op_name(last_c)
+        scatter = name == "reduce_scatter_tensor"
+        group_size = last_c.args[2] if scatter else 1
+        g = gm.graph
+        with g.inserting_before(last_c):
+            # a reduce-scatter splits dim 0 into group_size chunks: each member is laid out as
+            # [group_size, -1] and the bucket concatenated on dim 1, so rank r's chunk of
+            # every member lands in rank r's row
+            flat_shape = [group_size, -1] if scatter else [-1]
+            flats = [g.call_function(aten.reshape.default, (c.args[0], flat_shape))
+                     for c, _, _ in bucket]
+            cat = g.call_function(aten.cat.default, (flats, 1 if scatter else 0))
+            coll = g.call_function(last_c.target, (cat, *last_c.args[1:]))
+            wait = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
+        coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
+            (c.meta.get("custom") or {}).get("autoshard_node", "?") for c, _, _ in bucket)}
+        with g.inserting_before(output):
+            sizes = [int(c.args[0].meta["val"].numel()) // group_size for c, _, _ in bucket]
+            split = g.call_function(aten.split_with_sizes.default,
+                                    (wait, sizes, 1 if scatter else 0))
+            for k, (c, w, _) in enumerate(bucket):
+                piece = g.call_function(operator.getitem, (split, k))
+                shape = list(w.meta["val"].shape)
+                out = g.call_function(aten.reshape.default, (piece, shape))
+                out.meta["val"] = w.meta["val"]
+                w.replace_all_uses_with(out)
+        # the views between each result and the output now follow the split
+        for n in sorted({t for _, _, tail in bucket for t in tail}, key=_position(gm)):
+            output.prepend(n)
+        for c, w, _ in bucket:
+            g.erase_node(w)
+            g.erase_node(c)
+    if merged:
+        _propagate_meta(gm)
+    gm.graph.lint()
+    gm.recompile()
+    return {"buckets": sum(1 for b in buckets if len(b) > 1), "merged": merged}
+
+
+_VIEW_OPS = {"t", "view", "reshape", "_unsafe_view", "transpose", "permute", "alias",
+             "detach", "squeeze", "unsqueeze", "expand", "clone", "contiguous"}
+
+
+def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
+    """The view-like ops between ``w`` and the graph output, when nothing else reads ``w``'s
+    result (a gradient on its way out, e.g. transposed back); None otherwise."""
+    tail, stack = [], list(w.users)
+    while stack:
+        u = stack.pop()
+        if u is output:
+            continue
+        name = getattr(u.target, "_schema", None)
+        if u.op != "call_function" or name is None \
+                or name.name.split("::")[-1] not in _VIEW_OPS:
+            return None
+        if u not in tail:
+            tail.append(u)
+            stack.extend(u.users)
+    return tail
+
+
+def _position(gm: fx.GraphModule):
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return order.__getitem__
+
+
+def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
+    """Merge all-gathers of graph inputs (parameters' shards: FSDP's gathers) that follow
+    one another in traced order into buckets of up to ``bucket_bytes`` of gathered output,
+    as FSDP gathers a block's parameters in one call. Each bucket is gathered once, right
+    before the first op reading any of its members, and split back there; the scheduler
+    then starts it as early as the prefetch budget allows."""
+    cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
+    aten = torch.ops.aten
+    g = gm.graph
+    order = {n: i for i, n in enumerate(g.nodes)}
+    buckets, cur, cur_key, size = [], [], None, 0
+    for c, w in _pairs(gm):
+        src = c.args[0].meta.get("val")
+        if _op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
+                or not isinstance(src, torch.Tensor):
+            continue
+        key = (*c.args[1:], src.dtype)
+        b = _bytes(c)
+        if cur and (key != cur_key or size + b > cap):
+            buckets.append(cur)
+            cur, size = [], 0
+        cur.append((c, w))
+        cur_key, size = key, size + b
+    if cur:
+        buckets.append(cur)
+    merged = 0
+    for bucket in buckets:
+        if len(bucket) < 2:
+            continue
+        merged += len(bucket)
+        first_use = min((u for _, w in bucket for u in w.users), key=order.__getitem__)
+        c0 = bucket[0][0]
+        group_size = c0.args[1]
+        with g.inserting_before(first_use):
+            flats = [g.call_function(aten.reshape.default, (c.args[0], [-1])) for c, _ in bucket]
+            cat = g.call_function(aten.cat.default, (flats, 0))
+            coll = g.call_function(c0.target, (cat, *c0.args[1:]))
+            wait = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
+            rows = g.call_function(aten.reshape.default, (wait, [group_size, -1]))
+            sizes = [int(c.args[0].meta["val"].numel()) for c, _ in bucket]
+            split = g.call_function(aten.split_with_sizes.default, (rows, sizes, 1))
+            for k, (c, w) in enumerate(bucket):
+                piece = g.call_function(operator.getitem, (split, k))
+                out = g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape)))
+                w.replace_all_uses_with(out)
+        coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
+            (c.meta.get("custom") or {}).get("autoshard_node", "?") for c, _ in bucket)}
+        for c, w in bucket:
+            g.erase_node(w)
+            g.erase_node(c)
+    if merged:
+        _propagate_meta(gm)
+    gm.graph.lint()
+    gm.recompile()
+    return {"buckets": sum(1 for b in buckets if len(b) > 1), "merged": merged}
+
+
+def _reads_an_input(n: fx.Node) -> bool:
+    """``n`` is a graph input (a parameter's local shard, a saved value) or a view of one."""
+    while n.op == "call_function" and getattr(n.target, "_schema", None) is not None \
+            and n.target._schema.name.split("::")[-1] in ("view", "_unsafe_view", "alias"):
+        n = n.args[0]
+    return n.op == "placeholder"
+
+
+def _propagate_meta(gm: fx.GraphModule) -> None:
+    """Fill meta["val"] of new nodes (fake tensors) so later passes can size them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = next((v.fake_mode for v in vals if hasattr(v, "fake_mode")), None)
+    FakeTensorProp(gm, mode or FakeTensorMode(allow_non_fake_inputs=True)).propagate_dont_convert_inputs(*vals)
+
+
 def schedule_collectives(gm: fx.GraphModule, prefetch_bytes: int | None = None) -> dict:
     """Reorder ``gm`` in place; returns what was done (for logs and tests)."""
     budget = DEFAULT_PREFETCH_BYTES if prefetch_bytes is None else int(prefetch_bytes)
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
-    pairs = []  # (collective, wait) with the wait the collective's only user
-    for n in nodes:
-        if is_collective(n) and len(n.users) == 1:
-            w = next(iter(n.users))
-            if is_wait(w):
-                pairs.append((n, w))
+    pairs = _pairs(gm)
     moved = {x for p in pairs for x in p}
     output = next(n for n in nodes if n.op == "output")
     compute = [n for n in nodes if n not in moved and n.op != "output"]

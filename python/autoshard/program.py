@@ -119,13 +119,14 @@ def _annotating_nodes(runner: StepRunner):
 
 def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
                buffer_locals: list[torch.Tensor], input_values: list[Any], *,
-               overlap: bool = True, prefetch_bytes: int | None = None) -> LocalProgram:
+               overlap: bool = True, prefetch_bytes: int | None = None,
+               bucket_bytes: int | None = None) -> LocalProgram:
     """Trace ``runner``'s forward and backward into local graphs. The example tensors give
     local shapes and dtypes only (they are replaced by fake tensors; nothing runs)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from .overlap import schedule_collectives
+    from .overlap import bucket_gathers, bucket_reductions, schedule_collectives
 
     n_params, n_buffers = len(param_locals), len(buffer_locals)
     flat = list(param_locals) + list(buffer_locals) + list(input_values)
@@ -217,6 +218,9 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         gm.graph.eliminate_dead_code()
         gm.recompile()
     if overlap:
+        info["forward_gather_buckets"] = bucket_gathers(fwd_gm, bucket_bytes)
+        info["backward_gather_buckets"] = bucket_gathers(bwd_gm, bucket_bytes)
+        info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes)
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
     return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], grad_slots, tensor_pos,

@@ -23,7 +23,7 @@ needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
                                    reason="the C++ planner (_core.plan_graph) is not built")
 
 
-def _fsdp_module(mesh, prefetch_bytes=None):
+def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0):
     """A 3-block MLP planned by the C++ planner under the default budget (1/4 of the
     parameters per rank) with a batch-sharded input: FSDP (weights gathered before use,
     gradients reduce-scattered)."""
@@ -35,6 +35,7 @@ def _fsdp_module(mesh, prefetch_bytes=None):
         autop.add_parameter_memory_constraint()
         par = autop.apply_placement(autop.optimize_placement())
     par._autoshard_prefetch_bytes = prefetch_bytes
+    par._autoshard_bucket_bytes = bucket_bytes  # 0: one collective per tensor, as traced
     par.to_empty(device="cpu")
     return par, autop.step
 
@@ -127,6 +128,24 @@ def test_prefetch_budget_bounds_bytes_in_flight():
                     for x in list(fwd.graph.nodes)[order[n] + 1:order[w]])
         report = par._autoshard_program.info["forward_schedule"]
         assert report["deferred_by_budget"] > 0
+
+
+@needs_planner
+def test_parameter_gathers_and_gradient_reductions_are_bucketed():
+    """Default buckets: the forward's parameter gathers become one collective (this model is
+    far below the 25 MiB cap). Numerics of bucketed programs (gathers and DDP-style
+    gradient all-reduce buckets) are checked on gloo ranks (test_autoparallel_dist.py)."""
+    with fake_world((4,), device_type="cpu") as mesh:
+        par, _ = _fsdp_module(mesh, bucket_bytes=None)
+        par.parallel_gm
+    info = par._autoshard_program.info
+    assert info["forward_gather_buckets"]["buckets"] == 1
+    assert info["forward_gather_buckets"]["merged"] >= 6
+    colls = par._autoshard_program.collectives()
+    fwd = [c for c in colls if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"]
+    held = sum(p.to_local().numel() for p in par.parameters() if p.to_local().numel() < p.numel())
+    assert len(fwd) == 1 and fwd[0]["numel"] == held
+    assert fwd[0]["where"].startswith("bucket of ")
 
 
 def test_collectives_keep_their_traced_issue_order(mlp_program):
