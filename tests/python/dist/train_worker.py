@@ -110,7 +110,10 @@ def run_scenario(sc: dict, rank: int) -> dict:
         with AutoParallel(meta_model, input_fn, mesh, strict=sc.get("strict", True),
                           memory_limit_bytes=sc.get("memory_limit_bytes"),
                           capture=sc.get("capture", "direct"),
-                          time_limit_s=sc.get("time_limit_s", 8.0)) as autop:
+                          time_limit_s=sc.get("time_limit_s", 8.0),
+                          hardware=sc.get("hardware", "H100"),
+                          runtime=sc.get("runtime", "program"),
+                          compile=sc.get("compile", False)) as autop:
             if sc.get("input_shard", True):
                 lay = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
                 autop.add_input_constraints([lay] * len(inputs[0]))
