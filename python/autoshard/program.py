@@ -68,7 +68,6 @@ class LocalProgram:
     bwd_gm: fx.GraphModule
     n_outputs: int              # tensor outputs of the module (the rest of fwd's are saved)
     output_slots: list          # per module output: index into tensor outputs, or ("const", v)
-    grad_slots: list            # per flat input tensor: index into bwd outputs or None
     input_tensor_positions: list[int]  # which flat inputs (params, buffers, inputs) are tensors
     fwd: Callable = None        # what runs: fwd_gm or its compiled form
     bwd: Callable = None
@@ -209,10 +208,6 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     with _annotating_nodes(runner):
         bwd_gm = make_fx(backward, tracing_mode="fake", _allow_non_fake_inputs=True)(
             *fake_saved, *grad_examples)
-    grad_slots = []
-    bwd_out_vals = _graph_output_args(bwd_gm)
-    for k in range(len(tensor_pos)):
-        grad_slots.append(k if bwd_out_vals[k] is not None else None)
     info = {"saved_tensors": n_saved}
     for gm in (fwd_gm, bwd_gm):
         gm.graph.eliminate_dead_code()
@@ -223,8 +218,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes)
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
-    return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], grad_slots, tensor_pos,
-                        info=info)
+    return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
 
 
 def _contiguous(shape) -> tuple:
@@ -253,7 +247,7 @@ def _graph_output_args(gm: fx.GraphModule) -> list:
 
 
 def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
-    return [a for a in _graph_output_args(gm)]
+    return _graph_output_args(gm)
 
 
 def compile_program(program: LocalProgram) -> LocalProgram:
