@@ -28,9 +28,9 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
 from .placements import layout_to_strs
 from .runtime import StepRunner, _StepFunction, contiguous_stride
+from .trace import TracedStep
 
 RUNTIMES = ("program", "interpret")
-from .trace import TracedStep
 
 _MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_forward_hooks",
                      "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
@@ -213,12 +213,17 @@ def _program(module: nn.Module, flat_inputs: list | None = None):
 def _example_local_inputs(runner: StepRunner) -> list:
     out = []
     for meta, name in zip(runner.step.input_metas, runner.step.input_nodes):
-        if isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype):
+        if _is_traced_tensor(meta):
             shape = runner.expected_local_shape(name) if name is not None else meta[0]
             out.append(torch.empty(shape, dtype=meta[1], device=runner.device))
         else:
             out.append(meta)
     return out
+
+
+def _is_traced_tensor(meta) -> bool:
+    """A traced input's record is (shape, dtype) for a tensor, the value itself otherwise."""
+    return isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype)
 
 
 def check_inputs(runner: StepRunner, flat: list) -> None:
@@ -228,7 +233,7 @@ def check_inputs(runner: StepRunner, flat: list) -> None:
         raise ValueError(f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
                          f"then kwargs) as traced, got {len(flat)}")
     for i, (v, meta, name) in enumerate(zip(flat, step.input_metas, step.input_nodes)):
-        if isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype):
+        if _is_traced_tensor(meta):
             if not isinstance(v, torch.Tensor) or isinstance(v, DTensor):
                 raise TypeError(f"autoshard: input {i} must be a plain torch.Tensor holding "
                                 f"this rank's local shard, got {type(v).__name__}")

@@ -33,7 +33,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .program import is_collective, is_wait
+from .program import is_collective, is_wait, op_name
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
@@ -46,10 +46,6 @@ def _bytes(node: fx.Node) -> int:
     v = node.meta.get("val")
     vals = v if isinstance(v, (list, tuple)) else [v]
     return sum(int(t.numel()) * t.element_size() for t in vals if isinstance(t, torch.Tensor))
-
-
-def _op_name(node: fx.Node) -> str:
-    return node.target._schema.name.split("::")[-1]
 
 
 def _pairs(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node]]:
@@ -72,7 +68,7 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> di
     output = next(n for n in gm.graph.nodes if n.op == "output")
     groups: dict[tuple, list] = {}
     for c, w in _pairs(gm):
-        name = _op_name(c)
+        name = op_name(c)
         if name not in ("all_reduce", "reduce_scatter_tensor"):
             continue
         tail = _view_tail(w, output)
@@ -85,24 +81,14 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> di
         groups.setdefault(key, []).append((c, w, tail))
     buckets = []
     for members in groups.values():
-        cur, size = [], 0
-        for c, w, tail in members:
-            b = _bytes(c.args[0])
-            limit = min(cap, FIRST_BUCKET_BYTES) if not buckets else cap
-            if cur and size + b > limit:
-                buckets.append(cur)
-                cur, size = [], 0
-            cur.append((c, w, tail))
-            size += b
-        if cur:
-            buckets.append(cur)
-    merged = 0
-    for bucket in buckets:
-        if len(bucket) < 2:
-            continue
-        merged += len(bucket)
+        # the very first bucket of the graph is the small one
+        buckets += _split(members, lambda m: _bytes(m[0].args[0]),
+                          lambda k: min(cap, FIRST_BUCKET_BYTES) if not buckets and k == 0
+                          else cap)
+    merged = [b for b in buckets if len(b) > 1]
+    for bucket in merged:
         last_c = bucket[-1][0]
-        name = _op_name(last_c)
+        name = op_name(last_c)
         scatter = name == "reduce_scatter_tensor"
         group_size = last_c.args[2] if scatter else 1
         g = gm.graph
@@ -116,8 +102,7 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> di
             cat = g.call_function(aten.cat.default, (flats, 1 if scatter else 0))
             coll = g.call_function(last_c.target, (cat, *last_c.args[1:]))
             wait = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
-        coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
-            (c.meta.get("custom") or {}).get("autoshard_node", "?") for c, _, _ in bucket)}
+        _label_bucket(coll, [c for c, _, _ in bucket])
         with g.inserting_before(output):
             sizes = [int(c.args[0].meta["val"].numel()) // group_size for c, _, _ in bucket]
             split = g.call_function(aten.split_with_sizes.default,
@@ -125,20 +110,13 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> di
             for k, (c, w, _) in enumerate(bucket):
                 piece = g.call_function(operator.getitem, (split, k))
                 shape = list(w.meta["val"].shape)
-                out = g.call_function(aten.reshape.default, (piece, shape))
-                out.meta["val"] = w.meta["val"]
-                w.replace_all_uses_with(out)
+                w.replace_all_uses_with(
+                    g.call_function(aten.reshape.default, (piece, shape)))
         # the views between each result and the output now follow the split
         for n in sorted({t for _, _, tail in bucket for t in tail}, key=_position(gm)):
             output.prepend(n)
-        for c, w, _ in bucket:
-            g.erase_node(w)
-            g.erase_node(c)
-    if merged:
-        _propagate_meta(gm)
-    gm.graph.lint()
-    gm.recompile()
-    return {"buckets": sum(1 for b in buckets if len(b) > 1), "merged": merged}
+        _erase(g, [(c, w) for c, w, _ in bucket])
+    return _finish(gm, merged)
 
 
 _VIEW_OPS = {"t", "view", "reshape", "_unsafe_view", "transpose", "permute", "alias",
@@ -153,9 +131,7 @@ def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
         u = stack.pop()
         if u is output:
             continue
-        name = getattr(u.target, "_schema", None)
-        if u.op != "call_function" or name is None \
-                or name.name.split("::")[-1] not in _VIEW_OPS:
+        if op_name(u) not in _VIEW_OPS:
             return None
         if u not in tail:
             tail.append(u)
@@ -177,28 +153,21 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
     aten = torch.ops.aten
     g = gm.graph
-    order = {n: i for i, n in enumerate(g.nodes)}
-    buckets, cur, cur_key, size = [], [], None, 0
+    position = _position(gm)
+    runs: list[list] = []  # consecutive gathers with the same group and dtype
     for c, w in _pairs(gm):
         src = c.args[0].meta.get("val")
-        if _op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
+        if op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
                 or not isinstance(src, torch.Tensor):
             continue
         key = (*c.args[1:], src.dtype)
-        b = _bytes(c)
-        if cur and (key != cur_key or size + b > cap):
-            buckets.append(cur)
-            cur, size = [], 0
-        cur.append((c, w))
-        cur_key, size = key, size + b
-    if cur:
-        buckets.append(cur)
-    merged = 0
-    for bucket in buckets:
-        if len(bucket) < 2:
-            continue
-        merged += len(bucket)
-        first_use = min((u for _, w in bucket for u in w.users), key=order.__getitem__)
+        if not runs or runs[-1][0] != key:
+            runs.append((key, []))
+        runs[-1][1].append((c, w))
+    merged = [b for _, run in runs for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap)
+              if len(b) > 1]
+    for bucket in merged:
+        first_use = min((u for _, w in bucket for u in w.users), key=position)
         c0 = bucket[0][0]
         group_size = c0.args[1]
         with g.inserting_before(first_use):
@@ -213,24 +182,52 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
                 piece = g.call_function(operator.getitem, (split, k))
                 out = g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape)))
                 w.replace_all_uses_with(out)
-        coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
-            (c.meta.get("custom") or {}).get("autoshard_node", "?") for c, _ in bucket)}
-        for c, w in bucket:
-            g.erase_node(w)
-            g.erase_node(c)
-    if merged:
-        _propagate_meta(gm)
-    gm.graph.lint()
-    gm.recompile()
-    return {"buckets": sum(1 for b in buckets if len(b) > 1), "merged": merged}
+        _label_bucket(coll, [c for c, _ in bucket])
+        _erase(g, bucket)
+    return _finish(gm, merged)
 
 
 def _reads_an_input(n: fx.Node) -> bool:
     """``n`` is a graph input (a parameter's local shard, a saved value) or a view of one."""
-    while n.op == "call_function" and getattr(n.target, "_schema", None) is not None \
-            and n.target._schema.name.split("::")[-1] in ("view", "_unsafe_view", "alias"):
+    while op_name(n) in ("view", "_unsafe_view", "alias"):
         n = n.args[0]
     return n.op == "placeholder"
+
+
+def _split(members: list, size_of, limit) -> list[list]:
+    """``members`` cut, in order, into buckets whose sizes stay within ``limit(k)`` for the
+    k-th bucket; a member larger than the limit is a bucket of its own."""
+    buckets, cur, size = [], [], 0
+    for m in members:
+        b = size_of(m)
+        if cur and size + b > limit(len(buckets)):
+            buckets.append(cur)
+            cur, size = [], 0
+        cur.append(m)
+        size += b
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def _label_bucket(coll: fx.Node, members: list[fx.Node]) -> None:
+    """A bucket names the joint-graph nodes of the collectives it replaces."""
+    coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
+        (c.meta.get("custom") or {}).get("autoshard_node", "?") for c in members)}
+
+
+def _erase(g: fx.Graph, pairs) -> None:
+    for c, w in pairs:
+        g.erase_node(w)
+        g.erase_node(c)
+
+
+def _finish(gm: fx.GraphModule, merged: list[list]) -> dict:
+    if merged:
+        _propagate_meta(gm)
+    gm.graph.lint()
+    gm.recompile()
+    return {"buckets": len(merged), "merged": sum(len(b) for b in merged)}
 
 
 def _propagate_meta(gm: fx.GraphModule) -> None:
@@ -288,7 +285,7 @@ def schedule_collectives(gm: fx.GraphModule, prefetch_bytes: int | None = None) 
             wait_gap[w] = ready
         wait_at = max(wait_gap[w], ready)
         wait_gap[w] = wait_at
-        if _op_name(c) in _PREFETCHED:
+        if op_name(c) in _PREFETCHED:
             size = _bytes(c)
             p = wait_at
             while p > ready and in_flight[p - 1] + size <= budget:

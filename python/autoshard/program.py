@@ -33,7 +33,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.distributed.tensor import DTensor
 
-from .runtime import StepRunner
+from .runtime import StepRunner, contiguous_stride, mark_integer_outputs
 
 OUTSIDE = "<graph outputs>"
 COLLECTIVE_OPS = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce",
@@ -41,16 +41,24 @@ COLLECTIVE_OPS = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce
                   "reduce_scatter_tensor_coalesced", "all_reduce_coalesced"}
 
 
+def op_name(node: fx.Node) -> str | None:
+    """The ATen-style name of a call to an operator overload ("all_reduce", "view"), else
+    None (placeholders, getitem, plain Python functions)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    return node.target._schema.name.split("::")[-1]
+
+
+def _is_functional_c10d(node: fx.Node) -> bool:
+    return op_name(node) is not None and node.target.namespace == "_c10d_functional"
+
+
 def is_collective(node: fx.Node) -> bool:
-    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-            and node.target.namespace == "_c10d_functional"
-            and node.target._schema.name.split("::")[-1] in COLLECTIVE_OPS)
+    return _is_functional_c10d(node) and op_name(node) in COLLECTIVE_OPS
 
 
 def is_wait(node: fx.Node) -> bool:
-    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-            and node.target.namespace == "_c10d_functional"
-            and node.target._schema.name.split("::")[-1] == "wait_tensor")
+    return _is_functional_c10d(node) and op_name(node) == "wait_tensor"
 
 
 @dataclass
@@ -86,7 +94,7 @@ class LocalProgram:
                 if is_collective(n):
                     custom = n.meta.get("custom") or {}
                     src = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
-                    out.append({"phase": phase, "op": n.target._schema.name.split("::")[-1],
+                    out.append({"phase": phase, "op": op_name(n),
                                 "where": custom.get("autoshard_node", OUTSIDE),
                                 "numel": int(src.numel()) if src is not None else -1,
                                 "node": n.name})
@@ -173,7 +181,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     out_vals = [n.meta["val"] for n in _graph_outputs(fwd_gm)]
     fake_outs, fake_saved = out_vals[:n_out], out_vals[n_out:]
     grad_examples = [_fake_like(mode, torch.empty_strided(
-        tuple(v.shape), _contiguous(v.shape), dtype=v.dtype, device=v.device))
+        tuple(v.shape), contiguous_stride(v.shape), dtype=v.dtype, device=v.device))
         for v in fake_outs]
     n_saved = len(fake_saved)
 
@@ -197,8 +205,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
             all_grads.append(next(g) if not isinstance(slot, tuple) else None)
         with torch.no_grad():
             result = runner.run_backward(saved, meta["layouts"], all_grads)
-        wanted = [n for n in runner.param_names] + [None] * n_buffers + list(
-            runner.step.input_nodes)
+        wanted = list(runner.param_names) + [None] * n_buffers + list(runner.step.input_nodes)
         grads_out = []
         for i in tensor_pos:
             name = wanted[i]
@@ -221,14 +228,6 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
 
 
-def _contiguous(shape) -> tuple:
-    stride, acc = [], 1
-    for s in reversed(list(shape)):
-        stride.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(stride))
-
-
 def _output_slots(outs: list) -> list:
     slots, k = [], 0
     for o in outs:
@@ -240,14 +239,10 @@ def _output_slots(outs: list) -> list:
     return slots
 
 
-def _graph_output_args(gm: fx.GraphModule) -> list:
+def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
     out = next(n for n in gm.graph.nodes if n.op == "output")
     args = out.args[0]
     return list(args) if isinstance(args, (tuple, list)) else [args]
-
-
-def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
-    return _graph_output_args(gm)
 
 
 def compile_program(program: LocalProgram) -> LocalProgram:
@@ -272,9 +267,7 @@ class ProgramFunction(torch.autograd.Function):
         outs, saved = results[:program.n_outputs], results[program.n_outputs:]
         ctx.program = program
         ctx.save_for_backward(*saved)
-        for o in outs:
-            if not o.is_floating_point():
-                ctx.mark_non_differentiable(o)
+        mark_integer_outputs(ctx, outs)
         return tuple(outs)
 
     @staticmethod

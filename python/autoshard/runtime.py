@@ -462,6 +462,13 @@ def _mesh_device(mesh: DeviceMesh) -> torch.device:
     return torch.device(mesh.device_type)
 
 
+def mark_integer_outputs(ctx, outs) -> None:
+    """Integer tensors a step returns carry no gradient: autograd must not ask for one."""
+    for o in outs:
+        if isinstance(o, torch.Tensor) and not o.is_floating_point():
+            ctx.mark_non_differentiable(o)
+
+
 class _StepFunction(torch.autograd.Function):
     """One training step as one autograd node: inputs are the LOCAL shards of the parameters
     (from ``DTensor.to_local``, so gradients flow back into DTensor ``.grad``), buffers and
@@ -475,10 +482,7 @@ class _StepFunction(torch.autograd.Function):
         outs, saved, layouts = runner.run_forward(params, buffers, inputs)
         ctx.runner, ctx.saved, ctx.layouts = runner, saved, layouts
         ctx.n_params, ctx.n_buffers, ctx.n_inputs = n_params, n_buffers, len(inputs)
-        tensors = [o for o in outs if isinstance(o, torch.Tensor)]
-        for o in tensors:
-            if not o.is_floating_point():
-                ctx.mark_non_differentiable(o)
+        mark_integer_outputs(ctx, outs)
         return tuple(outs)
 
     @staticmethod

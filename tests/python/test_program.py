@@ -15,7 +15,7 @@ from autoshard.api import AutoParallel
 from autoshard.apply import build_parallel_module
 from autoshard.fake_pg import fake_world
 from autoshard.models import MLP
-from autoshard.overlap import schedule_collectives
+from autoshard.overlap import _reads_an_input, schedule_collectives
 from autoshard.program import is_collective, is_wait
 from autoshard.trace import trace_training_step
 
@@ -87,13 +87,6 @@ def test_waits_sit_right_before_first_use(mlp_program):
                     f"{n.name} waited {len(between)} ops before its use"
 
 
-def _reads_a_placeholder(n) -> bool:
-    """``n`` is a graph input or a view of one (a parameter's local shard)."""
-    while n.op == "call_function" and "view" in str(n.target):
-        n = n.args[0]
-    return n.op == "placeholder"
-
-
 def test_next_block_weights_are_gathered_before_this_block_computes(mlp_program):
     """Prefetch: under the default budget, the all-gather of a later block's weight is
     issued before the compute op that reads an earlier block's gathered weight (FSDP's
@@ -106,7 +99,7 @@ def test_next_block_weights_are_gathered_before_this_block_computes(mlp_program)
         return min(w.users, key=order.__getitem__)
 
     gathers = [n for n in fwd.graph.nodes if is_collective(n) and "all_gather" in str(n.target)
-               and _reads_a_placeholder(n.args[0])]
+               and _reads_an_input(n.args[0])]
     uses = sorted((order[consumer(c)], c) for c in gathers)
     assert len(uses) >= 6
     for (use_a, _), (use_b, c_b) in zip(uses, uses[1:]):
@@ -162,12 +155,18 @@ def test_collectives_keep_their_traced_issue_order(mlp_program):
         assert [n.name for n in gm.graph.nodes] == before
 
 
+def _tiny_mlp():
+    """A one-block MLP on the meta device and its traced step."""
+    with torch.device("meta"):
+        model = MLP(dim=8, hidden=8, layers=1)
+    step = trace_training_step(model, lambda: (torch.empty(4, 8), torch.empty(4, 8)),
+                               capture="direct")
+    return model, step
+
+
 def test_replicated_plan_has_no_collectives_and_needs_no_schedule():
     with fake_world((2,), device_type="cpu") as mesh:
-        with torch.device("meta"):
-            model = MLP(dim=8, hidden=8, layers=1)
-        step = trace_training_step(model, lambda: (torch.empty(4, 8), torch.empty(4, 8)),
-                                   capture="direct")
+        model, step = _tiny_mlp()
         par = build_parallel_module(model, step, {"nodes": {}}, mesh)
         par.to_empty(device="cpu")
         assert par._autoshard_program is None
@@ -177,10 +176,7 @@ def test_replicated_plan_has_no_collectives_and_needs_no_schedule():
 
 def test_unknown_runtime_and_compile_with_interpreter_are_refused():
     with fake_world((2,), device_type="cpu") as mesh:
-        with torch.device("meta"):
-            model = MLP(dim=8, hidden=8, layers=1)
-        step = trace_training_step(model, lambda: (torch.empty(4, 8), torch.empty(4, 8)),
-                                   capture="direct")
+        model, step = _tiny_mlp()
         with pytest.raises(ValueError, match="runtime must be one of"):
             build_parallel_module(model, step, {"nodes": {}}, mesh, runtime="eager")
         with pytest.raises(ValueError, match="compile=True compiles the lowered program"):
