@@ -87,10 +87,18 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     def parallel_bwd_gm(self):
         return _program(self).bwd_gm
 
+    def _apply(self, fn, recurse=True):
+        # to_empty / to / cuda: the state's local shapes, dtypes or device may change, so the
+        # program follows. Lowering here, outside any forward, is what lets
+        # torch.compile(module) trace a first call (make_fx cannot run under Dynamo).
+        out = super(par_cls, self)._apply(fn, recurse)
+        _refresh_program(self)
+        return out
+
     root_cls = type(model)
     par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,),
                    {"forward": forward, "parallel_gm": property(parallel_gm),
-                    "parallel_bwd_gm": property(parallel_bwd_gm)})
+                    "parallel_bwd_gm": property(parallel_bwd_gm), "_apply": _apply})
     shells: dict[str, nn.Module] = {}
     for path, mod in model.named_modules(remove_duplicate=False):
         if path in shells:
@@ -206,8 +214,30 @@ def _program(module: nn.Module, flat_inputs: list | None = None):
                              bucket_bytes=module._autoshard_bucket_bytes)
         if module._autoshard_compile:
             program = compile_program(program)
+        program.state_key = _state_key(param_locals, buffer_locals)
         module._autoshard_program = program
     return module._autoshard_program
+
+
+def _state_key(param_locals: list, buffer_locals: list) -> tuple:
+    """What a lowered program depends on in the module's state: local shapes, dtypes and
+    devices (a `.to(torch.bfloat16)` after lowering needs a new program)."""
+    return tuple((tuple(t.shape), t.dtype, t.device) for t in (*param_locals, *buffer_locals))
+
+
+def _refresh_program(module: nn.Module) -> None:
+    """After the state moved or changed dtype: drop a program lowered for the old state, and
+    lower now when the state is materialised (no parameter left on the meta device)."""
+    if getattr(module, "_autoshard_runtime", None) != "program":
+        return  # _apply also runs while the module is being built
+    states = [*module.parameters(), *module.buffers()]
+    if any(t.device.type == "meta" for t in states):
+        module._autoshard_program = None
+        return
+    program = module._autoshard_program
+    if program is not None and program.state_key != _state_key(*_state_locals(module)):
+        module._autoshard_program = None
+    _program(module)
 
 
 def _example_local_inputs(runner: StepRunner) -> list:

@@ -81,6 +81,7 @@ class LocalProgram:
     bwd: Callable = None
     compiled: bool = False
     info: dict = field(default_factory=dict)
+    state_key: tuple = ()       # apply._state_key of the state it was lowered for
 
     def __post_init__(self):
         self.fwd = self.fwd or self.fwd_gm

@@ -8,7 +8,7 @@ import operator
 import pytest
 import torch
 
-from torch.distributed.tensor import Shard
+from torch.distributed.tensor import DTensor, Shard
 
 from autoshard import _core
 from autoshard.api import AutoParallel
@@ -168,9 +168,8 @@ def test_replicated_plan_has_no_collectives_and_needs_no_schedule():
     with fake_world((2,), device_type="cpu") as mesh:
         model, step = _tiny_mlp()
         par = build_parallel_module(model, step, {"nodes": {}}, mesh)
+        assert par._autoshard_program is None  # nothing to lower from on the meta device
         par.to_empty(device="cpu")
-        assert par._autoshard_program is None
-        par.parallel_gm
         assert par._autoshard_program.collectives() == []
 
 
@@ -182,3 +181,58 @@ def test_unknown_runtime_and_compile_with_interpreter_are_refused():
         with pytest.raises(ValueError, match="compile=True compiles the lowered program"):
             build_parallel_module(model, step, {"nodes": {}}, mesh, runtime="interpret",
                                   compile=True)
+
+
+class _DTensorOut(torch.nn.Module):
+    """A user's wrapper returning the parallel module's local output as a DTensor."""
+
+    def __init__(self, inner, mesh):
+        super().__init__()
+        self.inner, self.mesh = inner, mesh
+
+    def forward(self, x):
+        return DTensor.from_local(self.inner(x), self.mesh, (Shard(0),), run_check=False)
+
+
+@needs_planner
+def test_torch_compile_fullgraph_of_the_module_with_dtensor_output():
+    """torch.compile(fullgraph=True) traces the program (lowered when the state was
+    materialised, not under Dynamo), and a DTensor output's tangent flows back: the
+    gradients equal the uncompiled module's."""
+    with fake_world((2,), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                        torch.nn.Linear(32, 16))
+        with AutoParallel(model, lambda: (torch.empty(64, 16),), mesh, hardware="CPU",
+                          capture="direct", time_limit_s=5.0) as autop:
+            autop.add_input_constraints([(Shard(0),)])
+            autop.add_output_constraints([(Shard(0),)])
+            autop.add_parameter_memory_constraint()
+            par = autop.apply_placement(autop.optimize_placement())
+        par.to_empty(device="cpu")
+        torch.manual_seed(0)
+        for p in par.parameters():
+            torch.nn.init.normal_(p.to_local())
+        x = torch.randn(32, 16)
+        grads = []
+        for wrapped in (_DTensorOut(par, mesh),
+                        torch.compile(_DTensorOut(par, mesh), fullgraph=True)):
+            out = wrapped(x)
+            assert isinstance(out, DTensor)
+            (out * out).sum().backward()  # a DTensor tangent
+            grads.append([p.grad.to_local().clone() for p in par.parameters()])
+            par.zero_grad(set_to_none=True)
+        for eager, compiled in zip(*grads):
+            torch.testing.assert_close(compiled, eager)
+
+
+def test_program_is_lowered_again_when_the_state_changes_dtype():
+    with fake_world((2,), device_type="cpu") as mesh:
+        model, step = _tiny_mlp()
+        par = build_parallel_module(model, step, {"nodes": {}}, mesh)
+        par.to_empty(device="cpu")
+        first = par._autoshard_program
+        par.to(torch.float64)
+        assert par._autoshard_program is not first
+        placeholders = [n for n in par.parallel_gm.graph.nodes if n.op == "placeholder"]
+        assert placeholders[0].meta["val"].dtype == torch.float64
