@@ -33,7 +33,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .program import is_collective, is_wait, op_name
+from .program import PARAM_KEY, is_collective, is_wait, op_name, strip_views
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
@@ -147,20 +147,21 @@ def _position(gm: fx.GraphModule):
 def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     """Merge all-gathers of graph inputs (parameters' shards: FSDP's gathers) that follow
     one another in traced order into buckets of up to ``bucket_bytes`` of gathered output,
-    as FSDP gathers a block's parameters in one call. Each bucket is gathered once, right
-    before the first op reading any of its members, and split back there; the scheduler
-    then starts it as early as the prefetch budget allows."""
+    as FSDP gathers a block's parameters in one call; a bucket never spans two blocks
+    (block_of). Each bucket is gathered once, right before the first op reading any of its
+    members, and split back there; the scheduler then starts it as early as the prefetch
+    budget allows."""
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
     aten = torch.ops.aten
     g = gm.graph
     position = _position(gm)
-    runs: list[list] = []  # consecutive gathers with the same group and dtype
+    runs: list[list] = []  # consecutive gathers with the same group, dtype and block
     for c, w in _pairs(gm):
         src = c.args[0].meta.get("val")
         if op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
                 or not isinstance(src, torch.Tensor):
             continue
-        key = (*c.args[1:], src.dtype)
+        key = (*c.args[1:], src.dtype, block_of(strip_views(c.args[0]).meta.get(PARAM_KEY)))
         if not runs or runs[-1][0] != key:
             runs.append((key, []))
         runs[-1][1].append((c, w))
@@ -187,11 +188,23 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     return _finish(gm, merged)
 
 
+def block_of(fqn: str | None) -> str | None:
+    """The repeated block a parameter belongs to: its name up to the first numeric part
+    ("layers.3.attn.wq.weight" -> "layers.3"), "" for the model's other parameters, None
+    when not a parameter. A bucket never spans two blocks: one bucket per block lets block
+    k compute while block k+1's bucket is in flight (FSDP's per-block wrapping)."""
+    if fqn is None:
+        return None
+    parts = fqn.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if p.isdigit():
+            return ".".join(parts[:i + 1])
+    return ""
+
+
 def _reads_an_input(n: fx.Node) -> bool:
     """``n`` is a graph input (a parameter's local shard, a saved value) or a view of one."""
-    while op_name(n) in ("view", "_unsafe_view", "alias"):
-        n = n.args[0]
-    return n.op == "placeholder"
+    return strip_views(n).op == "placeholder"
 
 
 def _split(members: list, size_of, limit) -> list[list]:

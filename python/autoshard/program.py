@@ -220,6 +220,8 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     for gm in (fwd_gm, bwd_gm):
         gm.graph.eliminate_dead_code()
         gm.recompile()
+    _mark_parameters(fwd_gm, bwd_gm, [runner.step.param_fqns[n] for n in runner.param_names],
+                     n_out)
     if overlap:
         info["forward_gather_buckets"] = bucket_gathers(fwd_gm, bucket_bytes)
         info["backward_gather_buckets"] = bucket_gathers(bwd_gm, bucket_bytes)
@@ -227,6 +229,30 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
     return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
+
+
+PARAM_KEY = "autoshard_param"  # placeholder meta: the parameter (FQN) it holds a shard of
+
+
+def strip_views(n: fx.Node) -> fx.Node:
+    while op_name(n) in ("view", "_unsafe_view", "alias", "detach"):
+        n = n.args[0]
+    return n
+
+
+def _mark_parameters(fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, fqns: list[str],
+                     n_outputs: int) -> None:
+    """Name the parameter behind each placeholder: the forward's first inputs are the
+    parameters' shards; a backward input is one when the forward saved that shard as is.
+    The overlap pass buckets parameter gathers per block with these names."""
+    fwd_inputs = [n for n in fwd_gm.graph.nodes if n.op == "placeholder"]
+    for node, fqn in zip(fwd_inputs, fqns):
+        node.meta[PARAM_KEY] = fqn
+    saved = _graph_outputs(fwd_gm)[n_outputs:]
+    bwd_inputs = [n for n in bwd_gm.graph.nodes if n.op == "placeholder"]
+    for src, node in zip(saved, bwd_inputs):
+        if isinstance(src, fx.Node) and PARAM_KEY in strip_views(src).meta:
+            node.meta[PARAM_KEY] = strip_views(src).meta[PARAM_KEY]
 
 
 def _output_slots(outs: list) -> list:

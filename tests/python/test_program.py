@@ -15,7 +15,7 @@ from autoshard.api import AutoParallel
 from autoshard.apply import build_parallel_module
 from autoshard.fake_pg import fake_world
 from autoshard.models import MLP
-from autoshard.overlap import _reads_an_input, schedule_collectives
+from autoshard.overlap import _reads_an_input, block_of, schedule_collectives
 from autoshard.program import is_collective, is_wait
 from autoshard.trace import trace_training_step
 
@@ -125,20 +125,30 @@ def test_prefetch_budget_bounds_bytes_in_flight():
 
 @needs_planner
 def test_parameter_gathers_and_gradient_reductions_are_bucketed():
-    """Default buckets: the forward's parameter gathers become one collective (this model is
-    far below the 25 MiB cap). Numerics of bucketed programs (gathers and DDP-style
-    gradient all-reduce buckets) are checked on gloo ranks (test_autoparallel_dist.py)."""
+    """Default buckets: the forward's parameter gathers become one collective per block
+    (each block is far below the 25 MiB cap), as FSDP2 wrapping every block does.
+    Numerics of bucketed programs (gathers and DDP-style gradient all-reduce buckets) are
+    checked on gloo ranks (test_autoparallel_dist.py)."""
     with fake_world((4,), device_type="cpu") as mesh:
         par, _ = _fsdp_module(mesh, bucket_bytes=None)
         par.parallel_gm
     info = par._autoshard_program.info
-    assert info["forward_gather_buckets"]["buckets"] == 1
-    assert info["forward_gather_buckets"]["merged"] >= 6
+    blocks = {block_of(n) for n, p in par.named_parameters()
+              if p.to_local().numel() < p.numel()}
+    assert len(blocks) == 3  # layers.0, layers.1, layers.2
+    assert info["forward_gather_buckets"]["buckets"] == len(blocks)
     colls = par._autoshard_program.collectives()
-    fwd = [c for c in colls if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"]
+    buckets = [c for c in colls if c["phase"] == "forward"
+               and c["op"] == "all_gather_into_tensor" and c["where"].startswith("bucket of ")]
     held = sum(p.to_local().numel() for p in par.parameters() if p.to_local().numel() < p.numel())
-    assert len(fwd) == 1 and fwd[0]["numel"] >= held  # (the batch inputs may join too)
-    assert fwd[0]["where"].startswith("bucket of ")
+    assert len(buckets) == len(blocks) and 0 < sum(c["numel"] for c in buckets) <= held
+
+
+def test_block_of_names_the_repeated_block():
+    assert block_of("layers.3.attn.wq.weight") == "layers.3"
+    assert block_of("model.encoder.layer.11.output.dense.bias") == "model.encoder.layer.11"
+    assert block_of("embed.weight") == "" and block_of("weight") == ""
+    assert block_of(None) is None
 
 
 def test_collectives_keep_their_traced_issue_order(mlp_program):
