@@ -18,6 +18,7 @@ Variants:
     python3 bench/step_time.py                        # dim 128, 2 layers; 2 and 4 ranks
     python3 bench/step_time.py --dim 256 --layers 4
     python3 bench/step_time.py --ranks 2 --variants autoshard,fsdp2
+    python3 bench/step_time.py --ranks 2 --profile /tmp/traces   # + Chrome traces, overlap
 """
 
 from __future__ import annotations
@@ -173,7 +174,30 @@ def _run_variant(a, variant: str, rank: int, world: int) -> dict:
     elapsed = torch.tensor([(time.perf_counter() - t0) / a.steps])
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     info.update(step_s=float(elapsed), first_loss=first_loss)
+    if a.profile:
+        info.update(_profile(a, step, variant, rank, world))
     return info
+
+
+def _profile(a, step, variant: str, rank: int, world: int) -> dict:
+    """Profile a few steps; rank 0 writes the Chrome trace and returns how much of the
+    communication ran behind compute (trace_overlap.py), per step."""
+    from torch.profiler import profile
+
+    from trace_overlap import overlap_summary
+
+    with profile() as prof:
+        for _ in range(a.profile_steps):
+            step()
+    if rank != 0:
+        return {}
+    os.makedirs(a.profile, exist_ok=True)
+    path = os.path.join(a.profile, f"{variant}_{world}ranks.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        s = overlap_summary(json.load(f))
+    return {"trace": path, "comm_ms": s["comm_ms"] / a.profile_steps,
+            "hidden_ms": s["hidden_ms"] / a.profile_steps}
 
 
 def worker(a) -> None:
@@ -233,11 +257,22 @@ def launch(a) -> None:
                 if best and "step_s" in res.get("autoshard_compile", {}) else "-")
         print(f"| {n} | " + " | ".join(f"{_fmt(res[v])} s" for v in variants)
               + f" | {ratio('autoshard', 'fsdp2')} | {ratio('autoshard_ddp', 'ddp')} | {comp} |")
+    if a.profile:
+        print("\ncommunication per step under the profiler (rank 0; gloo threads busy, and "
+              "the part of it hidden behind compute):\n")
+        print("| ranks | " + " | ".join(variants) + " |")
+        print("|---:|" + "---:|" * len(variants))
+        for n, res in rows:
+            print(f"| {n} | " + " | ".join(
+                f"{res[v]['comm_ms']:.1f} ms, {res[v]['hidden_ms']:.1f} hidden"
+                if "comm_ms" in res[v] else "-" for v in variants) + " |")
     print()
     for n, res in rows:
         for v in variants:
             r = res[v]
             extra = ", ".join(f"{k} {r[k]:.2f} s" for k in ("plan_s", "first_step_s") if k in r)
+            if "trace" in r:
+                extra += f", trace {r['trace']}"
             print(f"{n} ranks {v}: {r.get('error') or extra}; first loss "
                   f"{r.get('first_loss', float('nan')):.5f}")
 
@@ -257,6 +292,10 @@ def main() -> None:
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--variants", default=",".join(ALL_VARIANTS))
     p.add_argument("--plan-time-limit", type=float, default=10.0)
+    p.add_argument("--profile", default="", metavar="DIR",
+                   help="also profile each variant (torch.profiler) and write Chrome traces "
+                        "to DIR, with how much communication ran behind compute")
+    p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()

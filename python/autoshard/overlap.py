@@ -167,13 +167,18 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
         runs[-1][1].append((c, w))
     merged = [b for _, run in runs for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap)
               if len(b) > 1]
+    last_input = [n for n in g.nodes if n.op == "placeholder"][-1]
     for bucket in merged:
         first_use = min((u for _, w in bucket for u in w.users), key=position)
         c0 = bucket[0][0]
         group_size = c0.args[1]
-        with g.inserting_before(first_use):
+        # the bucket's input is built as soon as its members exist (so the scheduler can
+        # issue the gather early: prefetch), its result split where it is first needed
+        ready = max([c.args[0] for c, _ in bucket] + [last_input], key=position)
+        with g.inserting_before(ready.next):
             flats = [g.call_function(aten.reshape.default, (c.args[0], [-1])) for c, _ in bucket]
             cat = g.call_function(aten.cat.default, (flats, 0))
+        with g.inserting_before(first_use):
             coll = g.call_function(c0.target, (cat, *c0.args[1:]))
             wait = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
             rows = g.call_function(aten.reshape.default, (wait, [group_size, -1]))
