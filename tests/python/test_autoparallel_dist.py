@@ -26,6 +26,10 @@ SCENARIOS = [
      "dim_names": ["dp", "tp"], "plan": "auto", "runtime": "interpret"},
     {"name": "mlp_dp_tp_compiled", "model": "mlp", "mesh": [2, 2], "dim_names": ["dp", "tp"],
      "plan": "auto", "compile": True},
+    {"name": "mlp_default_budget_compiled", "model": "mlp", "mesh": [4], "plan": "auto",
+     "compile": True},
+    {"name": "llama_dp_tp_compiled", "model": "llama", "mesh": [2, 2],
+     "dim_names": ["dp", "tp"], "plan": "auto", "compile": True},
     # plans costed for the CPU ranks they run on (the default on a gloo mesh)
     {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto",
      "hardware": "CPU"},
