@@ -218,8 +218,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
             *fake_saved, *grad_examples)
     info = {"saved_tensors": n_saved}
     for gm in (fwd_gm, bwd_gm):
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
+        _tidy(gm)
     _mark_parameters(fwd_gm, bwd_gm, [runner.step.param_fqns[n] for n in runner.param_names],
                      n_out)
     if overlap:
@@ -228,6 +227,8 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes)
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
+        for gm in (fwd_gm, bwd_gm):
+            _tidy(gm)  # the buckets' flattening adds views of 1-D shards
     return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
 
 
@@ -253,6 +254,32 @@ def _mark_parameters(fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, fqns: list[
     for src, node in zip(saved, bwd_inputs):
         if isinstance(src, fx.Node) and PARAM_KEY in strip_views(src).meta:
             node.meta[PARAM_KEY] = strip_views(src).meta[PARAM_KEY]
+
+
+_IDENTITY_CANDIDATES = ("view", "reshape", "_unsafe_view", "alias", "detach")
+
+
+def _tidy(gm: fx.GraphModule) -> None:
+    _drop_identity_views(gm)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _drop_identity_views(gm: fx.GraphModule) -> None:
+    """Remove views that change nothing (same shape and strides as their input: DTensor's
+    to_local / from_local leave one per tensor per use, ~2 per parameter per step) and
+    detaches (the graphs run without autograd); each is a dispatched op at run time. A
+    graph output that was such a view becomes its source."""
+    for n in list(gm.graph.nodes):
+        if op_name(n) not in _IDENTITY_CANDIDATES or not isinstance(n.args[0], fx.Node):
+            continue
+        src, val = n.args[0].meta.get("val"), n.meta.get("val")
+        if not isinstance(src, torch.Tensor) or not isinstance(val, torch.Tensor):
+            continue
+        if op_name(n) != "detach" and (src.shape != val.shape or src.stride() != val.stride()):
+            continue
+        n.replace_all_uses_with(n.args[0])
+        gm.graph.erase_node(n)
 
 
 def _output_slots(outs: list) -> list:

@@ -77,6 +77,18 @@ def test_graphs_hold_only_local_aten_and_functional_collectives(mlp_program):
     assert all(c["where"] for c in colls)
 
 
+def test_no_view_that_changes_nothing_is_left(mlp_program):
+    """to_local / from_local leave same-shape views and detaches; each would be a dispatched
+    op per step."""
+    _, _, fwd, bwd = mlp_program
+    for gm in (fwd, bwd):
+        for n in gm.graph.nodes:
+            assert op_name(n) not in ("detach", "alias"), n.format_node()
+            if op_name(n) in ("view", "reshape", "_unsafe_view"):
+                src, val = n.args[0].meta["val"], n.meta["val"]
+                assert (src.shape, src.stride()) != (val.shape, val.stride()), n.format_node()
+
+
 def test_waits_sit_right_before_first_use(mlp_program):
     _, _, fwd, bwd = mlp_program
     for gm in (fwd, bwd):
