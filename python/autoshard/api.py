@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from .placements import layout_to_strs, normalize_placements
+from .rank_agreement import DEFAULT_TIMEOUT_S
 from .trace import ForwardInputs, TracedStep, trace_training_step
 
 log = logging.getLogger("autoshard")
@@ -40,12 +41,16 @@ class AutoParallel:
     module. ``input_fn()`` returns the GLOBAL example inputs (a tensor, a tuple of them or
     ``ForwardInputs``); it runs under a fake tensor mode, so sizes cost nothing.
     ``hardware`` names the cost model's device profile ("H100", "A100", "CPU", ...) or is a
-    JSON object of profile fields; None picks it from the mesh (default_hardware)."""
+    JSON object of profile fields; None picks it from the mesh (default_hardware).
+    ``rank_timeout_s``: on a real multi-rank process group, how long each rank waits for the
+    others to reach planning before raising an error naming the missing ranks (ranks then
+    check that they trace the same model with the same constraints and options)."""
 
     def __init__(self, model: nn.Module, input_fn: Callable[[], Any] | Any, mesh: DeviceMesh,
                  mp_policy: Any = None, hardware: str | None = None, *, strict: bool = False,
                  time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
-                 capture: str = "dynamo", compile: bool = False, runtime: str = "program"):
+                 capture: str = "dynamo", compile: bool = False, runtime: str = "program",
+                 rank_timeout_s: float = DEFAULT_TIMEOUT_S):
         from .mixed_precision import canonical_policy
 
         # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
@@ -66,6 +71,11 @@ class AutoParallel:
         # compiled with inductor when ``compile``, or the reference DTensor interpreter
         self.compile = compile
         self.runtime = runtime
+        if not float(rank_timeout_s) > 0:
+            raise ValueError(f"rank_timeout_s must be a positive number of seconds, got "
+                             f"{rank_timeout_s!r}")
+        self.rank_timeout_s = float(rank_timeout_s)
+        self._ranks_checked = False
         self._state = "new"
         self.step: TracedStep | None = None
         self._param_memory: tuple | None | str = "default"
@@ -108,11 +118,18 @@ class AutoParallel:
         """Each GPU holds between ``low`` and ``high`` of all parameter bytes (defaults 0 and
         1/mesh.size(): FSDP-like; low=high=1: replicated, DDP-like)."""
         self._check_entered()
+        n = self.mesh.size()
         lo = 0.0 if low is None else float(low)
-        hi = 1.0 / self.mesh.size() if high is None else float(high)
+        hi = 1.0 / n if high is None else float(high)
         if not (0.0 <= lo <= hi <= 1.0):
             raise ValueError(f"parameter memory constraint needs 0 <= low <= high <= 1, got "
                              f"low={lo}, high={hi}")
+        if hi < 1.0 / n - 1e-12:
+            raise ValueError(
+                f"parameter memory constraint high={hi:g} is below 1/mesh.size() = 1/{n} = "
+                f"{1.0 / n:g}, the least any plan can store per GPU (every parameter sharded "
+                f"over all {n} ranks): use high >= {1.0 / n:g}, or leave it out (the default "
+                "is 1/mesh.size(), FSDP-like)")
         self._param_memory = (lo, hi)
 
     def remove_parameter_memory_constraint(self) -> None:
@@ -200,8 +217,10 @@ class AutoParallel:
         """Plan the traced step; returns the plan (docs/formats.md section 3) as a dict."""
         self._check_entered()
         t0 = time.perf_counter()
+        graph = self.graph_json()
+        self._check_ranks_agree(graph)
         plan = _same_plan_on_every_rank(
-            lambda: plan_traced_step(self.step, self.options(verbose)))
+            lambda: plan_traced_step(self.step, self.options(verbose), graph))
         plan["plan_seconds"] = time.perf_counter() - t0
         if verbose:
             log_plan(plan, self.step)
@@ -217,10 +236,54 @@ class AutoParallel:
         if plan is None:
             raise RuntimeError("apply_placement needs a plan: call optimize_placement() first "
                                "or pass one")
-        self.parallel_model = build_parallel_module(self.model, self.step, plan, self.mesh,
-                                                    strict=self.strict, runtime=self.runtime,
-                                                    compile=self.compile)
+        if not self._ranks_checked:  # a plan of the user's own: it must agree across ranks
+            self._check_ranks_agree(self.graph_json(), plan)
+        self.parallel_model = build_parallel_module(
+            self.model, self.step, plan, self.mesh, strict=self.strict, runtime=self.runtime,
+            compile=self.compile, variant_planner=self._variant_planner(),
+            capture=self.capture, mp_policy=self.mp_policy)
         return self.parallel_model
+
+    def _check_ranks_agree(self, graph: str, plan: dict | None = None) -> None:
+        """Every rank must be here (within rank_timeout_s) and plan the same step
+        (rank_agreement.py); a no-op on one rank or a fake process group."""
+        from .rank_agreement import check_ranks_agree
+
+        opts = self.options()
+        mesh = {"shape": list(self.mesh.shape), "dim_names": opts["mesh"]["dim_names"],
+                "device_type": self.mesh.device_type, "ranks": self.mesh.mesh.tolist()}
+        # inputs by position: their placeholder names depend on the graph, compared apart
+        inputs = {str(self.step.input_nodes.index(name)): layout
+                  for name, layout in self._input_constraints.items()}
+        constraints = {"inputs": inputs, "outputs": self._output_constraints,
+                       "nodes": self._node_constraints,
+                       "parameter_memory": opts.get("parameter_memory", "default")}
+        options = {"hardware": self.hardware, "time_limit_s": self.time_limit_s,
+                   "memory_limit_bytes": self.memory_limit_bytes, "strict": self.strict,
+                   "runtime": self.runtime, "compile": self.compile, "capture": self.capture,
+                   "mp_policy": repr(self.mp_policy)}
+        parts = {"graph": graph, "mesh": mesh, "constraints": constraints, "options": options}
+        numel = sum(p.numel() for p in self.model.parameters())
+        summaries = {"graph": f"{len(self.step.gm.graph.nodes)} graph nodes, "
+                              f"{len(self.step.param_fqns)} parameters of {numel} elements",
+                     "mesh": f"{mesh['shape']} {mesh['dim_names'] or ''}".strip()}
+        if plan is not None:
+            parts["plan"] = plan
+        check_ranks_agree(parts, summaries, self.mesh, self.rank_timeout_s)
+        self._ranks_checked = True
+
+    def _variant_planner(self):
+        """How the parallel module plans its eval / no-grad steps (modes.py): with this
+        planner's options, the given layouts pinned, and no parameter budget (parameters
+        keep the training step's layouts, which met it)."""
+        base = self.options()
+
+        def plan_variant(step: TracedStep, pins: dict, output_pins: dict) -> dict:
+            opts = dict(base, input_constraints={}, node_constraints=pins,
+                        output_constraints=output_pins, parameter_memory=None)
+            return _same_plan_on_every_rank(lambda: plan_traced_step(step, opts))
+
+        return plan_variant
 
 
 def default_hardware(mesh: DeviceMesh) -> str:
@@ -266,20 +329,33 @@ def _same_plan_on_every_rank(make_plan) -> dict:
     kind, value = box[0]
     if kind == "error":
         exc_type, msg = value
-        raise exc_type(msg)
+        try:
+            error = exc_type(msg)
+        except Exception:  # an exception class that does not take one message
+            error = RuntimeError(msg)
+        raise error
     return value
 
 
-def plan_traced_step(step: TracedStep, options: dict) -> dict:
+def plan_traced_step(step: TracedStep, options: dict, graph: str | None = None) -> dict:
     """Graph JSON + options -> the C++ planner -> plan dict. Planner errors (unsupported op
-    with its source line, infeasible constraints) surface as ValueError."""
+    with its source line, infeasible constraints such as a parameter budget no plan meets)
+    surface as ValueError carrying the planner's message."""
     from . import _core
     from .graph_export import graph_json
 
     if not hasattr(_core, "plan_graph"):
         raise NotImplementedError("autoshard: this build of autoshard._core has no planner "
                                   "(plan_graph); rebuild with `pip install -e .`")
-    text = _core.plan_graph(graph_json(step), json.dumps(options))
+    graph = graph if graph is not None else graph_json(step)
+    try:
+        text = _core.plan_graph(graph, json.dumps(options))
+    except (ValueError, RuntimeError) as e:
+        # the planner's message names the input and the fix; the binding's traceback adds
+        # nothing, so the error starts here
+        msg = str(e)
+        raise ValueError(msg if msg.startswith("autoshard") else f"autoshard planner: {msg}") \
+            from None
     return json.loads(text)
 
 
@@ -353,12 +429,13 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                   parameter_memory_budget: tuple | None = None, hardware: str | None = None,
                   strict: bool = False, verbose: bool = False,
                   time_limit_s: float | None = None, compile: bool = False,
-                  runtime: str = "program") -> nn.Module:
+                  runtime: str = "program",
+                  rank_timeout_s: float = DEFAULT_TIMEOUT_S) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
     shape is traced and its placements become the input constraint, a plain tensor is the
     global value, replicated. ``parameter_memory_budget=(low, high)``: each may be None for
-    the defaults; None adds no memory constraint."""
+    the defaults; None adds no memory constraint. ``rank_timeout_s``: see AutoParallel."""
     samples = sample_inputs() if callable(sample_inputs) else sample_inputs
     fi = samples if isinstance(samples, ForwardInputs) else (
         ForwardInputs(args=samples) if isinstance(samples, tuple) else ForwardInputs((samples,)))
@@ -378,7 +455,7 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
 
     with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
                       strict=strict, time_limit_s=time_limit_s, compile=compile,
-                      runtime=runtime) as autop:
+                      runtime=runtime, rank_timeout_s=rank_timeout_s) as autop:
         autop.add_input_constraints(constraints)
         if parameter_memory_budget is not None:
             low, high = parameter_memory_budget

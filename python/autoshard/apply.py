@@ -4,8 +4,11 @@
 whose parameters are DTensor ``nn.Parameter``s on the meta device with the plan's at-rest
 layouts, registered under the ORIGINAL names (submodules are recreated, so ``state_dict``
 keys match the user's model). Materialise with ``to_empty(device=...)``, then initialise or
-``load_full_state_dict``. ``forward`` takes this rank's LOCAL inputs and returns the local
-outputs (the loss); ``backward`` leaves DTensor gradients in each parameter's layout.
+``load_full_state_dict`` (or torch's ``load_state_dict`` with full tensors: each is sliced
+into its parameter's layout). ``forward`` takes this rank's LOCAL inputs, bound to the traced
+inputs by argument name (binding.py), and returns the local outputs (the loss); ``backward``
+leaves DTensor gradients in each parameter's layout. In eval mode or without autograd the
+module runs a step planned for that mode (modes.py).
 
 How the step runs (``runtime``):
 - "program" (default): at the first call the plan is lowered to this rank's forward and
@@ -26,6 +29,7 @@ import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
+from .binding import InputBinder
 from .placements import layout_to_strs
 from .runtime import StepRunner, _StepFunction, contiguous_stride
 from .trace import TracedStep
@@ -67,7 +71,12 @@ def _meta_dtensor(shape, dtype, layout, mesh: DeviceMesh) -> DTensor:
 def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: DeviceMesh,
                           *, strict: bool = False, runtime: str = "program",
                           compile: bool = False, prefetch_bytes: int | None = None,
-                          bucket_bytes: int | None = None) -> nn.Module:
+                          bucket_bytes: int | None = None, variant_planner=None,
+                          capture: str = "direct", mp_policy: Any = None) -> nn.Module:
+    """``variant_planner(step, pins, output_pins) -> plan`` plans the steps of other modes
+    (eval, no-grad; modes.py) with the given node layouts pinned; None pins the graph inputs
+    only and lets DTensor choose the rest. ``capture`` / ``mp_policy``: how those steps are
+    traced (as the training step was)."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
     if compile and runtime != "program":
@@ -78,6 +87,11 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
 
     def forward(self, *args, **kwargs):
         return _parallel_forward(self, args, kwargs)
+
+    def to_empty(self, *, device, recurse: bool = True):
+        nn.Module.to_empty(self, device=device, recurse=recurse)
+        _mark_uninitialised(self)
+        return self
 
     def parallel_gm(self):
         """This rank's lowered forward graph (the module must have run once, or have
@@ -97,7 +111,8 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
 
     root_cls = type(model)
     par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,),
-                   {"forward": forward, "parallel_gm": property(parallel_gm),
+                   {"forward": forward, "to_empty": to_empty,
+                    "parallel_gm": property(parallel_gm),
                     "parallel_bwd_gm": property(parallel_bwd_gm), "_apply": _apply})
     shells: dict[str, nn.Module] = {}
     for path, mod in model.named_modules(remove_duplicate=False):
@@ -152,22 +167,54 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     root._autoshard_param_order = [step.param_fqns[n] for n in runner.param_names]
     root._autoshard_buffer_order = [step.buffer_fqns[n] for n in runner.buffer_names]
     root._autoshard_param_layouts = param_layouts
+    root._autoshard_binder = InputBinder(step.forward_signature, step.input_spec,
+                                         len(step.input_metas))
+    root._autoshard_unwritten = None  # set by to_empty: tensor versions not yet written
+    root._autoshard_modes = module_modes(model)  # the modes the step was traced in
+    root._autoshard_variants = {}  # other modes' steps (modes.py), built on first use
+    root._autoshard_variant_planner = variant_planner  # None: placeholders pinned only
+    # traced again for other modes; kept out of _modules (not a submodule of the result)
+    root.__dict__["_autoshard_source_model"] = model
+    root._autoshard_capture = capture
+    root._autoshard_mp_policy = mp_policy
+    root.register_load_state_dict_pre_hook(_distribute_full_tensors)
     return root
 
 
+def module_modes(module: nn.Module) -> tuple:
+    """Every submodule's ``training`` flag (named_modules order): what decides dropout and
+    batch statistics, so what a traced step depends on."""
+    return tuple(m.training for _, m in module.named_modules())
+
+
 def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
-    runner: StepRunner = module._autoshard_runner
-    step = runner.step
-    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    check_inputs(runner, flat)
+    from .modes import step_for_current_mode
+
+    binder: InputBinder = module._autoshard_binder
+    flat = binder.flatten(args, kwargs)
+    check_inputs(module._autoshard_runner, flat, binder.labels())
     param_locals, buffer_locals = _state_locals(module)
-    if module._autoshard_runtime == "interpret":
+    _warn_if_uninitialised(module)
+    runner, get_program, joint = step_for_current_mode(module, flat)
+    step = runner.step
+    if not joint:  # eval / no_grad / inference_mode: the forward alone, no autograd graph
+        with torch.no_grad():
+            if module._autoshard_runtime == "interpret":
+                outs = runner.run_forward(param_locals, buffer_locals, flat)[0]
+            else:
+                program = get_program()
+                tensors = [v for v in (*param_locals, *buffer_locals, *flat)
+                           if isinstance(v, torch.Tensor)]
+                local_outs = program.fwd(*tensors)[:program.n_outputs]
+                outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
+                        for s in program.output_slots]
+    elif module._autoshard_runtime == "interpret":
         outs = _StepFunction.apply(runner, len(param_locals), len(buffer_locals),
                                    *param_locals, *buffer_locals, *flat)
     else:
         from .program import ProgramFunction
 
-        program = _program(module, flat)
+        program = get_program()
         tensors = [v for v in (*param_locals, *buffer_locals, *flat)
                    if isinstance(v, torch.Tensor)]
         local_outs = ProgramFunction.apply(program, *tensors)
@@ -203,20 +250,25 @@ def _program(module: nn.Module, flat_inputs: list | None = None):
     """The lowered program of this rank, built on first use (local shapes come from the
     materialised parameters and the plan's input layouts; no data is read)."""
     if module._autoshard_program is None:
-        from .program import compile_program, lower_step
-
-        runner: StepRunner = module._autoshard_runner
-        if flat_inputs is None:
-            flat_inputs = _example_local_inputs(runner)
-        param_locals, buffer_locals = _state_locals(module)
-        program = lower_step(runner, param_locals, buffer_locals, flat_inputs,
-                             prefetch_bytes=module._autoshard_prefetch_bytes,
-                             bucket_bytes=module._autoshard_bucket_bytes)
-        if module._autoshard_compile:
-            program = compile_program(program)
-        program.state_key = _state_key(param_locals, buffer_locals)
-        module._autoshard_program = program
+        module._autoshard_program = lower_program(module, module._autoshard_runner,
+                                                  flat_inputs)
     return module._autoshard_program
+
+
+def lower_program(module: nn.Module, runner: StepRunner, flat_inputs: list | None = None):
+    """``runner``'s step lowered to this rank's program (compiled if the module is)."""
+    from .program import compile_program, lower_step
+
+    if flat_inputs is None:
+        flat_inputs = _example_local_inputs(runner)
+    param_locals, buffer_locals = _state_locals(module)
+    program = lower_step(runner, param_locals, buffer_locals, flat_inputs,
+                         prefetch_bytes=module._autoshard_prefetch_bytes,
+                         bucket_bytes=module._autoshard_bucket_bytes)
+    if module._autoshard_compile:
+        program = compile_program(program)
+    program.state_key = _state_key(param_locals, buffer_locals)
+    return program
 
 
 def _state_key(param_locals: list, buffer_locals: list) -> tuple:
@@ -237,6 +289,8 @@ def _refresh_program(module: nn.Module) -> None:
     program = module._autoshard_program
     if program is not None and program.state_key != _state_key(*_state_locals(module)):
         module._autoshard_program = None
+    for variant in getattr(module, "_autoshard_variants", {}).values():
+        variant.program = None  # other modes' programs are lowered again on first use
     _program(module)
 
 
@@ -256,13 +310,14 @@ def _is_traced_tensor(meta) -> bool:
     return isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype)
 
 
-def check_inputs(runner: StepRunner, flat: list) -> None:
+def check_inputs(runner: StepRunner, flat: list, labels: list[str] | None = None) -> None:
     """Local inputs must match what the plan expects of this rank; errors name the input."""
     step = runner.step
     if len(flat) != len(step.input_metas):
         raise ValueError(f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
                          f"then kwargs) as traced, got {len(flat)}")
     for i, (v, meta, name) in enumerate(zip(flat, step.input_metas, step.input_nodes)):
+        i = f"{i} ({labels[i]})" if labels else i
         if _is_traced_tensor(meta):
             if not isinstance(v, torch.Tensor) or isinstance(v, DTensor):
                 raise TypeError(f"autoshard: input {i} must be a plain torch.Tensor holding "
@@ -315,12 +370,71 @@ def local_inputs(module: nn.Module, *args, **kwargs):
     """This rank's shards of GLOBAL inputs, in the layouts the module's plan expects (no
     communication: every rank slices its own part). Returns (args, kwargs)."""
     runner: StepRunner = module._autoshard_runner
-    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    flat = module._autoshard_binder.flatten(args, kwargs)
     out = []
     for v, name in zip(flat, runner.step.input_nodes):
         if isinstance(v, torch.Tensor) and name is not None:
             layout = runner.placeholder_layout(name)
             v = distribute_tensor(v, runner.mesh, layout, src_data_rank=None).to_local()
         out.append(v)
-    a, k = pytree.tree_unflatten(out, spec)
+    a, k = pytree.tree_unflatten(out, runner.step.input_spec)  # in the traced spelling
     return a, k
+
+
+def _distribute_full_tensors(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:
+    """load_state_dict pre-hook: a full (global) tensor for a DTensor parameter or buffer
+    becomes this rank's shard of it (sliced locally, as load_full_state_dict does), so
+    torch's own load_state_dict works with ordinary checkpoints; DTensors in another layout
+    are redistributed. Shapes that differ are left for torch to report."""
+    own = dict(module.named_parameters(remove_duplicate=False))
+    own.update(module.named_buffers(remove_duplicate=False))
+    for name, t in own.items():
+        key = prefix + name
+        v = state_dict.get(key)
+        if not isinstance(t, DTensor) or not isinstance(v, torch.Tensor) \
+                or tuple(v.shape) != tuple(t.shape):
+            continue
+        if isinstance(v, DTensor):
+            if tuple(v.placements) != tuple(t.placements) and v.device_mesh == t.device_mesh:
+                state_dict[key] = v.redistribute(t.device_mesh, t.placements)
+            continue
+        local = t._local_tensor
+        state_dict[key] = distribute_tensor(v.detach().to(local.device), t.device_mesh,
+                                            t.placements, src_data_rank=None)
+
+
+def _state_versions(module: nn.Module) -> dict[str, tuple]:
+    """Version counters per parameter and buffer: every in-place write (initialisers,
+    copy_, load_state_dict, optimizer steps) bumps the DTensor's own counter, and writes to
+    its local shard (load_full_state_dict) bump the shard's."""
+    out = {}
+    for name, t in (*module.named_parameters(remove_duplicate=False),
+                    *module.named_buffers(remove_duplicate=False)):
+        local = t._local_tensor if isinstance(t, DTensor) else t
+        out[name] = (t, local, t._version, local._version)
+    return out
+
+
+def _mark_uninitialised(module: nn.Module) -> None:
+    module._autoshard_unwritten = _state_versions(module)
+
+
+def _warn_if_uninitialised(module: nn.Module) -> None:
+    """Once, at the first step after to_empty: tensors nobody has written since hold
+    whatever memory to_empty got (garbage, NaN), and training on them gives no error."""
+    recorded = module._autoshard_unwritten
+    if recorded is None or torch.compiler.is_compiling():  # checked at the next eager call
+        return
+    module._autoshard_unwritten = None
+    now = _state_versions(module)
+    stale = [name for name, (t, local, v, lv) in recorded.items() if name in now
+             and now[name][0] is t and now[name][1] is local and now[name][2:] == (v, lv)]
+    if stale:
+        import warnings
+
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        warnings.warn(
+            f"autoshard: {shown} were materialised by to_empty() and never written since: "
+            "they hold uninitialised memory. Initialise them (e.g. call each module's "
+            "reset_parameters() or your init function) or load weights (load_state_dict / "
+            "autoshard.load_full_state_dict) before running the module", stacklevel=3)

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
@@ -480,7 +481,15 @@ class _StepFunction(torch.autograd.Function):
         buffers = flat[n_params:n_params + n_buffers]
         inputs = flat[n_params + n_buffers:]
         outs, saved, layouts = runner.run_forward(params, buffers, inputs)
-        ctx.runner, ctx.saved, ctx.layouts = runner, saved, layouts
+        # saved tensors go through save_for_backward so that autograd owns them: it frees
+        # them after backward, raises its usual "backward through the graph a second time"
+        # error on a second backward, and keeps them for retain_graph=True
+        leaves, spec = pytree.tree_flatten(saved)
+        is_tensor = [isinstance(v, torch.Tensor) for v in leaves]
+        ctx.save_for_backward(*(v for v, t in zip(leaves, is_tensor) if t))
+        ctx.saved_consts = [(t, None if t else v) for v, t in zip(leaves, is_tensor)]
+        ctx.saved_spec = spec
+        ctx.runner, ctx.layouts = runner, layouts
         ctx.n_params, ctx.n_buffers, ctx.n_inputs = n_params, n_buffers, len(inputs)
         mark_integer_outputs(ctx, outs)
         return tuple(outs)
@@ -488,8 +497,10 @@ class _StepFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         runner: StepRunner = ctx.runner
-        result = runner.run_backward(ctx.saved, ctx.layouts, grads)
-        ctx.saved = None
+        tensors = iter(ctx.saved_tensors)
+        leaves = [next(tensors) if t else v for t, v in ctx.saved_consts]
+        saved = pytree.tree_unflatten(leaves, ctx.saved_spec)
+        result = runner.run_backward(saved, ctx.layouts, grads)
         param_grads = [result.get(n) for n in runner.param_names]
         input_grads = [result.get(n) if n is not None else None
                        for n in runner.step.input_nodes]

@@ -69,6 +69,13 @@ class TracedStep:
     trace_seconds: float = 0.0
     # node name -> positions of inputs that must arrive without a collective (mixed precision)
     local_inputs: dict[str, list[int]] = field(default_factory=dict)
+    # the user's forward signature: calls are bound to the traced inputs by name (binding.py)
+    forward_signature: Any = None
+    # per flattened input: whether the traced example required grad (input gradients)
+    input_requires_grad: list[bool] = field(default_factory=list)
+    # True: the joint forward+backward step; False: the forward alone (inference)
+    joint: bool = True
+    training: bool = True  # the model's mode when traced (dropout, batch statistics)
 
     def placeholder(self, name: str) -> fx.Node:
         for n in self.gm.graph.find_nodes(op="placeholder"):
@@ -231,19 +238,23 @@ def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
 def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                         device: torch.device | str | None = None, *,
                         capture: str = "dynamo", decompositions: dict | None = None,
-                        mp_policy: Any = None) -> TracedStep:
+                        mp_policy: Any = None, training: bool | dict | None = None,
+                        joint: bool = True) -> TracedStep:
     """Trace ``model(*args, **kwargs)`` and its backward as one joint ATen graph.
 
     ``input_fn`` returns the GLOBAL example inputs (called under the fake mode, so it may
     create tensors of any size for free); it may also be the inputs themselves.
     ``capture``: "dynamo" (source lines and module paths recorded, falls back to "direct" if
     Dynamo fails) or "direct". ``mp_policy``: FSDP2-style mixed precision (see
-    mixed_precision.py), traced into the graph.
+    mixed_precision.py), traced into the graph. ``training``: the mode the model is traced
+    in (None: as it is; False traces eval-mode behaviour: no dropout, stored batch-norm
+    statistics; a dict gives the flag per submodule path). ``joint=False`` traces the
+    forward alone (the inference step).
+    Constructs one static graph cannot hold (data-dependent branches, in-place buffer
+    updates) raise UnsupportedModelError naming the construct and the workaround.
     """
-    from .mixed_precision import CastingStep, canonical_policy, collective_free_inputs
-
-    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
-    import torch.fx.traceback as fx_traceback
+    from .binding import forward_signature
+    from .mixed_precision import canonical_policy, collective_free_inputs
 
     if capture not in ("dynamo", "direct"):
         raise ValueError(f"capture must be 'dynamo' or 'direct', got {capture!r}")
@@ -251,6 +262,12 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     device = _tracing_device(device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     fake = _fake_model(model, fake_mode, device)
+    if isinstance(training, dict):  # per submodule path, as module.named_modules() names them
+        for path, flag in training.items():
+            fake.get_submodule(path).training = bool(flag)
+    elif training is not None:
+        fake.train(training)
+    traced_training = fake.training
     # the fake copy's parameters -> original names (identity survives Dynamo's renaming)
     fqn_of_fake = {}
     for (name, p) in fake.named_parameters(remove_duplicate=False):
@@ -267,38 +284,35 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     flat_inputs, input_spec = pytree.tree_flatten((inputs.args, inputs.kwargs))
     input_metas = [(tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
                    for x in flat_inputs]
-
     mp = canonical_policy(mp_policy)
-    root: nn.Module = CastingStep(fake, mp) if mp is not None else fake
-    traced_mod: nn.Module = root
-    source_captured = False
-    if capture == "dynamo":
-        try:
-            from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
-
-            with fake_mode:
-                traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
-                                                                     **inputs.kwargs)
-            source_captured = True
-        except Exception as e:  # Dynamo cannot capture every model; keep going without it
-            log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
-                        "without source lines", type(e).__name__, str(e).splitlines()[0])
-            traced_mod = root
-    decomps = default_decompositions() if decompositions is None else decompositions
-    stack = contextlib.ExitStack()
-    with stack:
-        with fx_traceback.preserve_node_meta():
-            jd = aot_export_joint_with_descriptors(stack, traced_mod, tuple(inputs.args),
-                                                   dict(inputs.kwargs),
-                                                   decompositions=decomps)
+    input_requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in flat_inputs]
+    # the forward alone is traced with autograd off: AOT then exports an inference graph
+    grad_mode = torch.enable_grad() if joint else torch.no_grad()
+    try:
+        with grad_mode:
+            traced_mod, source_captured, jd = _capture_and_export(
+                fake, inputs, fake_mode, capture, decompositions, mp_policy)
+    except Exception as e:
+        explained = explain_trace_error(e)
+        if explained is None:
+            raise
+        raise explained from None
     gm = jd.graph_module
+
     # Dynamo renames parameters (L__self___w1_weight); map them back through identity.
     names_in_traced = {n: id(p) for n, p in traced_mod.named_parameters(remove_duplicate=False)}
     bufs_in_traced = {n: id(b) for n, b in traced_mod.named_buffers(remove_duplicate=False)}
 
     from torch._functorch._aot_autograd.descriptors import (
-        BufferAOTInput, GradAOTOutput, ParamAOTInput, PlainAOTInput, PlainAOTOutput,
-        TangentAOTInput)
+        BufferAOTInput, GradAOTOutput, InputMutationAOTOutput, ParamAOTInput, PlainAOTInput,
+        PlainAOTOutput, TangentAOTInput)
+
+    for desc in gm.graph.find_nodes(op="output")[0].meta.get("desc") or []:
+        if isinstance(desc, InputMutationAOTOutput):  # BatchNorm's running stats, ...
+            target = desc.mutated_input
+            fqn = (buf_of_fake.get(bufs_in_traced.get(target.target), target.target)
+                   if isinstance(target, BufferAOTInput) else None)
+            raise _mutation_error(target, fqn, model)
 
     param_fqns, buffer_fqns, tangent_of = {}, {}, {}
     input_by_idx: dict[int, str] = {}
@@ -360,9 +374,107 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                       buffer_fqns=buffer_fqns, input_nodes=input_nodes,
                       input_metas=input_metas, input_spec=input_spec, tangent_of=tangent_of,
                       outputs=outputs, num_forward_outputs=num_fwd, output_spec=out_spec,
-                      source_captured=source_captured)
+                      source_captured=source_captured,
+                      forward_signature=forward_signature(model),
+                      input_requires_grad=input_requires_grad, joint=joint,
+                      training=traced_training)
     if mp is not None:
         grads = {o.grad_of: o.node for o in outputs if o.role == "grad" and o.grad_of in param_fqns}
         step.local_inputs = collective_free_inputs(gm, list(param_fqns), grads, mp)
     step.trace_seconds = time.perf_counter() - t0
     return step
+
+
+def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeTensorMode,
+                        capture: str, decompositions: dict | None, mp_policy: Any):
+    """Dynamo capture (for source lines; skipped if it fails) then the AOT export."""
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+    import torch.fx.traceback as fx_traceback
+
+    from .mixed_precision import CastingStep, canonical_policy
+
+    mp = canonical_policy(mp_policy)
+    root: nn.Module = CastingStep(fake, mp) if mp is not None else fake
+    traced_mod: nn.Module = root
+    source_captured = False
+    if capture == "dynamo":
+        try:
+            from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
+
+            with fake_mode:
+                traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
+                                                                     **inputs.kwargs)
+            source_captured = True
+        except Exception as e:  # Dynamo cannot capture every model; keep going without it
+            log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
+                        "without source lines", type(e).__name__, str(e).splitlines()[0])
+            traced_mod = root
+    decomps = default_decompositions() if decompositions is None else decompositions
+    stack = contextlib.ExitStack()
+    with stack:
+        with fx_traceback.preserve_node_meta():
+            jd = aot_export_joint_with_descriptors(stack, traced_mod, tuple(inputs.args),
+                                                   dict(inputs.kwargs),
+                                                   decompositions=decomps)
+    return traced_mod, source_captured, jd
+
+
+class UnsupportedModelError(ValueError):
+    """The model does something one static traced graph cannot hold."""
+
+
+_DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException",
+                   "GuardOnDataDependentSymNode", "UserError")
+
+
+def explain_trace_error(e: Exception) -> Exception | None:
+    """A clear error for tracing failures caused by the user's model (the torch-internal
+    message names fake-tensor machinery, not the line in forward); None if unknown."""
+    name = type(e).__name__
+    if name in _DATA_DEPENDENT and (name != "UserError" or "data-dependent" in str(e).lower()):
+        return UnsupportedModelError(
+            f"autoshard: forward() reads a tensor's VALUE while tracing{_user_line(e)}: "
+            "a data-dependent branch (`if x.sum() > 0:`), `.item()` / `.tolist()`, or an "
+            "output whose shape depends on data (`nonzero`, boolean-mask indexing). "
+            "autoshard plans one static graph for every step, so that cannot be traced. "
+            "Workarounds: compute both branches and select with torch.where (or use "
+            "torch.cond), keep sizes fixed (masks instead of indexing), or decide the branch "
+            "outside the model and pass it as a Python value. "
+            f"(torch: {name}: {str(e).splitlines()[0] if str(e) else ''})")
+    return None
+
+
+def _user_line(e: Exception) -> str:
+    """ `` at model.py:12: `if h.sum() > 0:` `` - the innermost frame outside torch and
+    autoshard, where the model's own code asked for the value."""
+    import os
+    import traceback
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not frame.filename.startswith(skip) and "<" not in frame.filename:
+            return (f" at {os.path.basename(frame.filename)}:{frame.lineno}"
+                    + (f": `{frame.line.strip()}`" if frame.line else ""))
+    return ""
+
+
+def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> UnsupportedModelError:
+    """forward() writes one of its inputs or buffers in place (BatchNorm's running stats)."""
+    if buffer_fqn is not None:
+        owner_path = buffer_fqn.rpartition(".")[0]
+        owner = model.get_submodule(owner_path) if owner_path else model
+        if isinstance(owner, nn.modules.batchnorm._BatchNorm):
+            return UnsupportedModelError(
+                f"autoshard: {type(owner).__name__} '{owner_path}' updates its running "
+                f"statistics (buffer '{buffer_fqn}') in place in training mode, which the "
+                "planned step does not carry. Workarounds: construct it with "
+                "track_running_stats=False (batch statistics, no buffers), put just that "
+                f"layer in eval mode (model.{owner_path}.eval(): stored statistics, frozen), "
+                "or use LayerNorm / GroupNorm / RMSNorm")
+        return UnsupportedModelError(
+            f"autoshard: forward() writes buffer '{buffer_fqn}' in place, which the planned "
+            "step does not carry: compute the new value outside the model's forward (or "
+            "return it as an output) instead of mutating the buffer")
+    return UnsupportedModelError(
+        f"autoshard: forward() modifies one of its inputs in place ({desc!r}); the planned "
+        "step takes inputs read-only: work on a copy (x = x.clone()) or out of place")

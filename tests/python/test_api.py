@@ -63,6 +63,34 @@ def test_constraint_errors_name_the_problem(mesh4):
         assert autop.options()["parameter_memory"] is None
 
 
+def test_parameter_budget_below_one_shard_is_refused(mesh4):
+    with AutoParallel(_mlp(), _inputs, mesh4) as autop:
+        with pytest.raises(ValueError, match=r"high=0.1 is below 1/mesh.size\(\) = 1/4 = 0.25, "
+                                             r"the least any plan can store per GPU"):
+            autop.add_parameter_memory_constraint(high=0.1)
+        with pytest.raises(ValueError, match="low <= high <= 1"):
+            autop.add_parameter_memory_constraint(low=-0.5)
+        autop.add_parameter_memory_constraint(high=0.25)  # exactly one shard per rank: fine
+
+
+@needs_planner
+def test_planner_errors_reach_the_user_as_value_errors(mesh4, monkeypatch):
+    def refuse(graph, options):  # what the C++ binding raises for an infeasible budget
+        raise RuntimeError("parameter memory budget high=0.1 cannot be met: ...")
+
+    with AutoParallel(_mlp(), _inputs, mesh4, time_limit_s=1.0) as autop:
+        monkeypatch.setattr(_core, "plan_graph", refuse)
+        with pytest.raises(ValueError, match=r"^autoshard planner: parameter memory budget") \
+                as info:
+            autop.optimize_placement()
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_rank_timeout_must_be_positive(mesh4):
+    with pytest.raises(ValueError, match="rank_timeout_s must be a positive"):
+        AutoParallel(_mlp(), _inputs, mesh4, rank_timeout_s=0)
+
+
 def test_unknown_mixed_precision_policy_is_refused_clearly(mesh4):
     with pytest.raises(TypeError, match="MixedPrecisionPolicy"):
         AutoParallel(_mlp(), _inputs, mesh4, mp_policy=object())
@@ -79,12 +107,13 @@ def test_runtime_input_validation_names_argument_and_local_shape(mesh4):
     assert isinstance(par, MLP)
     assert list(par.state_dict()) == list(MLP(16, 32, 2).state_dict())
     par.to_empty(device="cpu")
-    with pytest.raises(ValueError, match=r"expected 2 inputs"):
+    with pytest.raises(TypeError, match=r"missing a required argument: 'target'"):
         par(torch.zeros(2, 16))
-    with pytest.raises(ValueError, match=r"input 0 has shape \[8, 16\] but this rank expects "
-                                         r"the local shape \[2, 16\] \(global \[8, 16\]"):
+    with pytest.raises(ValueError, match=r"input 0 \(x\) has shape \[8, 16\] but this rank "
+                                         r"expects the local shape \[2, 16\] \(global "
+                                         r"\[8, 16\]"):
         par(torch.zeros(8, 16), torch.zeros(2, 16))
-    with pytest.raises(ValueError, match=r"input 1 has dtype torch.float64"):
+    with pytest.raises(ValueError, match=r"input 1 \(target\) has dtype torch.float64"):
         par(torch.zeros(2, 16), torch.zeros(2, 16, dtype=torch.float64))
 
 

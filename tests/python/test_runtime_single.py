@@ -106,10 +106,12 @@ def test_recorded_plan_replays_strictly_and_strict_catches_wrong_plans(mesh1):
     bad = {"nodes": dict(plan["nodes"])}
     bad["nodes"][tanh] = {"inputs": plan["nodes"][tanh]["inputs"], "outputs": [["P(sum)"]]}
     wrong = build_parallel_module(meta, step, bad, mesh1, strict=True)
-    wrong.to_empty(device="cpu")
-    load_full_state_dict(wrong, ref.state_dict())
+    # the program is lowered as soon as the state is materialised (to_empty), so that is
+    # where the plan is found wrong; at the latest the first call would be
     with pytest.raises(PlanMismatchError, match=r"node tanh.*produced output 0 as \['R'\] "
                                                 r"but the plan says \['P\(sum\)'\]"):
+        wrong.to_empty(device="cpu")
+        load_full_state_dict(wrong, ref.state_dict())
         wrong(x, shift=shift)
 
 
