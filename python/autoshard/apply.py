@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
 from .binding import InputBinder
 from .placements import layout_to_strs
+from .rng_check import check_random_states_once
 from .runtime import StepRunner, _StepFunction, contiguous_stride
 from .trace import TracedStep
 
@@ -203,6 +204,7 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
                 outs = runner.run_forward(param_locals, buffer_locals, flat)[0]
             else:
                 program = get_program()
+                check_random_states_once(program, runner)
                 tensors = [v for v in (*param_locals, *buffer_locals, *flat)
                            if isinstance(v, torch.Tensor)]
                 local_outs = program.fwd(*tensors)[:program.n_outputs]
@@ -215,6 +217,7 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
         from .program import ProgramFunction
 
         program = get_program()
+        check_random_states_once(program, runner)
         tensors = [v for v in (*param_locals, *buffer_locals, *flat)
                    if isinstance(v, torch.Tensor)]
         local_outs = ProgramFunction.apply(program, *tensors)

@@ -82,6 +82,7 @@ class LocalProgram:
     compiled: bool = False
     info: dict = field(default_factory=dict)
     state_key: tuple = ()       # apply._state_key of the state it was lowered for
+    random_states_checked: bool = False  # rng_check: ranks' generators compared once
 
     def __post_init__(self):
         self.fwd = self.fwd or self.fwd_gm

@@ -1,6 +1,7 @@
 """4 gloo ranks: ranks that trace different models or add different constraints are stopped
 with a message naming what differs and on which ranks, and a rank that never arrives is
-named by the others after rank_timeout_s instead of leaving them blocked."""
+named by the others after rank_timeout_s instead of leaving them blocked. Random ops whose
+values are replicated over ranks need equally seeded ranks (rng_check.py)."""
 
 import pytest
 
@@ -16,6 +17,8 @@ SCENARIOS = [
     {"name": "hidden", "kind": "hidden", "odd_rank": 3, "timeout_s": 30.0},
     {"name": "layers", "kind": "layers", "odd_rank": 3, "timeout_s": 30.0},
     {"name": "constraint", "kind": "constraint", "odd_rank": 1, "timeout_s": 30.0},
+    {"name": "random_same_seed", "kind": "random_same_seed", "timeout_s": 30.0},
+    {"name": "random_other_seeds", "kind": "random_other_seeds", "timeout_s": 30.0},
     {"name": "stall", "kind": "stall", "odd_rank": 3, "timeout_s": 6.0},  # last: see worker
 ]
 
@@ -67,3 +70,17 @@ def test_a_stalled_rank_is_named_after_the_timeout(results):
         print(f"rank {rank}: {r['error']}")
         assert r["error"].startswith("autoshard: rank(s) 3 did not reach planning within 6 s")
         assert r["seconds"] < 30  # gave up near the timeout, not the process group's
+
+
+def test_replicated_random_ops_run_when_ranks_are_seeded_alike(results):
+    for rank, r in enumerate(_each_rank(results, "random_same_seed")):
+        assert r["ok"] and "random_error" not in r, (rank, r)
+        assert len(set(r["random_losses"])) == 1, r  # the same dropout mask on every rank
+
+
+def test_replicated_random_ops_stop_ranks_seeded_apart(results):
+    for rank, r in enumerate(_each_rank(results, "random_other_seeds")):
+        msg = r.get("random_error", "")
+        print(f"rank {rank}: {msg}")
+        assert "have different random generator states" in msg, (rank, r)
+        assert "Seed every rank alike" in msg and "mesh dim 0" in msg

@@ -6,7 +6,8 @@ CONFIG is a list of scenarios ({"name", "kind", "odd_rank", "timeout_s"}); kind 
 "same" (control: every rank agrees), "eval" (agreeing ranks; the planned module, loaded with
 torch's load_state_dict, is called in eval mode, under no_grad and with keywords in another
 order, and compared with the single-process model), "hidden" / "layers" (the odd rank builds another
-model), "constraint" (the odd rank adds another parameter budget), "stall" (the odd rank
+model), "random_same_seed" / "random_other_seeds" (a replicated dropout step, ranks seeded
+alike or apart), "constraint" (the odd rank adds another parameter budget), "stall" (the odd rank
 arrives after the timeout; must be last: a failed barrier leaves the group unusable).
 Each rank writes OUT_DIR/rank<r>.json after every scenario, then exits 0.
 """
@@ -21,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard
+from torch.distributed.tensor import Replicate, Shard
 
 from autoshard import AutoParallel
 from autoshard.apply import local_inputs
@@ -62,16 +63,39 @@ def check_eval(parallel) -> dict:
             "train_has_graph": train.grad_fn is not None, "want": want, "got": quiet}
 
 
+def check_random_states(parallel, rank: int, same_seed: bool) -> dict:
+    """Dropout whose output is replicated over the mesh: ranks seeded alike run (and compute
+    the same loss); ranks seeded apart are stopped before the step runs."""
+    torch.manual_seed(0)
+    parallel.to_empty(device="cpu")
+    parallel.load_state_dict(DropoutMLP().state_dict())
+    g = torch.Generator().manual_seed(7)
+    x, t = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+    torch.manual_seed(123 if same_seed else 123 + rank)
+    try:
+        loss = parallel(x, t)
+    except RuntimeError as e:
+        return {"random_error": str(e)}
+    losses = [None] * dist.get_world_size()
+    dist.all_gather_object(losses, float(loss))
+    return {"random_losses": losses}
+
+
 def run_scenario(sc: dict, rank: int, mesh) -> dict:
     odd = rank == sc.get("odd_rank", 3)
     hidden = 48 if sc["kind"] == "hidden" and odd else 32
     layers = 3 if sc["kind"] == "layers" and odd else 2
+    random = sc["kind"].startswith("random")
     with torch.device("meta"):
-        model = DropoutMLP() if sc["kind"] == "eval" else MLP(16, hidden, layers)
+        model = DropoutMLP() if sc["kind"] == "eval" or random else MLP(16, hidden, layers)
     inputs = lambda: (torch.empty(8, 16), torch.empty(8, 16))
     with AutoParallel(model, inputs, mesh, time_limit_s=2.0, capture="direct",
                       hardware="CPU", rank_timeout_s=sc["timeout_s"]) as autop:
-        autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+        if random:  # every rank computes the whole (replicated) step
+            autop.add_input_constraints([(Replicate(),), (Replicate(),)])
+            autop.add_parameter_memory_constraint(1.0, 1.0)
+        else:
+            autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         if sc["kind"] == "constraint" and odd:
             autop.add_parameter_memory_constraint(1.0, 1.0)
         if sc["kind"] == "stall" and odd:
@@ -86,6 +110,8 @@ def run_scenario(sc: dict, rank: int, mesh) -> dict:
     result = {"name": sc["name"], "ok": True, "seconds": time.perf_counter() - t0}
     if sc["kind"] == "eval":
         result.update(check_eval(parallel))
+    if random:
+        result.update(check_random_states(parallel, rank, sc["kind"] == "random_same_seed"))
     return result
 
 
