@@ -23,6 +23,11 @@ struct Subcommand {
   SubcommandFn run;
 };
 
+// Refuses, before any work is done, an output path that would destroy the input (the same
+// file under any name) or that cannot be a file (a directory, a missing directory). `flag`
+// names the option in the message. Throws std::invalid_argument.
+void check_output_path(const std::string& input, const std::string& output, const std::string& flag);
+
 // Each subcommand lives in its own file under cpp/src/cli and is listed in cli_main.cpp.
 int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

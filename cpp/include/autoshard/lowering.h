@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "autoshard/build_limits.h"
 #include "autoshard/graph.h"
 #include "autoshard/problem.h"
 #include "autoshard/redistribute.h"
@@ -49,7 +50,17 @@ struct LoweringOptions {
   std::optional<std::pair<double, double>> parameter_memory;
   int64_t memory_limit_bytes = -1;  // per GPU over time; negative: none
   bool fold_single_strategy = true; // nodes with one strategy become constants
+  const BuildLimits* limits = nullptr;  // when set, the clock is checked while tables are built
 };
+
+// Size of the cost tables lowering will build (one |S_u| x |S_v| table per tensor reference
+// and per gradient), counted from the strategy counts before any table exists.
+struct TableEstimate {
+  double entries = 0;
+  double largest = 0;           // entries of the largest single table
+  std::string largest_what;     // "'mm' -> 'relu' (3125 x 3125)"
+};
+TableEstimate estimate_cost_tables(const ShardingModel& sm);
 
 struct LoweredProblem {
   Problem problem;
@@ -57,6 +68,10 @@ struct LoweredProblem {
   std::vector<int32_t> graph_node;   // solver node -> graph node
   Cost constant_cost = 0;            // costs that no choice changes (folded nodes / edges)
   int budget_index = -1;             // index of the parameter-memory budget in problem.budgets
+  // Parameters that no strategy stores within the budget's `high` fraction (pinned, or too
+  // small to split that far): their share is raised to the least they reach, as AutoParallel
+  // does; listed so the report says so instead of relaxing the budget silently.
+  std::vector<std::string> budget_raised_for;
 };
 
 LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options,

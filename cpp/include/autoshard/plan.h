@@ -24,6 +24,7 @@ struct Plan {
   double lower_time_s = 0;      // solver problem construction
   size_t solver_nodes = 0;      // problem size after folding
   size_t solver_edges = 0;
+  std::vector<std::string> notes;  // what the report must point out (e.g. a budget raised for some parameters)
 };
 
 // The plan JSON document (without the "report" field).

@@ -9,7 +9,11 @@
 //    "input_constraints": {"primals_12": ["S(0)", "R"]},
 //    "output_constraints": {"0": ["R", "R"]},
 //    "node_constraints": {"mm_3": ["S(0)", "S(1)"]},
-//    "time_limit_s": 20,       (the solver's wall-clock budget, default 20)
+//    "time_limit_s": 20,       (wall-clock budget of building the problem and solving it,
+//                               default 20; > 0, huge values mean no limit)
+//    "max_problem_bytes": 8000000000,  (refuse meshes/graphs whose solver problem is
+//                               estimated to need more memory than this; absent or null:
+//                               8 GB, or 80% of the available memory / ulimit -v if less)
 //    "verbose": false}
 #pragma once
 
@@ -30,14 +34,22 @@ struct PlannerOptions {
   std::string hardware = "H100";
   bool parameter_memory_default = true;  // low 0, high 1/mesh.size()
   std::optional<std::pair<double, double>> parameter_memory;  // used when !parameter_memory_default
-  int64_t memory_limit_bytes = -1;
+  int64_t memory_limit_bytes = -1;  // per GPU; -1: no limit (users omit it, never pass <= 0)
   PlacementConstraints constraints;
-  double time_limit_s = 20.0;  // the solver's budget; plans stop early when proven optimal
+  double time_limit_s = 20.0;  // building + solving; plans stop early when proven optimal
+  // Estimated memory of the strategy tables and solver problem beyond which planning is
+  // refused before it is built (a 5-D mesh multiplies the strategies per node). 0: the
+  // default cap (default_problem_memory_cap in build_limits.h).
+  int64_t max_problem_bytes = 0;
   bool verbose = false;
 };
 
 // Parses the options JSON; throws JsonError / std::invalid_argument naming the bad field.
 PlannerOptions parse_planner_options(const Json& doc);
+
+// Checks the options wherever they come from (JSON, command line, C++ callers): throws
+// std::invalid_argument naming the option, why, and what to pass instead. run_planner calls it.
+void validate_planner_options(const PlannerOptions& options);
 
 // Raised when no plan satisfies the constraints; says which constraint to relax.
 class InfeasiblePlanError : public std::runtime_error {

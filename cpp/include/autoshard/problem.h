@@ -22,6 +22,19 @@ using Cost = double;
 inline constexpr Cost kInfeasibleCost = 1e18;
 inline bool is_infeasible(Cost c) { return !(c < kInfeasibleCost); }
 
+// 2^53: every integer up to here is exact in a double, so integer plan costs whose terms add
+// up to at most this are summed, compared and printed exactly. validate_problem refuses
+// problems whose finite costs could add up to more (rounding would order plans wrongly).
+inline constexpr Cost kMaxExactCost = 9007199254740992.0;
+
+// How far a lower bound may sit below a plan's cost and still prove the plan optimal. It only
+// absorbs floating-point noise in the bound: with integer costs never a whole unit, since a
+// plan one unit cheaper would otherwise be missed while "optimal" is claimed.
+inline Cost optimality_tolerance(Cost cost, bool integer_costs) {
+  const Cost rel = 1e-9 * (cost < 0 ? -cost : cost);
+  return integer_costs && rel > 0.25 ? 0.25 : rel;
+}
+
 struct Interval {
   int64_t start = 0;  // inclusive
   int64_t end = 0;    // exclusive; end == start means never live
@@ -59,6 +72,9 @@ struct Problem {
   size_t num_nodes() const { return node_costs.size(); }
   size_t num_strategies(size_t node) const { return node_costs[node].size(); }
 };
+
+// Whether every finite cost is an integer (IOPDDL problems): the optimum is then an integer.
+bool has_integer_costs(const Problem& problem);
 
 // One strategy index per node.
 using Solution = std::vector<int32_t>;

@@ -10,6 +10,16 @@
 
 namespace autoshard {
 
+// Time limits above this (about 31 years) are capped, so that converting them to clock ticks
+// cannot overflow (1e10 s once wrapped around to a deadline in the past).
+inline constexpr double kMaxTimeLimitS = 1e9;
+
+// Checks a time limit where it enters (command line, options JSON, SolveOptions): NaN,
+// infinite, zero and negative limits throw std::invalid_argument naming `what` (the anytime
+// search only stops at its limit or a proof, so "no limit" could run forever); huge finite
+// ones are capped.
+double checked_time_limit(double seconds, const std::string& what);
+
 struct SolveOptions {
   double time_limit_s = 60.0;  // wall clock, including reductions; the best plan so far is returned
   int threads = 1;              // > 1: a portfolio of independent searches, best plan kept
@@ -33,8 +43,12 @@ struct SolveResult {
   double total_time_s = 0;
   int64_t work = 0;             // counted work of the large-problem search (0 when it did not run)
   std::string status;           // human-readable: "optimal", "time limit", "infeasible", ...
+  // No plan exists (shown by reductions or a complete search). When !found and this is false,
+  // the time (or work) limit ran out before any valid plan was found.
+  bool proven_infeasible = false;
 };
 
+// Throws std::invalid_argument for a bad time limit (see checked_time_limit).
 SolveResult solve(const Problem& problem, const SolveOptions& options);
 
 }  // namespace autoshard

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "autoshard/build_limits.h"
 #include "autoshard/graph.h"
 #include "autoshard/placement.h"
 #include "autoshard/redistribute.h"
@@ -26,9 +27,17 @@ class UnsupportedOpError : public std::runtime_error {
 };
 
 // Strategies of one node (deduplicated, deterministic order: all-Replicate first for ops).
-std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t node, const MeshModel& model);
+// With `limits`, the worst case (rows^mesh dims) is reserved against its memory cap before
+// enumerating and the clock is checked while enumerating (PlanningLimitError).
+std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t node, const MeshModel& model,
+                                                BuildLimits* limits = nullptr);
 // All nodes; throws UnsupportedOpError listing every op without a rule (not only the first).
-std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model);
+std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model,
+                                                        BuildLimits* limits = nullptr);
+
+// Estimated memory of one strategy of a node with `layouts` tensor layouts on a mesh with
+// `mesh_dims` dims (the vectors and their heap blocks), for BuildLimits.
+int64_t strategy_bytes(size_t layouts, int mesh_dims);
 
 // "S(0)R -> S(0)S(1) | R" style one-line description for reports.
 std::string strategy_str(const Strategy& s);

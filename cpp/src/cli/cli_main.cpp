@@ -1,6 +1,8 @@
 // Dispatch of `autoshard <subcommand>`.
 #include <exception>
+#include <filesystem>
 #include <ostream>
+#include <stdexcept>
 
 #include "autoshard/cli.h"
 
@@ -20,6 +22,21 @@ static void usage(std::ostream& os) {
   for (const auto& s : subcommands()) os << "  " << s.name << "\t" << s.summary << "\n";
   os << "  demo\tplan Llama-3-8B on a virtual 64-GPU mesh and show the plan (Python front end)\n";
   os << "\nRun 'autoshard <command> --help' for the options of a command.\n";
+}
+
+void check_output_path(const std::string& input, const std::string& output, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out(output);
+  if (fs::is_directory(out, ec))
+    throw std::invalid_argument(flag + " '" + output + "' is a directory; give a file path inside it");
+  if (fs::exists(out, ec) && fs::equivalent(fs::path(input), out, ec))
+    throw std::invalid_argument(flag + " '" + output + "' is the input file '" + input +
+                                "'; writing there would overwrite the input: give another path");
+  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument(flag + " '" + output + "': the directory '" + dir.string() +
+                                "' does not exist; create it or give another path");
 }
 
 int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 
 #include "autoshard/cli.h"
@@ -36,19 +37,19 @@ struct UsageError {
   std::string message;
 };
 
+// Exact: integers in full, other values in the shortest form that reads back to the same
+// double (never rounded to 6 digits, which hid differences between plans).
 std::string format_cost(double c) {
-  if (std::fabs(c) < 9e15 && std::nearbyint(c) == c) return std::to_string(static_cast<int64_t>(c));
+  if (std::nearbyint(c) == c && std::fabs(c) < 9.2e18) return std::to_string(static_cast<int64_t>(c));
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", c);
-  return buf;
+  auto r = std::to_chars(buf, buf + sizeof buf, c);
+  return std::string(buf, r.ptr);
 }
 
-double parse_double(const std::string& opt, const std::string& v) {
-  double d = 0;
-  auto r = std::from_chars(v.data(), v.data() + v.size(), d);
-  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(d))
-    throw UsageError{opt + " expects a number, got '" + v + "'"};
-  return d;
+// With integer costs the optimum is an integer, so a fractional bound rounds up (less the
+// floating-point noise the solver allows for) and prints as an integer.
+double integral_bound(double lb, bool integer_costs) {
+  return integer_costs ? std::ceil(lb - optimality_tolerance(lb, true)) : lb;
 }
 
 int64_t parse_int(const std::string& opt, const std::string& v) {
@@ -75,8 +76,16 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
         out << kSolveUsage;
         return 0;
       } else if (a == "--time-limit") {
-        opt.time_limit_s = parse_double(a, value());
-        if (!(opt.time_limit_s > 0)) throw UsageError{"--time-limit must be > 0 seconds"};
+        const std::string& v = value();
+        double t = 0;
+        auto r = std::from_chars(v.data(), v.data() + v.size(), t);  // inf/nan: judged below
+        if (r.ec != std::errc() || r.ptr != v.data() + v.size())
+          throw UsageError{"--time-limit expects a number of seconds, got '" + v + "'"};
+        try {
+          opt.time_limit_s = checked_time_limit(t, "--time-limit");
+        } catch (const std::invalid_argument& e) {
+          throw UsageError{e.what()};
+        }
       } else if (a == "--threads") {
         int64_t t = parse_int(a, value());
         if (t < 1 || t > 1024) throw UsageError{"--threads must be between 1 and 1024"};
@@ -104,6 +113,13 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
       }
     }
     if (path.empty()) throw UsageError{"missing PROBLEM file"};
+    if (!out_path.empty()) {
+      try {
+        check_output_path(path, out_path, "--out");
+      } catch (const std::invalid_argument& e) {
+        throw UsageError{e.what()};
+      }
+    }
   } catch (const UsageError& e) {
     err << "autoshard solve: " << e.message << "\n" << kSolveUsage;
     return 2;
@@ -137,15 +153,26 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
   // Independent re-check of what the solver claims.
   Evaluation ev;
   if (r.found) ev = evaluate(problem, r.solution);
+  const bool integer_costs = has_integer_costs(problem);
   if (!r.found || !ev.valid) {
     out << "status: " << (r.found ? "the solver's plan failed the independent check: " + ev.violation : r.status) << "\n";
     out << "no valid plan found";
-    if (r.lower_bound > -kInfeasibleCost && r.lower_bound < kInfeasibleCost) out << " (lower bound " << format_cost(r.lower_bound) << ")";
+    if (r.lower_bound > -kInfeasibleCost && r.lower_bound < kInfeasibleCost)
+      out << " (lower bound " << format_cost(integral_bound(r.lower_bound, integer_costs)) << ")";
     out << "\n";
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.3f", r.total_time_s);
     out << "total time: " << buf << " s\n";
-    err << "autoshard solve: no valid plan found for '" << path << "'\n";
+    err << "autoshard solve: no valid plan found for '" << path << "': ";
+    if (r.found)
+      err << "the solver's plan failed the independent check (" << ev.violation << "); this is a solver bug, please "
+          << "report it with the problem file\n";
+    else if (r.proven_infeasible)
+      err << "none exists (proven: " << r.status << "); the usage limit, budgets and infeasible costs "
+          << "cannot all be met\n";
+    else
+      err << "the time limit (" << requested_s << " s) ran out first and infeasibility was not proven; "
+          << "raise --time-limit\n";
     return 3;
   }
   char buf[128];
@@ -161,7 +188,7 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
   for (size_t b = 0; b < problem.budgets.size(); ++b)
     out << "budget " << (problem.budgets[b].name.empty() ? std::to_string(b) : problem.budgets[b].name) << ": "
         << ev.budget_sums[b] << " in [" << problem.budgets[b].low << ", " << problem.budgets[b].high << "]\n";
-  double lb = std::min(r.lower_bound, ev.cost);
+  double lb = std::min(integral_bound(r.lower_bound, integer_costs), ev.cost);
   if (lb > -kInfeasibleCost) {
     out << "lower bound: " << format_cost(lb) << "\n";
     double gap = ev.cost > 0 ? (ev.cost - lb) / ev.cost : 0.0;

@@ -111,6 +111,12 @@ class GraphReader {
       } catch (const std::exception& e) {
         throw JsonError(f + ".dtype: " + e.what());
       }
+      // Sizes in bytes are int64 and get summed over many tensors; a size past 2^53 bytes (a
+      // mistyped shape) would overflow those sums into negative memory instead of an error.
+      long double bytes = dtype_bytes(m.dtype);
+      for (int64_t s : m.shape) bytes *= s;
+      if (bytes > 9007199254740992.0L)
+        throw JsonError(f + ".shape: a tensor of this shape would take more than 2^53 bytes; check the shape");
       n.outputs.emplace_back(std::move(m));
     }
     if (n.op == "placeholder" && (n.outputs.size() != 1 || !n.outputs[0]))

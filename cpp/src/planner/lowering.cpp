@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -78,16 +79,19 @@ class Lowerer {
         id.push_back(it->second);
       }
     };
+    if (opt_.limits) opt_.limits->check_time("building the cost table of " + what);
     std::vector<int> iu, iv;
     std::vector<int32_t> ru, rv;
     distinct(lu, iu, ru);
     distinct(lv, iv, rv);
     std::vector<double> table(ru.size() * rv.size());
     const int32_t meta_id = cache_.intern(meta);
-    for (size_t a = 0; a < ru.size(); ++a)
+    for (size_t a = 0; a < ru.size(); ++a) {
+      if (opt_.limits && a % 64 == 63) opt_.limits->check_time("building the cost table of " + what);
       for (size_t b = 0; b < rv.size(); ++b)
         table[a * rv.size() + b] = same_layout_only && ru[a] != rv[b] ? kInfeasibleCost
                                    : u_to_v ? cache_.time_us(meta_id, ru[a], rv[b]) : cache_.time_us(meta_id, rv[b], ru[a]);
+    }
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
     const int32_t u = lp_.solver_node[gu], v = lp_.solver_node[gv];
@@ -222,6 +226,12 @@ class Lowerer {
       // Each parameter's share is relaxed to the smallest fraction it can reach (AutoParallel).
       lo += std::max(static_cast<double>(smallest), low * full);
       hi += std::max(static_cast<double>(smallest), high * full);
+      if (static_cast<double>(smallest) > high * full) {
+        char share[32];
+        std::snprintf(share, sizeof share, "%.4g", static_cast<double>(smallest) / std::max(1.0, full));
+        lp_.budget_raised_for.push_back(g_.nodes[gi].name + (sm_.pinned[gi] ? " (pinned)" : "") + " at least " +
+                                        share + " of itself");
+      }
     }
     b.low = static_cast<int64_t>(std::floor(lo));
     b.high = static_cast<int64_t>(std::ceil(hi));
@@ -231,6 +241,25 @@ class Lowerer {
 };
 
 }  // namespace
+
+TableEstimate estimate_cost_tables(const ShardingModel& sm) {
+  const Graph& g = *sm.graph;
+  TableEstimate est;
+  auto add = [&](int32_t u, int32_t v) {
+    const double su = static_cast<double>(sm.strategies[u].size()), sv = static_cast<double>(sm.strategies[v].size());
+    est.entries += su * sv;
+    if (su * sv > est.largest) {
+      est.largest = su * sv;
+      est.largest_what = "'" + g.nodes[u].name + "' -> '" + g.nodes[v].name + "' (" + std::to_string(int64_t(su)) +
+                         " x " + std::to_string(int64_t(sv)) + " strategies)";
+    }
+  };
+  for (size_t c = 0; c < g.nodes.size(); ++c)
+    for (const TensorRef& r : g.nodes[c].tensor_inputs()) add(r.node, static_cast<int32_t>(c));
+  for (const GraphOutput& o : g.outputs)
+    if (o.role == GraphOutput::Role::Grad) add(o.grad_of, o.ref.node);
+  return est;
+}
 
 LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options, RedistributionCache& cache) {
   if (options.parameter_memory) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -74,13 +75,44 @@ void check_obviously_infeasible(const ShardingModel& sm, const LoweredProblem& l
 
 }  // namespace
 
-PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
+namespace {
+
+std::string mesh_str(const Mesh& m) {
+  std::string s;
+  for (size_t i = 0; i < m.shape.size(); ++i) s += (i ? "x" : "") + std::to_string(m.shape[i]);
+  return s;
+}
+
+// Refuses before lowering when the cost tables (and the solver's copies of them) would not
+// fit under the cap: they are the bulk of the memory, growing as strategies^2.
+void check_problem_size(const ShardingModel& sm, const BuildLimits& limits) {
+  const TableEstimate t = estimate_cost_tables(sm);
+  const double bytes = t.entries * static_cast<double>(kBytesPerTableEntry) + static_cast<double>(limits.strategy_bytes);
+  if (bytes <= static_cast<double>(limits.max_bytes)) return;
+  size_t strategies = 0;
+  for (const auto& s : sm.strategies) strategies += s.size();
+  char entries[32];
+  std::snprintf(entries, sizeof entries, "%.3g", t.entries);
+  throw PlanningLimitError(
+      "the solver problem for this graph on mesh " + mesh_str(sm.model->mesh) + " is estimated to need " +
+      human_bytes(bytes) + " (" + std::to_string(strategies) + " strategies over " +
+      std::to_string(sm.strategies.size()) + " nodes, " + entries + " cost-table entries; the largest table is " +
+      t.largest_what + "), above the memory cap of " + human_bytes(static_cast<double>(limits.max_bytes)) + " (" +
+      limits.cap_source + "); use a mesh with fewer dimensions (strategies per node grow exponentially with "
+      "them), pin layouts with constraints, or raise the cap with --max-problem-bytes / max_problem_bytes if the "
+      "machine has the memory");
+}
+
+PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& options, BuildLimits& limits) {
   auto t0 = Clock::now();
   PlanningResult r;
   r.model = std::make_unique<MeshModel>(MeshModel::make(options.mesh, options.hardware));
-  r.sharding = build_sharding_model(graph, *r.model, enumerate_strategies(graph, *r.model), options.constraints);
+  r.sharding = build_sharding_model(graph, *r.model, enumerate_strategies(graph, *r.model, &limits),
+                                    options.constraints);
   r.plan.enumerate_time_s = seconds_since(t0);
+  check_problem_size(r.sharding, limits);
   LoweringOptions lo;
+  lo.limits = &limits;
   if (options.parameter_memory_default)
     lo.parameter_memory = std::make_pair(0.0, 1.0 / static_cast<double>(r.model->mesh.size()));
   else
@@ -90,6 +122,17 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   r.lowered = lower_to_problem(r.sharding, lo, cache);
   r.plan.lower_time_s = seconds_since(t0) - r.plan.enumerate_time_s;
   check_obviously_infeasible(r.sharding, r.lowered);
+  if (!r.lowered.budget_raised_for.empty()) {
+    const auto& raised = r.lowered.budget_raised_for;
+    char high[32];
+    std::snprintf(high, sizeof high, "%.4g", lo.parameter_memory->second);
+    std::string list;
+    for (size_t i = 0; i < raised.size() && i < 5; ++i) list += (i ? ", " : "") + raised[i];
+    if (raised.size() > 5) list += ", and " + std::to_string(raised.size() - 5) + " more";
+    r.plan.notes.push_back("the parameter memory budget (high = " + std::string(high) + " of each parameter) cannot be "
+                           "met by " + std::to_string(raised.size()) + " parameter(s), so their share was raised to "
+                           "the least any strategy reaches: " + list);
+  }
 
   const Problem& p = r.lowered.problem;
   Plan& plan = r.plan;
@@ -99,7 +142,9 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   Cost objective = 0, bound = 0;
   if (p.num_nodes() > 0) {
     SolveOptions so;
-    so.time_limit_s = options.time_limit_s;  // the solver's own budget (enumeration is fast)
+    // The time limit covers building too; the solver gets the rest, but always a little time
+    // to produce a plan (building stops at the limit itself).
+    so.time_limit_s = std::max(0.05 * options.time_limit_s, options.time_limit_s - seconds_since(t0));
     so.verbose = options.verbose;
     SolveResult sr = solve(p, so);
     plan.solver_status = sr.status;
@@ -107,13 +152,22 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
     plan.solve_time_s = sr.total_time_s;
     Evaluation ev = sr.solution.size() == p.num_nodes() ? evaluate(p, sr.solution) : Evaluation{};
     if (!ev.valid) {
-      std::string why = ev.violation.empty() ? "the solver returned no plan" : ev.violation;
+      if (sr.found)
+        throw std::logic_error("internal error: the solver's plan failed the independent check (" + ev.violation +
+                               "); please report this with the graph");
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", options.time_limit_s);
+      if (!sr.proven_infeasible)
+        throw InfeasiblePlanError(
+            "no plan found within the time limit (" + std::string(limit) + " s, --time-limit / time_limit_s): the "
+            "solver stopped before finding any plan that meets the constraints, and did not prove that none "
+            "exists; raise the time limit");
       throw InfeasiblePlanError(
-          "no feasible plan found (solver: " + sr.status + "; " + why + "). Relax the constraints: " +
-          (p.usage_limit >= 0 ? "raise memory_limit_bytes, " : std::string()) +
-          (r.lowered.budget_index >= 0 ? "raise parameter_memory.high (or lower .low), " : std::string()) +
-          "or remove input/output/node constraints; if they are needed, give the solver more time "
-          "(time_limit_s, " + std::to_string(so.time_limit_s) + " s this run)");
+          "no feasible plan exists (proven by the solver: " + sr.status + "). Relax the constraints: " +
+          (p.usage_limit >= 0 ? "raise the memory limit (--memory-limit, memory_limit_bytes), " : std::string()) +
+          (r.lowered.budget_index >= 0 ? "raise the parameter memory high bound (or lower the low one), "
+                                       : std::string()) +
+          "or remove input/output/node constraints");
     }
     solution = sr.solution;
     objective = ev.cost;
@@ -134,6 +188,33 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& options) {
   plan.lower_bound_us = (plan.proven_optimal ? objective : bound) + r.lowered.constant_cost;
   plan.total_time_s = seconds_since(t0);
   return r;
+}
+
+}  // namespace
+
+PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
+  validate_planner_options(given);
+  PlannerOptions options = given;
+  options.time_limit_s = checked_time_limit(given.time_limit_s, "time_limit_s");
+  BuildLimits limits;
+  limits.time_limit_s = options.time_limit_s;
+  limits.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(options.time_limit_s));
+  if (options.max_problem_bytes > 0) {
+    limits.max_bytes = options.max_problem_bytes;
+    limits.cap_source = "set by --max-problem-bytes / max_problem_bytes";
+  } else {
+    limits.max_bytes = default_problem_memory_cap(&limits.cap_source);
+  }
+  try {
+    return plan_within_limits(graph, options, limits);
+  } catch (const std::bad_alloc&) {
+    // The estimate is not exact; running out anyway still gets a message, not a bare bad_alloc.
+    throw PlanningLimitError("ran out of memory while planning on mesh " + mesh_str(options.mesh) +
+                             " (memory cap " + human_bytes(static_cast<double>(limits.max_bytes)) + ", " +
+                             limits.cap_source + "); lower the cap with --max-problem-bytes / max_problem_bytes so "
+                             "that such a problem is refused early, or use a mesh with fewer dimensions");
+  }
 }
 
 Json plan_graph(const Graph& graph, const PlannerOptions& options) {

@@ -1,11 +1,13 @@
 // Parsing of the planner options JSON (see planner.h). Unknown fields are rejected so a typo
 // never silently drops a constraint.
+#include <charconv>
 #include <cmath>
 #include <set>
 #include <stdexcept>
 
 #include "autoshard/layout.h"
 #include "autoshard/planner.h"
+#include "autoshard/solver.h"
 
 namespace autoshard {
 
@@ -33,6 +35,13 @@ Mesh parse_mesh(const Json& j) {
     throw JsonError("options.mesh.dim_names: " + std::to_string(m.dim_names.size()) + " names for " +
                     std::to_string(m.shape.size()) + " mesh dims");
   return m;
+}
+
+// Shortest form that reads back exactly (0.25, 1e-09), for messages.
+std::string fmt(double x) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
 }
 
 double fraction(const Json& v, const char* where) {
@@ -77,7 +86,9 @@ PlannerOptions parse_planner_options(const Json& doc) {
     } else if (k == "memory_limit_bytes") {
       if (v.is_null()) continue;
       o.memory_limit_bytes = v.as_int("options.memory_limit_bytes");
-      if (o.memory_limit_bytes < 0) throw JsonError("options.memory_limit_bytes: must be >= 0");
+      if (o.memory_limit_bytes <= 0)
+        throw JsonError("options.memory_limit_bytes: must be > 0 bytes per GPU, found " +
+                        std::to_string(o.memory_limit_bytes) + "; for no limit leave it out (or null)");
     } else if (k == "input_constraints") {
       if (v.is_null()) continue;
       for (const auto& [name, l] : v.items("options.input_constraints"))
@@ -106,17 +117,66 @@ PlannerOptions parse_planner_options(const Json& doc) {
       }
     } else if (k == "time_limit_s") {
       if (v.is_null()) continue;
-      o.time_limit_s = v.as_double("options.time_limit_s");
-      if (!(o.time_limit_s > 0)) throw JsonError("options.time_limit_s: must be > 0");
+      try {
+        o.time_limit_s = checked_time_limit(v.as_double("options.time_limit_s"), "options.time_limit_s");
+      } catch (const std::invalid_argument& e) {
+        throw JsonError(e.what());
+      }
+    } else if (k == "max_problem_bytes") {
+      if (v.is_null()) continue;
+      o.max_problem_bytes = v.as_int("options.max_problem_bytes");
+      if (o.max_problem_bytes <= 0)
+        throw JsonError("options.max_problem_bytes: must be > 0, found " + std::to_string(o.max_problem_bytes));
     } else if (k == "verbose") {
       o.verbose = !v.is_null() && v.as_bool("options.verbose");
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
-                      "output_constraints, node_constraints, time_limit_s, verbose)");
+                      "output_constraints, node_constraints, time_limit_s, max_problem_bytes, verbose)");
     }
   }
+  validate_planner_options(o);
   return o;
+}
+
+void validate_planner_options(const PlannerOptions& o) {
+  using std::invalid_argument;
+  if (o.mesh.shape.empty()) throw invalid_argument("mesh: no dimensions given (e.g. --mesh 8x8, shape [8, 8])");
+  int64_t size = 1;
+  for (int64_t s : o.mesh.shape) {
+    if (s < 1) throw invalid_argument("mesh: sizes must be >= 1, found " + std::to_string(s));
+    if (s > (int64_t{1} << 20) / size)
+      throw invalid_argument("mesh: more than 2^20 GPUs in total; no plan is made for meshes that large");
+    size *= s;
+  }
+  if (!o.mesh.dim_names.empty() && o.mesh.dim_names.size() != o.mesh.shape.size())
+    throw invalid_argument("mesh: " + std::to_string(o.mesh.dim_names.size()) + " dim names for " +
+                           std::to_string(o.mesh.shape.size()) + " mesh dims");
+  if (!o.parameter_memory_default && o.parameter_memory) {
+    const auto [low, high] = *o.parameter_memory;
+    if (!(low >= 0 && low <= high && high <= 1))
+      throw invalid_argument("parameter memory: need 0 <= low <= high <= 1 (fractions of all parameter bytes), got low=" +
+                             fmt(low) + " high=" + fmt(high));
+    // Even with every parameter sharded over every GPU, one GPU holds at least 1/size of it
+    // (the largest chunk of an uneven split holds more), so a smaller high bound can never be
+    // met; it used to be quietly raised to what the parameters reach.
+    const double least = 1.0 / static_cast<double>(size);
+    if (high < least * (1 - 1e-9))
+      throw invalid_argument("parameter memory: high=" + fmt(high) + " is below " + fmt(least) + " = 1/" +
+                             std::to_string(size) + ", the least fraction of the parameters any plan can store per "
+                             "GPU on this mesh (every parameter sharded over all " + std::to_string(size) +
+                             " GPUs); pass high >= " + fmt(least) + " (--param-memory " + fmt(low) + "," + fmt(least) +
+                             ", add_parameter_memory_constraint(high=" + fmt(least) +
+                             "), or leave high out for that default), or drop the constraint (--no-param-memory, "
+                             "remove_parameter_memory_constraint())");
+  }
+  if (o.memory_limit_bytes == 0 || o.memory_limit_bytes < -1)
+    throw invalid_argument("memory limit: must be > 0 bytes per GPU, got " + std::to_string(o.memory_limit_bytes) +
+                           "; for no limit leave it out (--memory-limit, memory_limit_bytes)");
+  checked_time_limit(o.time_limit_s, "time limit (--time-limit, time_limit_s)");
+  if (o.max_problem_bytes < 0)
+    throw invalid_argument("max problem bytes: must be > 0 (or 0 for the default cap), got " +
+                           std::to_string(o.max_problem_bytes));
 }
 
 }  // namespace autoshard

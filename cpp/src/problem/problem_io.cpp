@@ -1,7 +1,10 @@
 // IOPDDL problem reader/writer with validation that names the field and the fix.
 #include "autoshard/problem_io.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 namespace autoshard {
@@ -39,13 +42,30 @@ const std::vector<Json>& array_of(const Json& v, const std::string& where, const
 
 // Costs: any finite number that fits a 64-bit integer range (IOPDDL costs are integers; the
 // PyTorch path writes microseconds). Values >= 1e18 mean "infeasible" and are kept as is.
+// Integers are taken from the JSON text exactly: between 2^53 and 1e18 they would round in the
+// solver's doubles (999999999999999999 would become 1e18, "infeasible"), so they are refused.
 Cost read_cost(const Json& v, const std::string& where, const std::string& source) {
   if (!v.is_number()) fail(source, where + ": expected a number, found " + json_kind_name(v.kind()));
+  const std::string fix =
+      "; costs of 1e18 (1000000000000000000) and above mean 'infeasible', finite costs must stay within "
+      "+-2^53 = 9007199254740992 (the solver works in doubles, exact for integers up to there): divide every "
+      "cost by a common factor";
+  if (v.is_integer()) {
+    const int64_t c = v.as_int();
+    if (c >= 1000000000000000000LL) return static_cast<Cost>(c);
+    if (static_cast<Cost>(c < 0 ? -c : c) > kMaxExactCost)
+      fail(source, where + ": cost " + std::to_string(c) + " cannot be represented exactly" + fix);
+    return static_cast<Cost>(c);
+  }
   double d = v.as_double();
+  char text[32];
+  auto r = std::to_chars(text, text + sizeof text, d);
+  const std::string shown(text, r.ptr);
   if (!std::isfinite(d) || std::fabs(d) >= 9.2e18)
-    fail(source, where + ": cost " + std::to_string(d) +
-                     " does not fit in 64 bits; write infeasible choices as 1000000000000000000 (1e18)");
-  return v.is_integer() ? static_cast<Cost>(v.as_int()) : d;
+    fail(source, where + ": cost " + shown + " does not fit in 64 bits; write infeasible choices as 1000000000000000000 (1e18)");
+  if (!is_infeasible(d) && std::fabs(d) > kMaxExactCost)
+    fail(source, where + ": cost " + shown + " cannot be represented exactly" + fix);
+  return d;
 }
 
 int64_t read_int(const Json& v, const std::string& where, const std::string& source) {
@@ -247,8 +267,40 @@ void validate_problem(const Problem& p, const std::string& source) {
     }
     if (g.low > g.high) fail(source, "budget " + std::to_string(b) + ": low > high");
   }
+  // Every partial sum of a plan's finite costs is at most this bound; at most 2^53 keeps them
+  // all exact, so plans are compared and printed exactly.
+  long double most = 0;
+  auto largest_finite = [](const std::vector<Cost>& row) {
+    Cost m = 0;
+    for (Cost c : row)
+      if (!is_infeasible(c)) m = std::max(m, std::fabs(c));
+    return m;
+  };
+  for (const auto& row : p.node_costs) most += largest_finite(row);
+  for (const Edge& e : p.edges) most += largest_finite(e.costs);
+  if (most > static_cast<long double>(kMaxExactCost)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.4Lg", most);
+    fail(source, std::string("the finite costs of one plan can add up to ") + buf +
+                     " (the largest finite cost of every node and edge), above 2^53 = 9007199254740992, where the "
+                     "solver's doubles stop being exact and plans could be ordered wrongly; divide every cost by a "
+                     "common factor");
+  }
   if (!p.node_names.empty() && p.node_names.size() != n)
     fail(source, "node_names has " + std::to_string(p.node_names.size()) + " entries for " + std::to_string(n) + " nodes");
+}
+
+bool has_integer_costs(const Problem& p) {
+  auto integral = [](const std::vector<Cost>& row) {
+    for (Cost c : row)
+      if (!is_infeasible(c) && std::nearbyint(c) != c) return false;
+    return true;
+  };
+  for (const auto& row : p.node_costs)
+    if (!integral(row)) return false;
+  for (const Edge& e : p.edges)
+    if (!integral(e.costs)) return false;
+  return true;
 }
 
 Problem parse_problem(std::string_view text, const std::string& source) {

@@ -69,6 +69,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
                    " of the total)"
              : std::string())
      << "\n";
+  for (const auto& note : plan.notes) os << "  note: " << note << "\n";
   size_t strategies = 0;
   for (const auto& s : sm.strategies) strategies += s.size();
   os << "  graph: " << g.nodes.size() << " nodes, " << strategies << " strategies; solver problem: " << plan.solver_nodes

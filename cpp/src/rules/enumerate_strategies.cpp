@@ -1,6 +1,9 @@
 // Strategy enumeration: expand single-mesh-dim rule rows to the full mesh (Cartesian product
 // over mesh dims), filter what DTensor would reject, dedupe, and cost each strategy on its
 // LOCAL shapes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -87,10 +90,41 @@ std::string strategy_str(const Strategy& s) {
   return out;
 }
 
-std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t index, const MeshModel& model) {
+int64_t strategy_bytes(size_t layouts, int mesh_dims) {
+  // Strategy itself, a set entry while deduplicating, and per layout its vector plus heap block.
+  return 128 + static_cast<int64_t>(layouts) * (48 + 12 * static_cast<int64_t>(mesh_dims));
+}
+
+namespace {
+
+// Reserves `combos` strategies of `per` bytes (saturating: 30^8 combinations must not wrap).
+int64_t reserve_worst_case(BuildLimits* limits, double combos, int64_t per, const Node& n, int nd) {
+  if (!limits) return 0;
+  const double bytes = std::min(combos * static_cast<double>(per), 9e18);
+  char count[64];
+  std::snprintf(count, sizeof count, "%.3g", combos);
+  std::string what = "enumerating the strategies of node '";
+  what += n.name;
+  what += "' (" + n.op + ": up to " + count + " combinations on a " + std::to_string(nd) +
+          "-dim mesh) with those of the nodes before it";
+  limits->reserve(static_cast<int64_t>(bytes), what);
+  return static_cast<int64_t>(bytes);
+}
+
+}  // namespace
+
+std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t index, const MeshModel& model,
+                                                BuildLimits* limits) {
   const Node& n = graph.nodes.at(index);
   const Mesh& mesh = model.mesh;
-  if (n.op == "placeholder") return placeholder_strategies(n, mesh);
+  const int nd = mesh.ndim();
+  if (n.op == "placeholder") {
+    const int64_t per = strategy_bytes(1, nd);
+    const int64_t worst = reserve_worst_case(limits, std::pow(double(n.outputs[0]->shape.size() + 1), nd), per, n, nd);
+    std::vector<Strategy> out = placeholder_strategies(n, mesh);
+    if (limits) limits->release(worst - static_cast<int64_t>(out.size()) * per);
+    return out;
+  }
 
   register_all_rules();
   const OpRule* rule = RuleRegistry::instance().find(n.op);
@@ -118,11 +152,13 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
     rows.push_back(std::move(row));
   }
 
-  const int nd = mesh.ndim();
+  const int64_t per = strategy_bytes(n.outputs.size() + refs.size(), nd);
+  const int64_t worst = reserve_worst_case(limits, std::pow(double(rows.size()), nd), per, n, nd);
   std::vector<Strategy> out;
   std::set<std::vector<uint64_t>> seen;
   std::vector<size_t> idx(nd, 0);
-  while (true) {
+  for (size_t step = 1;; ++step) {
+    if (limits && step % 4096 == 0) limits->check_time(std::string("enumerating the strategies of node ") + n.name);
     Strategy s;
     bool ok = true;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -150,6 +186,8 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
     if (i < 0) break;
   }
 
+  if (limits) limits->release(worst - static_cast<int64_t>(out.size()) * per);
+
   // Compute cost on local shapes (views move no data).
   for (auto& s : out) {
     if (rule->is_view) { s.compute_us = 0; continue; }
@@ -171,12 +209,15 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   return out;
 }
 
-std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model) {
+std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model,
+                                                        BuildLimits* limits) {
   std::vector<std::vector<Strategy>> all(graph.nodes.size());
   std::map<std::string, std::string> missing;  // op -> first node, deterministic order
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (limits) limits->check_time("enumerating strategies (node " + std::to_string(i) + " of " +
+                                   std::to_string(graph.nodes.size()) + ")");
     try {
-      all[i] = enumerate_node_strategies(graph, static_cast<int32_t>(i), model);
+      all[i] = enumerate_node_strategies(graph, static_cast<int32_t>(i), model, limits);
     } catch (const UnsupportedOpError&) {
       const Node& n = graph.nodes[i];
       missing.emplace(n.op, node_label(n));

@@ -88,6 +88,7 @@ SolverModel build_model(const Problem& p) {
     }
     m.budgets.push_back(std::move(br));
   }
+  m.integer_costs = has_integer_costs(p);
   return m;
 }
 

@@ -46,8 +46,9 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
 SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options) {
   const auto t0 = Clock::now();
   detail::SearchStop stop;
+  // Capped so that a huge limit cannot overflow the clock's tick count (1e10 s did).
   stop.deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(std::max(0.0, options.time_limit_s)));
+                           std::chrono::duration<double>(std::clamp(options.time_limit_s, 0.0, kMaxTimeLimitS)));
   stop.work_limit = options.work_limit;
   std::atomic<bool> proven{false};
   stop.proven = &proven;
@@ -72,10 +73,12 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const detail::GraphView g = detail::build_graph_view(red.reduced);
   const detail::Clusters clusters = detail::find_clusters(g);
   const int32_t runs = std::max(1, options.threads);
+  const bool integer_costs = has_integer_costs(red.reduced) && std::nearbyint(red.cost_offset) == red.cost_offset;
   std::vector<detail::SearchOutcome> outcomes(runs);
   auto run = [&](int32_t k) {
-    outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, portfolio_config(options, k),
-                                            stop, red.cost_offset);
+    detail::SearchConfig config = portfolio_config(options, k);
+    config.integer_costs = integer_costs;
+    outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, stop, red.cost_offset);
   };
   if (runs == 1) {
     run(0);
@@ -108,7 +111,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     detail::MemoryProfile memory(g, red.reduced.usage_limit);
     memory.reset(o.best);
     result.peak_usage = memory.peak();
-    result.proven_optimal = result.cost - result.lower_bound <= 1e-9 * std::abs(result.cost);
+    result.proven_optimal = result.cost - result.lower_bound <= optimality_tolerance(result.cost, integer_costs);
     result.status = result.proven_optimal ? "optimal" : o.stopped_by;
   } else {
     result.status = "no valid plan found within the time limit";

@@ -247,7 +247,8 @@ SearchOutcome Search::run() {
       std::fprintf(stderr, "[search %d] round %lld t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g\n",
                    config_.id, (long long)round, seconds_since(t0_), out_.lower_bound + cost_offset_,
                    best_cost() + cost_offset_, (long long)decoded_peak, (long long)limit_, step_scale);
-    if (!out_.best.empty() && out_.best_cost - out_.lower_bound <= 1e-9 * std::abs(out_.best_cost)) {
+    if (!out_.best.empty() &&
+        out_.best_cost - out_.lower_bound <= optimality_tolerance(out_.best_cost, config_.integer_costs)) {
       out_.stopped_by = "proven optimal";
       if (stop_.proven) stop_.proven->store(true);
       break;

@@ -26,6 +26,7 @@ struct SearchConfig {
   double polish_share_primal = 0.5;
   int32_t lns_tree_size = 48;
   bool verbose = false;
+  bool integer_costs = false;  // every cost is an integer: a proof needs the gap below one unit
   int32_t id = 0;  // names the run in verbose output
 };
 

@@ -3,6 +3,8 @@
 // lower bound are kept, and the returned plan is re-evaluated from scratch.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <stdexcept>
 
 #include "autoshard/evaluate.h"
 #include "autoshard/exact.h"
@@ -65,7 +67,20 @@ void merge_into(SolveResult& best, const SolveResult& other, const Problem& p, d
 
 }  // namespace
 
-SolveResult solve(const Problem& problem, const SolveOptions& options) {
+double checked_time_limit(double seconds, const std::string& what) {
+  if (!std::isfinite(seconds) || seconds <= 0) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", seconds);
+    throw std::invalid_argument(what + " must be a finite number of seconds > 0, got " + got +
+                                " (the search runs until this limit unless it proves its plan optimal, so it "
+                                "needs one; e.g. 60)");
+  }
+  return std::min(seconds, kMaxTimeLimitS);
+}
+
+SolveResult solve(const Problem& problem, const SolveOptions& given) {
+  SolveOptions options = given;
+  options.time_limit_s = checked_time_limit(given.time_limit_s, "the solver time limit (time_limit_s)");
   validate_problem(problem);
   detail::Deadline deadline;
   deadline.limit_s = options.time_limit_s;
@@ -114,9 +129,14 @@ SolveResult solve(const Problem& problem, const SolveOptions& options) {
     best.lower_bound = std::min(best.lower_bound, best.cost);
     if (best.lower_bound >= best.cost) best.proven_optimal = true;
     if (best.proven_optimal) { best.status = "optimal"; best.lower_bound = best.cost; }
+    // A later stage that found nothing must not label the plan an earlier stage found.
+    else if (best.status.find("limit") == std::string::npos || best.status.find("no valid") != std::string::npos)
+      best.status = "time limit (best plan so far)";
   } else {
     best.proven_optimal = false;
-    if (best.status.rfind("infeasible", 0) != 0) best.status = "no valid plan found";
+    best.proven_infeasible = best.status.rfind("infeasible", 0) == 0;
+    if (!best.proven_infeasible)
+      best.status = "no valid plan found within the time limit (infeasibility not proven)";
   }
   if (!std::isfinite(best.lower_bound) || best.lower_bound < -kInfeasibleCost) best.lower_bound = -kInfeasibleCost;
   best.total_time_s = deadline.elapsed();

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -50,7 +51,9 @@ int64_t Json::as_int(std::string_view where) const {
   if (kind_ != Kind::Number) throw JsonError(kind_error(where, "an integer", kind_));
   if (!is_int_) {
     if (std::nearbyint(num_) == num_ && std::fabs(num_) < 9.2e18) return static_cast<int64_t>(num_);
-    throw JsonError(std::string(where) + ": expected an integer, found " + std::to_string(num_) +
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, num_);
+    throw JsonError(std::string(where) + ": expected an integer, found " + std::string(buf, r.ptr) +
                     (std::fabs(num_) >= 9.2e18 ? " (does not fit in 64 bits)" : ""));
   }
   return int_;
@@ -108,7 +111,10 @@ class JsonParser {
   explicit JsonParser(std::string_view t) : s_(t) {}
 
   Json parse_document() {
+    // A UTF-8 byte-order mark (some Windows editors write one) carries no content.
+    if (s_.substr(0, 3) == "\xEF\xBB\xBF") p_ = 3;
     skip_ws();
+    if (p_ == s_.size()) fail("the input is empty (no JSON value)");
     Json v = parse_value(0);
     skip_ws();
     if (p_ != s_.size()) fail("unexpected characters after the JSON value");
@@ -118,12 +124,14 @@ class JsonParser {
  private:
   std::string_view s_;
   size_t p_ = 0;
+  const std::string* key_ = nullptr;  // the object key whose value is being parsed, for messages
 
   [[noreturn]] void fail(const std::string& msg) const {
-    size_t line = 1, col = 1;
+    size_t line = 1, col = 1;  // columns count characters, not the bytes of UTF-8 sequences
     for (size_t i = 0; i < p_ && i < s_.size(); ++i) {
-      if (s_[i] == '\n') { ++line; col = 1; } else { ++col; }
+      if (s_[i] == '\n') { ++line; col = 1; } else if ((static_cast<unsigned char>(s_[i]) & 0xC0) != 0x80) { ++col; }
     }
+    if (s_.substr(0, 3) == "\xEF\xBB\xBF" && line == 1 && col > 1) --col;
     throw JsonError("invalid JSON at line " + std::to_string(line) + ", column " +
                     std::to_string(col) + ": " + msg);
   }
@@ -144,9 +152,40 @@ class JsonParser {
       case 'f': expect_word("false"); return Json::boolean(false);
       case 'n': expect_word("null"); return Json::null();
       default:
+        if (s_.substr(p_, 3) == "NaN" || s_.substr(p_, 8) == "Infinity" || s_.substr(p_, 9) == "-Infinity")
+          fail(std::string(key_ ? "the value of \"" + *key_ + "\": " : "") +
+               "NaN and Infinity are not JSON numbers (Python's json.dumps writes them for float('nan') and "
+               "float('inf')); give a finite number");
         if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
-        fail(std::string("unexpected character '") + c + "'");
+        fail(std::string("unexpected") + found().substr(std::string(", found").size()));
     }
+  }
+  // Messages must stay valid UTF-8 (they reach Python as str), so other bytes are named in hex.
+  static std::string describe_byte(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7F) return std::string("character '") + c + "'";
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "byte 0x%02X", u);
+    return buf;
+  }
+  // What stands at the current position, for "expected X" messages.
+  std::string found() const {
+    if (p_ >= s_.size()) return ", found the end of the input (is the file cut short?)";
+    const auto u = static_cast<unsigned char>(s_[p_]);
+    return ", found " + describe_byte(s_[p_]) + (u >= 0x80 ? " (JSON text must be UTF-8)" : "");
+  }
+  // Length of the valid UTF-8 sequence starting at p_ (lead byte >= 0x80), 0 when invalid:
+  // overlong forms, surrogates and code points above U+10FFFF are invalid too.
+  size_t utf8_sequence() const {
+    const auto b = [&](size_t k) { return p_ + k < s_.size() ? static_cast<unsigned char>(s_[p_ + k]) : 0u; };
+    const unsigned c0 = b(0);
+    size_t len = c0 >= 0xF0 && c0 <= 0xF4 ? 4 : c0 >= 0xE0 ? 3 : c0 >= 0xC2 && c0 <= 0xDF ? 2 : 0;
+    if (c0 >= 0xF5) len = 0;
+    for (size_t k = 1; k < len; ++k)
+      if ((b(k) & 0xC0) != 0x80) return 0;
+    if (len == 3 && ((c0 == 0xE0 && b(1) < 0xA0) || (c0 == 0xED && b(1) >= 0xA0))) return 0;
+    if (len == 4 && ((c0 == 0xF0 && b(1) < 0x90) || (c0 == 0xF4 && b(1) >= 0x90))) return 0;
+    return len;
   }
   void expect_word(const char* w) {
     size_t n = std::strlen(w);
@@ -207,7 +246,15 @@ class JsonParser {
     std::string out;
     while (true) {
       if (p_ >= s_.size()) fail("unterminated string");
-      char c = s_[p_++];
+      char c = s_[p_];
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        const size_t len = utf8_sequence();
+        if (len == 0) fail(describe_byte(c) + " in a string is not valid UTF-8; save the file as UTF-8");
+        out.append(s_.substr(p_, len));
+        p_ += len;
+        continue;
+      }
+      ++p_;
       if (c == '"') break;
       if (static_cast<unsigned char>(c) < 0x20) { --p_; fail("control character in string"); }
       if (c != '\\') { out += c; continue; }
@@ -249,7 +296,7 @@ class JsonParser {
       char c = peek();
       if (c == ',') { ++p_; continue; }
       if (c == ']') { ++p_; break; }
-      fail("expected ',' or ']' in array");
+      fail("expected ',' or ']' in array" + found());
     }
     return arr;
   }
@@ -260,18 +307,22 @@ class JsonParser {
     if (peek() == '}') { ++p_; return obj; }
     while (true) {
       skip_ws();
-      if (peek() != '"') fail("expected a string key in object");
+      if (peek() != '"') fail("expected a string key in object" + found());
       std::string key = parse_string();
       skip_ws();
-      if (peek() != ':') fail("expected ':' after object key");
+      if (peek() != ':') fail("expected ':' after object key" + found());
       ++p_;
       skip_ws();
-      obj.obj_.emplace_back(std::move(key), parse_value(depth + 1));
+      const std::string* outer = key_;
+      key_ = &key;
+      Json value = parse_value(depth + 1);
+      key_ = outer;
+      obj.obj_.emplace_back(std::move(key), std::move(value));
       skip_ws();
       char c = peek();
       if (c == ',') { ++p_; continue; }
       if (c == '}') { ++p_; break; }
-      fail("expected ',' or '}' in object");
+      fail("expected ',' or '}' in object" + found());
     }
     return obj;
   }
@@ -353,6 +404,9 @@ std::string Json::dump(int indent) const {
 
 // ----------------------------------------------------------------------------- files
 std::string read_file_maybe_gzip(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error("'" + path + "' is a directory, not a file; pass the JSON file itself");
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw std::runtime_error("cannot open file '" + path + "': " + std::strerror(errno));
   unsigned char magic[2] = {0, 0};
@@ -363,6 +417,7 @@ std::string read_file_maybe_gzip(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::ostringstream ss;
     ss << in.rdbuf();
+    if (in.bad()) throw std::runtime_error("error while reading '" + path + "': " + std::strerror(errno));
     return ss.str();
   }
   gzFile f = gzopen(path.c_str(), "rb");
@@ -381,7 +436,14 @@ std::string read_file_maybe_gzip(const std::string& path) {
     if (n == 0) break;
     out.append(buf.data(), static_cast<size_t>(n));
   }
+  // gzread returns what it could decompress and stops quietly at a cut-off stream; zlib
+  // records that as Z_BUF_ERROR, which would otherwise pass a partial file as whole.
+  int err = Z_OK;
+  std::string msg = gzerror(f, &err);
   gzclose(f);
+  if (err != Z_OK)
+    throw std::runtime_error("'" + path + "' is a truncated or damaged gzip file (" + msg +
+                             " after " + std::to_string(out.size()) + " decompressed bytes); copy or download it again");
   return out;
 }
 
