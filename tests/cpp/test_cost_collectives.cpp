@@ -169,6 +169,22 @@ TEST(CostCollectives, RingFormulas) {
               3 * 2 + 5.0 / 6 * 4000 + 10, 1e-9);
 }
 
+TEST(CostCollectives, ReduceScatterRunAsAllReduceCostsAnAllReduce) {
+  // gloo runs a reduce-scatter as an all-reduce of the whole buffer (the CPU profile says so)
+  const HardwareProfile& cpu = hardware_profile("CPU");
+  ASSERT_TRUE(cpu.reduce_scatter_via_all_reduce);
+  auto link = mesh_dim_links(cpu, {4})[0];
+  EXPECT_TRUE(link.reduce_scatter_via_all_reduce);
+  for (double b : {1e3, 1e8})
+    EXPECT_DOUBLE_EQ(collective_time_us(Collective::ReduceScatter, b, link),
+                     collective_time_us(Collective::AllReduce, b, link));
+  // NCCL profiles keep the ring reduce-scatter, half an all-reduce's data
+  auto nccl = mesh_dim_links(h100(), {4})[0];
+  EXPECT_FALSE(nccl.reduce_scatter_via_all_reduce);
+  EXPECT_LT(collective_time_us(Collective::ReduceScatter, 1e8, nccl),
+            0.6 * collective_time_us(Collective::AllReduce, 1e8, nccl));
+}
+
 TEST(CostCollectives, HierarchicalGroupsPayNetworkLatencyOnlyAtNodeBoundaries) {
   // {16}: 8 members on each of 2 nodes. Ring: 15 steps, 1 crosses the network.
   auto flat16 = mesh_dim_links(h100(), {16})[0];

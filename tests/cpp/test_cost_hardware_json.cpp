@@ -45,6 +45,7 @@ TEST(CostHardwareJson, RoundTripsEveryField) {
     EXPECT_EQ(back.name, hw.name);
     EXPECT_EQ(back.gpus_per_node, hw.gpus_per_node);
     EXPECT_EQ(back.fp32_matmul_uses_tf32, false);
+    EXPECT_EQ(back.reduce_scatter_via_all_reduce, hw.reduce_scatter_via_all_reduce);
     EXPECT_EQ(back.peak_flops_fp32, hw.peak_flops_fp32);
     EXPECT_EQ(back.peak_flops_fp32_cuda_core, hw.peak_flops_fp32_cuda_core);
     EXPECT_EQ(back.peak_flops_bf16, hw.peak_flops_bf16);

@@ -53,6 +53,9 @@ struct HardwareProfile {
   double intra_node_efficiency = 1.0;
   double inter_node_efficiency = 1.0;
   double collective_launch_us = 0;       // fixed cost of one collective call (kernel launch, sync)
+  // The collective library runs a reduce-scatter as an all-reduce of the whole buffer, each
+  // rank keeping its slice (gloo does): it costs an all-reduce, twice a ring reduce-scatter.
+  bool reduce_scatter_via_all_reduce = false;
 };
 
 // Known profiles: throws std::invalid_argument naming the known ones for an unknown name.
@@ -101,6 +104,7 @@ struct MeshDimLink {
   // Per-step latency of the steps that stay inside a node when the group spans several nodes
   // with several members each (hierarchical rings and trees); 0 = every step costs latency_us.
   double intra_latency_us = 0;
+  bool reduce_scatter_via_all_reduce = false;  // HardwareProfile's field of that name
 };
 std::vector<MeshDimLink> mesh_dim_links(const HardwareProfile& hw, const std::vector<int64_t>& mesh_shape);
 

@@ -11,7 +11,8 @@
 //       L alpha + (n-1)/n bytes beta
 //   all-reduce (pipelined double binary tree: reduce up, broadcast down): 2 L alpha + 2 bytes beta
 //   all-to-all (Bruck: L rounds, each moving half the buffer): L alpha + L/2 bytes beta
-// Every call with n > 1 also pays the link's fixed launch cost.
+// Every call with n > 1 also pays the link's fixed launch cost. A library that runs
+// reduce-scatter as an all-reduce (gloo) is charged an all-reduce for it.
 //
 // Latency steps of a group spanning `nodes` nodes with r members on each (row-major packing,
 // so a group's members on one node are consecutive in the ring): a ring crosses the network
@@ -118,6 +119,7 @@ CollectiveEstimate estimate_collective(Collective kind, double bytes, const Mesh
   if (link.group_size < 1)
     throw std::invalid_argument(std::string(collective_name(kind)) + ": group_size must be >= 1, got " +
                                 std::to_string(link.group_size));
+  if (kind == Collective::ReduceScatter && link.reduce_scatter_via_all_reduce) kind = Collective::AllReduce;
   CollectiveEstimate est;
   est.algorithm = algo == CollectiveAlgorithm::Auto ? CollectiveAlgorithm::Ring : algo;
   if (link.group_size == 1 || bytes == 0) return est;  // nothing leaves the rank

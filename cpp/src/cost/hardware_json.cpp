@@ -40,7 +40,7 @@ const std::vector<NumberField>& number_fields() {
 }
 
 std::string known_keys() {
-  std::string s = "base, name, gpus_per_node, fp32_matmul_uses_tf32";
+  std::string s = "base, name, gpus_per_node, fp32_matmul_uses_tf32, reduce_scatter_via_all_reduce";
   for (const auto& f : number_fields()) s += std::string(", ") + f.key;
   return s;
 }
@@ -79,6 +79,11 @@ HardwareProfile hardware_profile_from_json(const Json& spec) {
       hw.fp32_matmul_uses_tf32 = value.as_bool();
       continue;
     }
+    if (key == "reduce_scatter_via_all_reduce") {
+      if (!value.is_bool()) bad(key, "expected true or false");
+      hw.reduce_scatter_via_all_reduce = value.as_bool();
+      continue;
+    }
     bool found = false;
     for (const auto& f : number_fields()) {
       if (key != f.key) continue;
@@ -99,6 +104,7 @@ Json hardware_profile_to_json(const HardwareProfile& hw) {
   j.set("name", Json::string(hw.name));
   j.set("gpus_per_node", Json::integer(hw.gpus_per_node));
   j.set("fp32_matmul_uses_tf32", Json::boolean(hw.fp32_matmul_uses_tf32));
+  j.set("reduce_scatter_via_all_reduce", Json::boolean(hw.reduce_scatter_via_all_reduce));
   for (const auto& f : number_fields()) j.set(f.key, Json::number(hw.*(f.member)));
   return j;
 }

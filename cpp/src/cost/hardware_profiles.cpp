@@ -138,6 +138,7 @@ HardwareProfile cpu_gloo() {
   p.inter_node_latency_us = 50.0;
   p.inter_node_efficiency = 0.8;
   p.collective_launch_us = 150.0;       // gloo's fixed cost per call (~200 us measured, 2 ranks)
+  p.reduce_scatter_via_all_reduce = true;  // gloo: profiler shows gloo:all_reduce per reduce-scatter
   p.fp32_matmul_uses_tf32 = false;
   return p;
 }

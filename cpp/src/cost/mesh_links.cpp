@@ -85,6 +85,7 @@ std::vector<MeshDimLink> mesh_dim_links(const HardwareProfile& hw, const std::ve
       link.intra_latency_us = hw.intra_node_latency_us;
     }
     link.launch_us = link.group_size > 1 ? hw.collective_launch_us : 0;
+    link.reduce_scatter_via_all_reduce = hw.reduce_scatter_via_all_reduce;
     links.push_back(link);
   }
   return links;
