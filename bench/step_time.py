@@ -110,7 +110,7 @@ def _autoshard_module(a, mesh, variant, ref_state):
     shapes = [(a.batch, a.seq)] * 2
     t0 = time.perf_counter()
     with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
-                      mesh, compile=variant == "autoshard_compile",
+                      mesh, compile=variant == "autoshard_compile", hardware=a.hardware,
                       runtime="interpret" if variant == "autoshard_interp" else "program",
                       time_limit_s=a.plan_time_limit) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
@@ -221,7 +221,7 @@ def worker(a) -> None:
 
 # ---- launcher --------------------------------------------------------------------------------
 def _fmt(r: dict, key: str = "step_s") -> str:
-    return f"{r[key]:.4f}" if key in r else "failed"
+    return f"{r[key]:.4f} s" if key in r else "failed"
 
 
 def launch(a) -> None:
@@ -232,7 +232,7 @@ def launch(a) -> None:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={n}", __file__, "--worker", "--out", out]
             cmd += [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                    if k not in ("worker", "out", "ranks")]
+                    if k not in ("worker", "out", "ranks") and v is not None]
             env = dict(os.environ, OMP_NUM_THREADS="1")
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -255,7 +255,7 @@ def launch(a) -> None:
                    default=None)
         comp = (f"{res['autoshard_compile']['step_s'] / best:.2f}"
                 if best and "step_s" in res.get("autoshard_compile", {}) else "-")
-        print(f"| {n} | " + " | ".join(f"{_fmt(res[v])} s" for v in variants)
+        print(f"| {n} | " + " | ".join(_fmt(res[v]) for v in variants)
               + f" | {ratio('autoshard', 'fsdp2')} | {ratio('autoshard_ddp', 'ddp')} | {comp} |")
     if a.profile:
         print("\ncommunication per step under the profiler (rank 0; gloo threads busy, and "
@@ -292,6 +292,9 @@ def main() -> None:
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--variants", default=",".join(ALL_VARIANTS))
     p.add_argument("--plan-time-limit", type=float, default=10.0)
+    p.add_argument("--hardware", default=None,
+                   help="autoshard's cost-model profile (default: 'CPU' on gloo; 'measure' "
+                        "measures the ranks first)")
     p.add_argument("--profile", default="", metavar="DIR",
                    help="also profile each variant (torch.profiler) and write Chrome traces "
                         "to DIR, with how much communication ran behind compute")

@@ -59,12 +59,7 @@ CollectiveAlgorithm parse_algorithm(const std::string& name) {
 
 // `hardware` is a profile name ("H100") or a JSON object of profile fields, optionally with a
 // "base" profile: '{"base": "H100", "gpus_per_node": 4}'.
-HardwareProfile resolve(const std::string& hardware) {
-  size_t first = hardware.find_first_not_of(" \t\n");
-  if (first != std::string::npos && hardware[first] == '{')
-    return hardware_profile_from_json(parse_json(hardware));
-  return hardware_profile(hardware);
-}
+HardwareProfile resolve(const std::string& hardware) { return hardware_profile_from_text(hardware); }
 
 HardwareProfile profile_with_tf32(const std::string& hardware, bool allow_tf32) {
   HardwareProfile hw = resolve(hardware);

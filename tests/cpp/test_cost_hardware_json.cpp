@@ -83,3 +83,11 @@ TEST(CostHardwareJson, ErrorsNameTheKey) {
   EXPECT_EQ(mine.name, "mine");
   EXPECT_DOUBLE_EQ(compute_time_us(mine, 7e13, 0, DType::BFloat16), 1e6);  // 70 TFLOP at 100 T * 0.7
 }
+
+TEST(CostHardwareJson, FromTextTakesANameOrAnObject) {
+  EXPECT_EQ(hardware_profile_from_text("H100").name, "H100");
+  HardwareProfile hw = hardware_profile_from_text(R"( {"base": "CPU", "collective_launch_us": 900})");
+  EXPECT_DOUBLE_EQ(hw.collective_launch_us, 900);
+  EXPECT_TRUE(hw.reduce_scatter_via_all_reduce);  // kept from the base
+  EXPECT_THROW(hardware_profile_from_text("{\"base\": \"CPU\", \"warp\": 1}"), std::invalid_argument);
+}

@@ -74,6 +74,9 @@ class Json;
 // "inter_node_bandwidth": 25e9}. Unknown keys and wrong types throw std::invalid_argument
 // naming the key; the result is validated (validate_hardware_profile).
 HardwareProfile hardware_profile_from_json(const Json& spec);
+// A profile named ("H100") or written as a JSON object's text ('{"base": "CPU", ...}'): how
+// options and bindings carry hardware that is not built in (e.g. one measured at run time).
+HardwareProfile hardware_profile_from_text(std::string_view text);
 // Every field as a JSON object (the inverse of hardware_profile_from_json).
 Json hardware_profile_to_json(const HardwareProfile& hw);
 

@@ -2,7 +2,7 @@
 //
 // Options JSON (every field optional except mesh):
 //   {"mesh": {"shape": [8, 8], "dim_names": ["dp", "tp"]},
-//    "hardware": "H100",
+//    "hardware": "H100",       (or an object of profile fields: {"base": "CPU", ...})
 //    "parameter_memory": {"low": 0.0, "high": 0.015625}   (absent: low 0, high 1/mesh size;
 //                                                          null: no constraint)
 //    "memory_limit_bytes": 80000000000,
@@ -31,7 +31,7 @@ namespace autoshard {
 
 struct PlannerOptions {
   Mesh mesh;
-  std::string hardware = "H100";
+  std::string hardware = "H100";  // a profile name, or a JSON object of profile fields as text
   bool parameter_memory_default = true;  // low 0, high 1/mesh.size()
   std::optional<std::pair<double, double>> parameter_memory;  // used when !parameter_memory_default
   int64_t memory_limit_bytes = -1;  // per GPU; -1: no limit (users omit it, never pass <= 0)

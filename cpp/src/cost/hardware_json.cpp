@@ -99,6 +99,13 @@ HardwareProfile hardware_profile_from_json(const Json& spec) {
   return hw;
 }
 
+HardwareProfile hardware_profile_from_text(std::string_view text) {
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '{')
+    return hardware_profile_from_json(parse_json(std::string(text)));
+  return hardware_profile(text);
+}
+
 Json hardware_profile_to_json(const HardwareProfile& hw) {
   Json j = Json::object();
   j.set("name", Json::string(hw.name));

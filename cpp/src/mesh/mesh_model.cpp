@@ -24,7 +24,7 @@ MeshModel MeshModel::make(const Mesh& mesh, std::string_view hardware) {
   m.mesh = mesh;
   if (m.mesh.dim_names.empty())
     for (size_t i = 0; i < mesh.shape.size(); ++i) m.mesh.dim_names.push_back("dim" + std::to_string(i));
-  m.hw = hardware_profile(hardware);
+  m.hw = hardware_profile_from_text(hardware);
   m.links = mesh_dim_links(m.hw, mesh.shape);
   if (m.links.size() != mesh.shape.size())
     throw std::logic_error("mesh_dim_links returned " + std::to_string(m.links.size()) + " links for " +

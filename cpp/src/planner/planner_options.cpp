@@ -62,7 +62,9 @@ PlannerOptions parse_planner_options(const Json& doc) {
   for (const auto& [k, v] : doc.items("options")) {
     if (k == "mesh") continue;
     if (k == "hardware") {
-      if (!v.is_null()) o.hardware = v.as_string("options.hardware");
+      // a profile name, or an object of profile fields (carried as its JSON text)
+      if (v.is_object()) o.hardware = v.dump();
+      else if (!v.is_null()) o.hardware = v.as_string("options.hardware");
     } else if (k == "parameter_memory") {
       o.parameter_memory_default = false;
       if (v.is_null()) { o.parameter_memory.reset(); continue; }
