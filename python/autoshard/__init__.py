@@ -17,6 +17,8 @@ _LAZY = {
     "load_full_state_dict": "apply",
     "local_inputs": "apply",
     "ForwardInputs": "trace",
+    "autoparallel_backend": "compat",
+    "with_sharding_constraint": "sharding_constraint",
 }
 
 __all__ = sorted(_LAZY)

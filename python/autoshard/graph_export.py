@@ -7,7 +7,7 @@ import math
 import operator
 import os
 import re
-from typing import Any
+from typing import Any, Collection
 
 import torch
 import torch.fx as fx
@@ -122,8 +122,14 @@ def node_phase(node: fx.Node, backward: set[str]) -> str:
     return "backward" if node.name in backward else "forward"
 
 
-def graph_dict(step: TracedStep) -> dict:
+def graph_dict(step: TracedStep, free_outputs: Collection[int] = ()) -> dict:
+    """``free_outputs``: forward output indices the planner may leave in any layout. Each is
+    written as tied to its tangent (role "grad" of the tangent placeholder: the output leaves
+    in the layout its gradient arrives in, as a parameter's gradient leaves in the
+    parameter's), so the tangent is planned with it instead of both being pinned to
+    Replicate. Outputs without a tangent (no gradient flows) stay pinned (all-Replicate)."""
     gm = step.gm
+    tangent_of_output = {idx: name for name, idx in step.tangent_of.items()}
     backward = tangent_dependent(gm, set(step.tangent_of))
     nodes = []
     for n in gm.graph.nodes:
@@ -176,12 +182,17 @@ def graph_dict(step: TracedStep) -> dict:
         if not isinstance(o.node, fx.Node):
             continue
         ref = tensor_ref(o.node)
-        if o.role == "output":
+        if o.role == "output" and o.output_index in free_outputs \
+                and o.output_index in tangent_of_output:
+            outputs.append({**ref, "role": "grad",
+                            "grad_of": tangent_of_output[o.output_index]})
+        elif o.role == "output":
             outputs.append({**ref, "role": "output", "output_index": o.output_index})
         else:
             outputs.append({**ref, "role": "grad", "grad_of": o.grad_of})
     return {"version": 1, "nodes": nodes, "outputs": outputs}
 
 
-def graph_json(step: TracedStep, indent: int | None = None) -> str:
-    return json.dumps(graph_dict(step), indent=indent, allow_nan=False)
+def graph_json(step: TracedStep, indent: int | None = None,
+               free_outputs: Collection[int] = ()) -> str:
+    return json.dumps(graph_dict(step, free_outputs), indent=indent, allow_nan=False)

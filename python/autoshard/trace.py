@@ -76,6 +76,10 @@ class TracedStep:
     # True: the joint forward+backward step; False: the forward alone (inference)
     joint: bool = True
     training: bool = True  # the model's mode when traced (dropout, batch statistics)
+    # with_sharding_constraint calls: clone node name -> (layout strs, " at <source line>")
+    sharding_pins: dict[str, tuple] = field(default_factory=dict)
+    # torch's JointWithDescriptors of the export (AutoParallel's autop.joint_with_descriptors)
+    joint_with_descriptors: Any = None
 
     def placeholder(self, name: str) -> fx.Node:
         for n in self.gm.graph.find_nodes(op="placeholder"):
@@ -298,6 +302,9 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
             raise
         raise explained from None
     gm = jd.graph_module
+    from .sharding_constraint import take_sharding_pins
+
+    sharding_pins = take_sharding_pins(gm)  # with_sharding_constraint nodes -> pinned clones
 
     # Dynamo renames parameters (L__self___w1_weight); map them back through identity.
     names_in_traced = {n: id(p) for n, p in traced_mod.named_parameters(remove_duplicate=False)}
@@ -377,7 +384,8 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                       source_captured=source_captured,
                       forward_signature=forward_signature(model),
                       input_requires_grad=input_requires_grad, joint=joint,
-                      training=traced_training)
+                      training=traced_training, sharding_pins=sharding_pins,
+                      joint_with_descriptors=jd)
     if mp is not None:
         grads = {o.grad_of: o.node for o in outputs if o.role == "grad" and o.grad_of in param_fqns}
         step.local_inputs = collective_free_inputs(gm, list(param_fqns), grads, mp)

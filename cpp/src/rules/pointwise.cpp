@@ -12,7 +12,8 @@
 //   div (two tensors): P(sum|avg) numerator with R denominator.
 //   neg: P(sum), P(avg), P(max)->P(min), P(min)->P(max).
 //   non-decreasing unary (exp, relu, sigmoid, tanh, erf, ...): P(max), P(min).
-//   identity copies (clone, detach, alias, contiguous, lift_fresh_copy): every Partial.
+//   identity copies (clone, detach, alias, contiguous, lift_fresh_copy) and complex
+//     conjugation (_conj, conj_physical, resolve_conj): every Partial.
 //   casts (_to_copy, convert_element_type, copy): only the Partial kinds that commute with the
 //     cast (DTensor's own rule wrongly kept P(sum) through float->int/bool casts).
 //   everything else (silu, gelu, rsqrt, pow, comparisons, *_backward, where, ...): none.
@@ -152,6 +153,10 @@ void register_pointwise_rules() {
   OpRule identity_view = identity;
   identity_view.is_view = true;
   add_rules({"aten.alias.default", "aten.detach.default"}, identity_view);  // no data moved
+  // complex conjugation (complex rotary embeddings' backward): linear, so sums stay Partial;
+  // _conj only flips the conjugate bit, conj_physical / resolve_conj write the values
+  add_rules({"aten._conj.default"}, identity_view);
+  add_rules({"aten.conj_physical.default", "aten.resolve_conj.default"}, identity);
   add_rules({"aten._to_copy.default", "prims.convert_element_type.default", "aten.to.dtype"},
             pointwise_rule(PartialClass::Cast));
   add_rules({"aten.copy.default"}, pointwise_rule(PartialClass::Copy));

@@ -181,6 +181,26 @@ std::vector<ShardingRow> expand_rows(const RuleContext& ctx) {
   return rows_from_dim_map(ctx, out_to_in);
 }
 
+// ---- complex reinterpretation -----------------------------------------------------------
+// view_as_complex: [..., 2] real -> [...] complex; view_as_real the reverse. Every dim but the
+// trailing (real, imaginary) pair keeps its sharding (complex rotary embeddings shard on
+// batch, sequence and heads); the pair itself is never split.
+std::vector<ShardingRow> view_as_complex_rows(const RuleContext& ctx) {
+  const int out_rank = output_meta(ctx, 0).rank();
+  if (input_meta(ctx, 0).rank() != out_rank + 1) rule_error(ctx, "input must have one more dim (size 2) than the output");
+  std::vector<int> out_to_in(out_rank);
+  for (int d = 0; d < out_rank; ++d) out_to_in[d] = d;
+  return rows_from_dim_map(ctx, out_to_in);
+}
+
+std::vector<ShardingRow> view_as_real_rows(const RuleContext& ctx) {
+  const int in_rank = input_meta(ctx, 0).rank();
+  if (output_meta(ctx, 0).rank() != in_rank + 1) rule_error(ctx, "output must have one more dim (size 2) than the input");
+  std::vector<int> out_to_in(in_rank + 1, -1);
+  for (int d = 0; d < in_rank; ++d) out_to_in[d] = d;
+  return rows_from_dim_map(ctx, out_to_in);
+}
+
 }  // namespace
 
 void register_view_rules() {
@@ -196,6 +216,8 @@ void register_view_rules() {
   add_rule("aten.unsqueeze.default", memory_bound_rule(unsqueeze_rows, true));
   add_rules({"aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims"}, memory_bound_rule(squeeze_rows, true));
   add_rule("aten.expand.default", memory_bound_rule(expand_rows, true));
+  add_rule("aten.view_as_complex.default", memory_bound_rule(view_as_complex_rows, true));
+  add_rule("aten.view_as_real.default", memory_bound_rule(view_as_real_rows, true));
 }
 
 }  // namespace autoshard

@@ -1,0 +1,75 @@
+"""AutoParallel's constructor and backend keywords, mapped onto what autoshard does.
+
+Each keyword is accepted with the values autoshard honours; a value it cannot honour is
+refused with the reason and the workaround, never silently ignored
+(docs/autoparallel_compat.md lists them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def check_autoparallel_keywords(*, reshard_after_forward: bool | None = None,
+                                dynamic: bool = False, cost_model: Any = "nccl",
+                                repeated_subgraphs: bool = True, hardware: Any = None) -> Any:
+    """Validates AutoParallel's keywords; returns the ``hardware`` to plan with."""
+    if dynamic not in (False, None):
+        raise NotImplementedError(
+            "autoshard: dynamic=True (symbolic batch sizes) is not supported: autoshard plans "
+            "and lowers one static shape. Workaround: pad inputs to a fixed shape, or build "
+            "one parallel module per input shape (each traced with that shape) and load the "
+            "same weights into each")
+    if reshard_after_forward not in (None, False):
+        raise NotImplementedError(
+            "autoshard: reshard_after_forward=True (all-gather parameters again in the "
+            "backward, ZeRO-3 style) is not supported: the lowered program keeps each "
+            "all-gathered parameter from the forward for the backward, which is "
+            "reshard_after_forward=False (ZeRO-2 style). Pass reshard_after_forward=False or "
+            "leave it out; bound activation memory with memory_limit_bytes=")
+    if not isinstance(repeated_subgraphs, bool):
+        raise TypeError(f"repeated_subgraphs must be True or False, got {repeated_subgraphs!r}")
+    # repeated_subgraphs only speeds AutoParallel's ILP up by forcing identical layers to
+    # identical strategies; autoshard's solver plans every layer on its own at any size, so
+    # both values give autoshard's (unrestricted) plan.
+    if cost_model in ("nccl", None):
+        return hardware  # autoshard's collective model for the hardware profile
+    raise ValueError(
+        f"autoshard: cost_model={cost_model!r} is not supported: autoshard costs collectives "
+        "with its own NCCL-style model of the hardware profile (docs/cost_model.md). Pass "
+        "cost_model='nccl' (or leave it out) and choose the device with hardware='H100' / "
+        "'A100' / 'CPU' / ..., or a JSON object of profile fields for another topology")
+
+
+def autoparallel_backend(*, enable_ac: bool | None = None,
+                         ac_stage_size_in_GiB: Any = "auto",
+                         overlap_scheduling: bool | None = None) -> Callable:
+    """A ``torch.compile`` backend for a module autoshard built, as AutoParallel's
+    ``autoparallel_backend``: ``torch.compile(parallel, backend=autoparallel_backend())``.
+
+    The module's program is already lowered, bucketed and overlapped (program.py,
+    overlap.py) when it is materialised, so the backend is inductor's ``compile_fx``.
+    ``overlap_scheduling`` may only be True (the program's own schedule) or left out;
+    ``enable_ac`` (AutoParallel's activation-checkpointing pass) may only be False or left
+    out: autoshard keeps the forward's activations for the backward."""
+    if enable_ac not in (None, False):
+        raise NotImplementedError(
+            "autoparallel_backend(enable_ac=True): autoshard has no activation-checkpointing "
+            "pass; the program keeps the forward activations the backward needs. Pass "
+            "enable_ac=False (or leave it out)")
+    if ac_stage_size_in_GiB not in ("auto", None):
+        raise NotImplementedError("autoparallel_backend(ac_stage_size_in_GiB=...) configures "
+                                  "activation checkpointing, which autoshard does not do")
+    if overlap_scheduling not in (None, True):
+        raise NotImplementedError(
+            "autoparallel_backend(overlap_scheduling=False): the lowered program's "
+            "collectives are already bucketed and overlapped (overlap.py); build the module "
+            "with compile=False and runtime='interpret' for a step without overlap")
+
+    def backend(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs)
+
+    backend.__name__ = "autoshard_inductor"
+    return backend

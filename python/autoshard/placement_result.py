@@ -1,0 +1,155 @@
+"""What ``AutoParallel.optimize_placement()`` returns: one object with two views of the plan.
+
+- AutoParallel's view: a dict ``{fx.Node of autop.gm: OpSpec}`` (torch's own
+  ``OpSpec`` / ``DTensorSpec`` types), so ``placement[node].output_specs.placements`` reads a
+  node's chosen layout exactly as AutoParallel users do, and hand-edited entries are honoured
+  by ``apply_placement``.
+- autoshard's view: the plan JSON (docs/formats.md section 3) as ``result.plan``; string keys
+  (``result["nodes"]``, ``result.get("summary")``) read that JSON too, so code written
+  against the plan dict keeps working (nodes are never strings, so the two cannot clash).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._op_schema import OpSpec
+
+from .placements import layout_from_strs, layout_to_strs
+
+
+def _spec(mesh: DeviceMesh, strs, val: Any) -> DTensorSpec | None:
+    if strs is None:
+        return None
+    meta = (TensorMeta(val.shape, tuple(val.stride()), val.dtype)
+            if isinstance(val, torch.Tensor) else None)
+    return DTensorSpec(mesh, layout_from_strs(strs, mesh.ndim), tensor_meta=meta)
+
+
+def _tensor_args(node: fx.Node) -> list:
+    """The node's tensor arguments in plan order (args then kwargs, depth first)."""
+    out: list = []
+
+    def walk(v):
+        if isinstance(v, fx.Node):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    walk(node.args)
+    walk(node.kwargs)
+    return out
+
+
+class PlacementResult(dict):
+    """``{fx.Node: OpSpec}`` plus ``.plan`` (the plan JSON). See the module docstring."""
+
+    def __init__(self, plan: dict, gm: fx.GraphModule, mesh: DeviceMesh):
+        super().__init__()
+        self.plan = plan
+        self.mesh = mesh
+        self._original: dict[fx.Node, tuple] = {}
+        nodes = plan.get("nodes", {})
+        for node in gm.graph.nodes:
+            entry = nodes.get(node.name)
+            val = node.meta.get("val")
+            if entry is None and node.target is _getitem and node.args[0].name in nodes:
+                # getitems are folded into their producer in the plan: element k's layout
+                outs = nodes[node.args[0].name].get("outputs") or []
+                k = node.args[1]
+                if k < len(outs) and outs[k] is not None:
+                    entry = {"outputs": [outs[k]], "inputs": [outs[k]]}
+            if entry is None or not entry.get("outputs"):
+                continue
+            outs = entry["outputs"]
+            if isinstance(val, (tuple, list)):
+                out_specs = tuple(_spec(mesh, s, v) for s, v in zip(outs, val))
+            else:
+                out_specs = _spec(mesh, outs[0], val)
+            args = _tensor_args(node)
+            ins = entry.get("inputs") or ([outs[0]] if node.op == "placeholder" else [])
+            sources = args if args else [node] * len(ins)  # a placeholder's own tensor
+            in_specs = [_spec(mesh, s, a.meta.get("val")) for s, a in zip(ins, sources)]
+            self[node] = OpSpec(out_specs, in_specs)
+            self._original[node] = self._layouts(self[node])
+
+    # ---- the plan-JSON view -----------------------------------------------------------------
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.plan[key]
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        if isinstance(key, str):
+            return self.plan.get(key, default)
+        return super().get(key, default)
+
+    def __contains__(self, key) -> bool:
+        if isinstance(key, str):
+            return key in self.plan
+        return super().__contains__(key)
+
+    def __reduce__(self):  # pickles (and deep-copies) as the plan JSON: nodes do not pickle
+        return (dict, (self.plan,))
+
+    # ---- back to a plan ---------------------------------------------------------------------
+    @staticmethod
+    def _layouts(spec: OpSpec) -> tuple:
+        outs = spec.output_specs
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return (tuple(None if s is None else tuple(layout_to_strs(s.placements)) for s in outs),
+                tuple(None if s is None else tuple(layout_to_strs(s.placements))
+                      for s in (spec.input_specs or ())))
+
+    def to_plan(self) -> dict:
+        """The plan JSON with every entry edited since optimize_placement (``result[node] =
+        OpSpec(...)``) written back, for apply_placement."""
+        plan = copy.deepcopy(self.plan)
+        nodes = plan.setdefault("nodes", {})
+        for node, spec in dict.items(self):
+            if not isinstance(spec, OpSpec):
+                raise TypeError(f"placement of node {node}: expected an OpSpec, got "
+                                f"{type(spec).__name__}")
+            now = self._layouts(spec)
+            if self._original.get(node) == now:
+                continue
+            if node.target is _getitem:
+                raise ValueError(f"placement of {node.name}: a getitem takes its producer's "
+                                 f"layout; edit {node.args[0].name} instead")
+            outs, ins = now
+            entry = dict(nodes.get(node.name) or {})
+            entry["outputs"] = [None if o is None else list(o) for o in outs]
+            if ins:
+                entry["inputs"] = [None if i is None else list(i) for i in ins]
+            nodes[node.name] = entry
+        return plan
+
+
+def plan_of(placement: Any) -> dict:
+    """The plan JSON of what apply_placement was given: a PlacementResult, a plan dict, or
+    a ``{node: OpSpec}`` dict built by hand (every planned node must be in it)."""
+    if isinstance(placement, PlacementResult):
+        return placement.to_plan()
+    if isinstance(placement, dict) and placement and all(
+            isinstance(k, fx.Node) for k in placement):
+        nodes = {}
+        for node, spec in placement.items():
+            outs, ins = PlacementResult._layouts(spec)
+            entry = {"outputs": [None if o is None else list(o) for o in outs]}
+            if ins:
+                entry["inputs"] = [None if i is None else list(i) for i in ins]
+            nodes[node.name] = entry
+        return {"version": 1, "nodes": nodes}
+    return placement
+
+
+_getitem = __import__("operator").getitem

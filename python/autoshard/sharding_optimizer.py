@@ -1,0 +1,236 @@
+"""AutoParallel's ``autop.sharding_optimizer``, over autoshard's planner.
+
+AutoParallel exposes its ILP object to steer and inspect the plan. autoshard's search is
+the C++ planner fed the graph JSON and the options, so this object edits the options (node
+constraints, memory budget), re-plans, and reads or writes plans:
+
+- ``add_node_constraint(node, placement=None, constraint_name=None)`` / ``remove_constraints``
+- ``get_solution(verbose=False)`` / ``resolve`` -> ``{fx.Node: OpSpec}`` (placement_result.py)
+- ``get_json()``: nodes (op, shape, source, module, chosen layout, costs) and edges (the
+  layouts each tensor is redistributed between)
+- ``save(path)`` / ``ShardingOptimizer.load(path)``: graph, options and solution in one JSON
+  file; a loaded optimizer re-plans offline (no model, no process group), e.g. what-if
+  constraints on a CPU box
+- ``save_placements(path)`` / ``load_placements(path)``: the chosen layouts only; loading
+  checks the mesh and the node names and returns a placement apply_placement takes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import torch.fx as fx
+
+from .placements import layout_to_strs
+
+_MEMORY_NAMES = ("memory_constraint_high", "memory_constraint_low")
+
+
+class ShardingOptimizer:
+    def __init__(self, autop=None, *, saved: dict | None = None):
+        self._autop = autop  # None for an optimizer loaded from a file
+        self._saved = saved
+        self._constraint_nodes: dict[str, str] = {}  # constraint name -> node name
+        self.solution: dict | None = None  # the last plan JSON
+
+    # ---- constraints -------------------------------------------------------------------------
+    def _mesh_ndim(self) -> int:
+        return self._autop.mesh.ndim if self._autop else len(self._saved["options"]["mesh"]["shape"])
+
+    def add_node_constraint(self, node: fx.Node | str, placement: Sequence | None = None,
+                            constraint_name: str | None = None) -> list[str]:
+        """Pins ``node``'s output layout (None: batch sharding, AutoParallel's default);
+        returns the constraint's name for remove_constraints."""
+        name = node.name if isinstance(node, fx.Node) else str(node)
+        if self._autop is not None:
+            self._autop.add_node_constraint(name, placement)
+        else:
+            from torch.distributed.tensor import Replicate, Shard
+
+            if placement is None:
+                placement = (Shard(0),) + (Replicate(),) * (self._mesh_ndim() - 1)
+            if len(placement) != self._mesh_ndim():
+                raise ValueError(f"node {name}: expected {self._mesh_ndim()} placements, got "
+                                 f"{placement!r}")
+            if name not in {n["name"] for n in self._saved["graph"]["nodes"]}:
+                raise ValueError(f"add_node_constraint: the saved graph has no node {name!r}")
+            self._options()["node_constraints"][name] = layout_to_strs(placement)
+        cname = constraint_name or f"node_constraint_{name}"
+        self._constraint_nodes[cname] = name
+        return [cname]
+
+    def add_parameter_memory_constraint(self, low: float | None = None,
+                                        high: float | None = None) -> None:
+        if self._autop is not None:
+            self._autop.add_parameter_memory_constraint(low, high)
+        else:
+            import math
+
+            n = math.prod(self._mesh_shape())
+            self._options()["parameter_memory"] = {"low": 0.0 if low is None else low,
+                                                   "high": 1.0 / n if high is None else high}
+
+    def remove_constraints(self, names: Sequence[str] | str) -> None:
+        """Removes node constraints by name; ``memory_constraint_high`` / ``_low`` remove the
+        parameter memory constraint."""
+        for cname in [names] if isinstance(names, str) else names:
+            if cname in _MEMORY_NAMES:
+                if self._autop is not None:
+                    self._autop.remove_parameter_memory_constraint()
+                else:
+                    self._options()["parameter_memory"] = None
+                continue
+            node = self._constraint_nodes.pop(cname, None)
+            if node is None:
+                raise KeyError(f"remove_constraints: no constraint named {cname!r}")
+            pins = (self._autop._node_constraints if self._autop is not None
+                    else self._options()["node_constraints"])
+            pins.pop(node, None)
+
+    # ---- solving -----------------------------------------------------------------------------
+    def get_solution(self, verbose: bool = False):
+        """Plans with the current constraints. With a model: ``{fx.Node: OpSpec}`` (with
+        ``.plan``); loaded from a file: the plan JSON."""
+        if self._autop is not None:
+            result = self._autop.optimize_placement(verbose=verbose)
+            self.solution = result.plan
+            return result
+        from .api import log_plan, plan_traced_step
+
+        self.solution = plan_traced_step(None, self._options(),
+                                         json.dumps(self._saved["graph"]))
+        if verbose:
+            log_plan(self.solution)
+        return self.solution
+
+    resolve = get_solution
+
+    def get_log(self, colored: bool = False, verbose: bool = False) -> str:
+        """The planner's report of the last solution (per node layouts and costs)."""
+        if self.solution is None:
+            raise RuntimeError("no solution yet: call get_solution() first")
+        return str(self.solution.get("report", ""))
+
+    # ---- reading ---------------------------------------------------------------------------
+    def _graph(self) -> dict:
+        if self._autop is not None:
+            return json.loads(self._autop.graph_json())
+        return self._saved["graph"]
+
+    def _options(self) -> dict:
+        if self._autop is not None:
+            return self._autop.options()
+        return self._saved["options"]
+
+    def _mesh_shape(self) -> list:
+        return list(self._options()["mesh"]["shape"])
+
+    def _plan(self) -> dict:
+        plan = self.solution or (self._autop.plan if self._autop is not None else None) \
+            or (self._saved or {}).get("solution")
+        if plan is None:
+            raise RuntimeError("no solution yet: call get_solution() first")
+        return plan
+
+    def get_json(self) -> dict:
+        """The graph with the chosen layouts and costs: ``{"mesh", "nodes": [{name, op,
+        shapes, source, module, phase, outputs, inputs, compute_us, comm_us}], "edges":
+        [{src, dst, from, to}], "summary"}``."""
+        graph, plan = self._graph(), self._plan()
+        chosen = plan.get("nodes", {})
+        nodes, edges = [], []
+        for n in graph["nodes"]:
+            entry = chosen.get(n["name"], {})
+            nodes.append({"name": n["name"], "op": n["op"], "role": n.get("role"),
+                          "phase": n.get("phase"), "source": n.get("source"),
+                          "module": n.get("module"),
+                          "shapes": [o and o["shape"] for o in n.get("outputs", [])],
+                          "outputs": entry.get("outputs"), "inputs": entry.get("inputs"),
+                          "compute_us": entry.get("compute_us", 0.0),
+                          "comm_us": entry.get("comm_us", 0.0)})
+            refs = []
+            _refs(n.get("args", []), refs)
+            _refs(n.get("kwargs", {}), refs)
+            for k, r in enumerate(refs):
+                src = chosen.get(r["ref"], {}).get("outputs") or []
+                ins = entry.get("inputs") or []
+                edges.append({"src": r["ref"], "dst": n["name"],
+                              "from": src[r["index"]] if r["index"] < len(src) else None,
+                              "to": ins[k] if k < len(ins) else None})
+        return {"mesh": self._options()["mesh"], "nodes": nodes, "edges": edges,
+                "summary": plan.get("summary", {})}
+
+    # ---- files -----------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Graph, planner options, constraint names and the last solution (JSON)."""
+        state = {"version": 1, "graph": self._graph(), "options": self._options(),
+                 "constraint_names": dict(self._constraint_nodes),
+                 "solution": self.solution or (self._autop.plan if self._autop else None)}
+        with open(path, "w") as f:
+            json.dump(state, f)
+
+    @classmethod
+    def load(cls, path: str) -> "ShardingOptimizer":
+        """An optimizer from ``save``: re-plans offline; its solution is the saved one."""
+        with open(path) as f:
+            state = json.load(f)
+        if state.get("version") != 1 or "graph" not in state or "options" not in state:
+            raise ValueError(f"{path}: not a file written by ShardingOptimizer.save")
+        opt = cls(saved=state)
+        opt._constraint_nodes = dict(state.get("constraint_names") or {})
+        opt.solution = state.get("solution")
+        return opt
+
+    def save_placements(self, path: str) -> None:
+        """The chosen layouts: ``{version, mesh_shape, mesh_dim_names, placements: {node:
+        {output, inputs}}}``."""
+        opts = self._options()
+        placements = {name: {"output": e.get("outputs"), "inputs": e.get("inputs")}
+                      for name, e in self._plan().get("nodes", {}).items()}
+        with open(path, "w") as f:
+            json.dump({"version": 1, "mesh_shape": opts["mesh"]["shape"],
+                       "mesh_dim_names": opts["mesh"]["dim_names"],
+                       "placements": placements,
+                       "graph_outputs": self._plan().get("graph_outputs")}, f)
+
+    def load_placements(self, path: str):
+        """Layouts from ``save_placements`` for this graph and mesh (no planning): with a
+        model, a ``{fx.Node: OpSpec}`` for apply_placement; loaded from a file, the plan."""
+        with open(path) as f:
+            saved = json.load(f)
+        opts = self._options()
+        if list(saved.get("mesh_shape", [])) != list(opts["mesh"]["shape"]) or \
+                saved.get("mesh_dim_names") != opts["mesh"]["dim_names"]:
+            raise ValueError(f"{path}: placements for mesh {saved.get('mesh_shape')} "
+                             f"{saved.get('mesh_dim_names')}, this mesh is "
+                             f"{opts['mesh']['shape']} {opts['mesh']['dim_names']}")
+        names = {n["name"] for n in self._graph()["nodes"]}
+        unknown = sorted(set(saved["placements"]) - names)
+        if unknown:
+            raise ValueError(f"{path}: nodes {unknown[:5]} are not in this graph (traced from "
+                             "another model or torch version?)")
+        nodes = {name: {k: v for k, v in (("outputs", e.get("output")),
+                                          ("inputs", e.get("inputs"))) if v is not None}
+                 for name, e in saved["placements"].items()}
+        plan = {"version": 1, "mesh": opts["mesh"], "nodes": nodes,
+                "graph_outputs": saved.get("graph_outputs")}
+        self.solution = plan
+        if self._autop is None:
+            return plan
+        from .placement_result import PlacementResult
+
+        self._autop.plan = plan
+        return PlacementResult(plan, self._autop.gm, self._autop.mesh)
+
+
+def _refs(value: Any, out: list) -> None:
+    if isinstance(value, dict) and "ref" in value:
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _refs(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _refs(v, out)
+

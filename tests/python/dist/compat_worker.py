@@ -1,0 +1,263 @@
+"""torchrun worker for the AutoParallel drop-in behaviours on 4 gloo ranks (see
+tests/python/test_autoparallel_compat_dist.py): complex rotary embeddings with a
+non-contiguous flatten after attention, free (unconstrained) outputs returned as DTensors,
+init_weights written for full tensors, and a DCP checkpoint saved under one plan and loaded
+under another.
+
+Usage: torchrun --standalone --nproc-per-node 4 compat_worker.py CONFIG.json OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+from autoshard import AutoParallel, load_full_state_dict, local_inputs
+
+DIM, HEADS, SEQ, VOCAB = 32, 4, 8, 64
+
+
+def rope_table(head_dim: int, seq: int) -> torch.Tensor:
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = torch.outer(torch.arange(seq).float(), freqs)
+    return torch.polar(torch.ones_like(angles), angles)  # complex64 [seq, head_dim/2]
+
+
+def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Complex rotary embeddings as Llama-3's reference code writes them."""
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    out = torch.view_as_real(xc * table.view(1, x.shape[1], 1, xc.shape[-1])).flatten(3)
+    return out.type_as(x)
+
+
+class RopeBlock(nn.Module):
+    """Attention with complex rotary embeddings and `.flatten(-2)` after attention (its
+    input is a transposed, non-contiguous tensor), an LM head; returns the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.wq = nn.Linear(DIM, DIM, bias=False)
+        self.wk = nn.Linear(DIM, DIM, bias=False)
+        self.wv = nn.Linear(DIM, DIM, bias=False)
+        self.wo = nn.Linear(DIM, DIM, bias=False)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.register_buffer("freqs_cis", rope_table(DIM // HEADS, SEQ))
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, HEADS, -1)
+        k = self.wk(x).view(b, s, HEADS, -1)
+        v = self.wv(x).view(b, s, HEADS, -1)
+        q, k = rotate(q, self.freqs_cis), rotate(k, self.freqs_cis)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        h = x + self.wo(o.transpose(1, 2).flatten(-2))
+        return self.head(h)
+
+    def init_weights(self):
+        # single-device init code: assignment of new tensors, copy_ and .data[:] of full ones
+        g = torch.Generator().manual_seed(7)
+        self.freqs_cis = rope_table(DIM // HEADS, SEQ)
+        self.emb.weight = nn.Parameter(torch.randn(VOCAB, DIM, generator=g))
+        with torch.no_grad():
+            self.wq.weight.copy_(torch.randn(DIM, DIM, generator=g) * 0.2)
+            self.wk.weight.data[:] = torch.randn(DIM, DIM, generator=g) * 0.2
+            self.wv.weight.data = torch.randn(DIM, DIM, generator=g) * 0.2
+        nn.init.constant_(self.wo.weight, 0.01)
+        self.head.weight.data.copy_(torch.randn(VOCAB, DIM, generator=g) * 0.1)
+
+
+class LossBlock(RopeBlock):
+    def forward(self, tokens, labels):
+        logits = super().forward(tokens)
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+class Head(nn.Module):
+    """A projection to a wide output: gathering [1024, 8192] logits costs more than keeping
+    them sharded, so a free output stays sharded."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(256, 256)
+        self.head = nn.Linear(256, 8192, bias=False)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.a(x)))
+
+    def init_weights(self):
+        g = torch.Generator().manual_seed(3)
+        for name, p in self.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def batch(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, VOCAB, (4, SEQ), generator=g),
+            torch.randint(0, VOCAB, (4, SEQ), generator=g))
+
+
+def plan(cls, mesh, example, *, in_layout, budget=None, out=None):
+    with torch.device("meta"):
+        meta = cls()
+    shapes = [(tuple(t.shape), t.dtype) for t in example]
+    with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=d) for s, d in shapes), mesh,
+                      capture="direct", time_limit_s=8.0, hardware="H100",
+                      strict=True) as autop:
+        autop.add_input_constraints([in_layout] * len(example))
+        if budget is not None:
+            autop.add_parameter_memory_constraint(*budget)
+        if out is not None:
+            autop.add_output_constraints(out)
+        result = autop.optimize_placement()
+        parallel = autop.apply_placement(result)
+    return parallel, result
+
+
+def reference(cls):
+    ref = cls()
+    ref.init_weights()
+    return ref
+
+
+def close(a, b, tol=1e-5) -> bool:
+    return torch.allclose(a, b, rtol=tol, atol=tol)
+
+
+def rope_training(mesh4) -> dict:
+    """LossBlock on (dp, tp): rope + flatten(-2) planned and trained like the reference."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    example = batch(0)
+    par, _ = plan(LossBlock, mesh, example, in_layout=(Shard(0), Replicate()))
+    par.to_empty(device="cpu")
+    par.init_weights()
+    ref = reference(LossBlock)
+    init_ok = all(close(p.full_tensor(), ref.get_parameter(n)) for n, p in par.named_parameters())
+    init_ok = init_ok and close(par.freqs_cis.full_tensor(), ref.freqs_cis)
+    opt, ref_opt = torch.optim.SGD(par.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    losses = []
+    for step in range(2):
+        tokens, labels = batch(10 + step)
+        a, k = local_inputs(par, tokens, labels)
+        loss = par(*a, **k)
+        loss.backward()
+        opt.step(), opt.zero_grad()
+        ref_loss = ref(tokens, labels)
+        ref_loss.backward()
+        ref_opt.step(), ref_opt.zero_grad()
+        losses.append([float(loss), float(ref_loss)])
+    params_ok = all(close(p.full_tensor(), ref.get_parameter(n), 1e-4)
+                    for n, p in par.named_parameters())
+    return {"init_ok": bool(init_ok), "losses": losses, "params_ok": bool(params_ok)}
+
+
+def free_output(mesh4) -> dict:
+    """Head returns wide logits with no output constraint: the plan keeps them sharded and
+    the module returns a DTensor; values and gradients through it match the reference."""
+    x = torch.randn(1024, 256, generator=torch.Generator().manual_seed(5))
+    par, result = plan(Head, mesh4, (x,), in_layout=(Shard(0),), budget=(0.0, 1.0))
+    par.to_empty(device="cpu")
+    with torch.no_grad():
+        par.init_weights()
+    ref = Head()
+    with torch.no_grad():
+        ref.init_weights()
+    (a, k) = local_inputs(par, x)
+    out = par(*a, **k)
+    ref_out = ref(x)
+    res = {"is_dtensor": isinstance(out, DTensor),
+           "placements": [str(p) for p in out.placements] if isinstance(out, DTensor) else None,
+           "planned": result["graph_outputs"][0]}
+    full = out.full_tensor() if isinstance(out, DTensor) else out
+    res["values_ok"] = bool(close(full, ref_out.detach(), 1e-4))
+    full.pow(2).mean().backward()
+    ref_out.pow(2).mean().backward()
+    res["grads_ok"] = all(close(p.grad.full_tensor(), ref.get_parameter(n).grad, 1e-4)
+                          for n, p in par.named_parameters())
+    return res
+
+
+def dcp_reshard(mesh4, ckpt_dir: str) -> dict:
+    """Train one step under an FSDP-like plan, save model + Adam state with DCP, load it
+    into a (dp, tp) plan: the next step's loss equals the FSDP-like module's."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    example = batch(0)
+    fsdp, _ = plan(LossBlock, mesh4, example, in_layout=(Shard(0),))
+    fsdp.to_empty(device="cpu")
+    fsdp.init_weights()
+    opt = torch.optim.Adam(fsdp.parameters(), lr=0.01)
+
+    def step(module, optim, seed):
+        a, k = local_inputs(module, *batch(seed))
+        loss = module(*a, **k)
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+        return float(loss)
+
+    step(fsdp, opt, 20)
+    msd, osd = get_state_dict(fsdp, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=ckpt_dir)
+    layouts_a = {n: [str(p) for p in t.placements] for n, t in fsdp.named_parameters()}
+
+    mesh2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    tp, _ = plan(LossBlock, mesh2, example, in_layout=(Shard(0), Replicate()), budget=(0.0, 0.5))
+    tp.to_empty(device="cpu")
+    tp_opt = torch.optim.Adam(tp.parameters(), lr=0.01)
+    step(tp, tp_opt, 20)  # creates the optimizer state that the checkpoint overwrites
+    msd2, osd2 = get_state_dict(tp, tp_opt)
+    state = {"model": msd2, "optim": osd2}
+    dcp.load(state, checkpoint_id=ckpt_dir)
+    set_state_dict(tp, tp_opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    layouts_b = {n: [str(p) for p in t.placements] for n, t in tp.named_parameters()}
+    weights_ok = all(close(p.full_tensor(), tp.get_parameter(n).full_tensor())
+                     for n, p in fsdp.named_parameters())
+    loss_a, loss_b = step(fsdp, opt, 21), step(tp, tp_opt, 21)
+    loss_a2, loss_b2 = step(fsdp, opt, 22), step(tp, tp_opt, 22)
+    return {"weights_ok": bool(weights_ok), "losses": [[loss_a, loss_b], [loss_a2, loss_b2]],
+            "layouts_differ": layouts_a != layouts_b, "layouts_a": layouts_a,
+            "layouts_b": layouts_b}
+
+
+SCENARIOS = {"rope_training": rope_training, "free_output": free_output,
+             "dcp_reshard": dcp_reshard}
+
+
+def main() -> None:
+    cfg_path, out_dir = sys.argv[1], sys.argv[2]
+    config = json.loads(open(cfg_path).read())
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    mesh4 = init_device_mesh("cpu", (4,))
+    results = []
+    for sc in config:
+        torch.manual_seed(0)
+        try:
+            args = [os.path.join(out_dir, "ckpt")] if sc["name"] == "dcp_reshard" else []
+            res = SCENARIOS[sc["name"]](mesh4, *args)
+            res.update(name=sc["name"], ok=True)
+        except Exception as e:
+            res = {"name": sc["name"], "ok": False, "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()}
+        results.append(res)
+        dist.barrier()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

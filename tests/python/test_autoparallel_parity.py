@@ -1,0 +1,214 @@
+"""AutoParallel's public names, keywords and return types on autoshard (one process, fake
+process group): what a user switching the import relies on. Written from the behaviour
+described in AutoParallel's docs, not from its tests."""
+
+import json
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn as nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._op_schema import OpSpec
+
+import autoshard
+from autoshard import AutoParallel, _core, auto_parallel
+from autoshard.fake_pg import fake_world
+from autoshard.sharding_optimizer import ShardingOptimizer
+
+pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
+                                reason="the C++ planner (_core.plan_graph) is not built")
+
+
+class Net(nn.Module):
+    def __init__(self, pin: bool = False):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 16)
+        self.pin = pin
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.pin:
+            h = autoshard.with_sharding_constraint(h, (Replicate(), Shard(1)))
+        return self.b(torch.relu(h))
+
+
+@pytest.fixture
+def mesh22():
+    with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
+        yield mesh
+
+
+def _net(pin=False):
+    with torch.device("meta"):
+        return Net(pin)
+
+
+def _x():
+    return torch.empty(8, 16)
+
+
+def test_public_names_import():
+    from autoshard import (AutoParallel, ForwardInputs, auto_parallel,  # noqa: F401
+                           autoparallel_backend, with_sharding_constraint)
+
+    backend = autoparallel_backend()
+    assert callable(backend)
+    assert callable(autoparallel_backend(enable_ac=False, overlap_scheduling=True))
+    with pytest.raises(NotImplementedError, match="enable_ac=False"):
+        autoparallel_backend(enable_ac=True)
+
+
+def test_constructor_keywords_accepted_or_refused_with_reason(mesh22):
+    AutoParallel(_net(), _x, mesh22, None, False, False, "nccl", True)  # AP's positional order
+    AutoParallel(_net(), _x, mesh22, reshard_after_forward=False, dynamic=False,
+                 cost_model="nccl", repeated_subgraphs=False)
+    with pytest.raises(NotImplementedError, match="pad inputs to a fixed shape"):
+        AutoParallel(_net(), _x, mesh22, dynamic=True)
+    with pytest.raises(NotImplementedError, match="reshard_after_forward=False"):
+        AutoParallel(_net(), _x, mesh22, reshard_after_forward=True)
+    with pytest.raises(ValueError, match="hardware="):
+        AutoParallel(_net(), _x, mesh22, cost_model=object())
+    with pytest.raises(NotImplementedError, match="dynamic=True"):
+        auto_parallel(_net(), mesh22, torch.randn(8, 16), dynamic=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        auto_parallel(_net(), mesh22, torch.randn(8, 16), not_a_keyword=1)
+
+
+def test_optimize_placement_returns_node_keyed_specs_and_the_plan(mesh22):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        placement = autop.optimize_placement()
+        parallel = autop.apply_placement(placement)
+    assert isinstance(placement, dict) and placement
+    assert all(isinstance(k, fx.Node) and k.graph is autop.gm.graph for k in placement)
+    for node, spec in placement.items():
+        assert isinstance(spec, OpSpec)
+        specs = spec.output_specs if isinstance(spec.output_specs, tuple) else (spec.output_specs,)
+        assert all(s is None or len(s.placements) == 2 for s in specs)
+    x = next(n for n in autop.gm.graph.nodes if n.op == "placeholder"
+             and n.name == autop.step.input_nodes[0])
+    assert placement[x].output_specs.placements == (Shard(0), Replicate())
+    # autoshard's plan JSON stays reachable
+    assert placement.plan is autop.plan and set(placement["nodes"]) <= {
+        n.name for n in autop.gm.graph.nodes}
+    assert "summary" in placement and placement.get("summary")["total_us"] > 0
+    json.dumps(placement.plan)
+    assert isinstance(parallel, Net)
+    # readable after the with block, with the AOT descriptors
+    assert autop.gm is not None and autop.joint_with_descriptors is not None
+
+
+def test_hand_edited_placement_is_applied(mesh22):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        placement = autop.optimize_placement()
+        w = next(n for n in autop.gm.graph.nodes if autop.step.param_fqns.get(n.name) == "a.weight")
+        old = placement[w]
+        spec = type(old.output_specs)(old.output_specs.mesh, (Replicate(), Replicate()),
+                                      tensor_meta=old.output_specs.tensor_meta)
+        placement[w] = OpSpec(spec, [spec])
+        parallel = autop.apply_placement(placement)
+    assert tuple(parallel.a.weight.placements) == (Replicate(), Replicate())
+
+
+def test_sharding_optimizer_constraints_json_and_files(mesh22, tmp_path):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        opt = autop.sharding_optimizer
+        w = next(n for n in autop.gm.graph.nodes if autop.step.param_fqns.get(n.name) == "b.weight")
+        names = opt.add_node_constraint(w, (Replicate(), Shard(1)), constraint_name="b_tp")
+        assert names == ["b_tp"]
+        placement = opt.get_solution()
+        assert placement[w].output_specs.placements == (Replicate(), Shard(1))
+        info = opt.get_json()
+        assert {"nodes", "edges", "mesh"} <= set(info) and any(
+            n["name"] == w.name and n["outputs"] == [["R", "S(1)"]] for n in info["nodes"])
+        opt.remove_constraints(["b_tp"])
+        assert w.name not in autop.options()["node_constraints"]
+        opt.save(tmp_path / "opt.json")
+        opt.save_placements(tmp_path / "placements.json")
+        loaded = opt.load_placements(tmp_path / "placements.json")
+        assert loaded[w].output_specs.placements == (Replicate(), Shard(1))
+        parallel = autop.apply_placement(loaded)
+    assert tuple(parallel.b.weight.placements) == (Replicate(), Shard(1))
+    offline = ShardingOptimizer.load(tmp_path / "opt.json")  # no model, no process group
+    offline.add_node_constraint(w.name, (Replicate(), Replicate()))
+    assert offline.get_solution()["nodes"][w.name]["outputs"] == [["R", "R"]]
+
+
+def test_add_node_constraint_defaults_to_batch_sharding(mesh22):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        mm = next(n for n in autop.gm.graph.nodes if n.op == "call_function")
+        autop.add_node_constraint(mm)
+        assert autop.options()["node_constraints"][mm.name] == ["S(0)", "R"]
+        with pytest.raises(ValueError, match="no node named"):
+            autop.add_node_constraint("no_such_node", (Replicate(), Replicate()))
+
+
+def test_with_sharding_constraint_pins_the_node_and_its_gradient(mesh22):
+    with AutoParallel(_net(pin=True), _x, mesh22) as autop:
+        pins = autop.step.sharding_pins
+        assert len(pins) == 2  # forward value and its gradient
+        for layout, where in pins.values():
+            assert layout == ["R", "S(1)"] and "test_autoparallel_parity.py" in where
+        placement = autop.optimize_placement()
+    for name in pins:
+        node = next(n for n in autop.gm.graph.nodes if n.name == name)
+        assert node.target is torch.ops.aten.clone.default
+        assert placement[node].output_specs.placements == (Replicate(), Shard(1))
+
+
+def test_sharding_constraint_with_wrong_mesh_rank_names_the_line(mesh22):
+    class Bad(Net):
+        def forward(self, x):
+            return autoshard.with_sharding_constraint(self.a(x), (Shard(0),)).sum()
+
+    with torch.device("meta"):
+        bad = Bad()
+    with pytest.raises(ValueError, match=r"1 placements .* 2-d mesh"):
+        with AutoParallel(bad, _x, mesh22):
+            pass
+
+
+def test_eager_with_sharding_constraint_is_identity():
+    x = torch.randn(4, 4, requires_grad=True)
+    y = autoshard.with_sharding_constraint(x, (Shard(0),))
+    assert torch.equal(y, x)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones(4, 4))
+
+
+def test_complex_rotary_ops_have_rules(mesh22):
+    class Rope(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(8, 8, bias=False)
+            # precomputed, as Llama-3's freqs_cis (torch.polar itself has no rule yet)
+            self.register_buffer("table", torch.polar(torch.ones(4), torch.arange(4.0)))
+
+        def forward(self, x):
+            h = self.w(x)
+            c = torch.view_as_complex(h.reshape(*h.shape[:-1], -1, 2))
+            return torch.view_as_real(c * self.table).flatten(-2).sum()
+
+    with torch.device("meta"):
+        model = Rope()
+    with AutoParallel(model, lambda: torch.empty(4, 6, 8), mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        placement = autop.optimize_placement()
+    ops = {str(n.target) for n in placement}
+    assert {"aten.view_as_complex.default", "aten.view_as_real.default",
+            "aten._conj.default"} <= ops
+
+
+def test_parallel_gm_after_materialising(mesh22):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        parallel = autop.apply_placement(autop.optimize_placement())
+        with pytest.raises(RuntimeError, match="meta device"):
+            autop.parallel_gm
+    parallel.to_empty(device="cpu")
+    assert isinstance(autop.parallel_gm, fx.GraphModule)
+    assert all(isinstance(p, DTensor) for p in parallel.parameters())
