@@ -4,19 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium: headless rendering of `autoshard view` pages in tests/python/test_plan_view.py
 need_apt=0
-for pkg in libgtest-dev zlib1g-dev cmake g++; do
+for pkg in libgtest-dev zlib1g-dev cmake g++ chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt=1
 done
 if [ "$need_apt" = 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq libgtest-dev zlib1g-dev cmake g++ >/dev/null
+  apt-get install -y -qq libgtest-dev zlib1g-dev cmake g++ chromium >/dev/null
 fi
 
 python3 -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || pip install -q torch==2.13.0
-python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy transformers
+python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy transformers \
+  matplotlib tqdm
 # No build isolation: the build tools are installed above, and isolation would download them.
 python3 -m pip install -q --no-build-isolation -e . 
 

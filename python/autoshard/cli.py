@@ -1,5 +1,6 @@
-"""The `autoshard` console script: `demo` runs in Python (it traces a torch model); every
-other subcommand is the C++ command line in the extension."""
+"""The `autoshard` console script: `demo` runs in Python (it traces a torch model), and so
+do view, explain, diff and plan --preset (cli_tools.py); every other subcommand is the C++
+command line in the extension."""
 
 import sys
 
@@ -10,6 +11,11 @@ def main(argv=None) -> int:
         from .demo import main as demo_main
 
         return demo_main(argv[1:])
+    from .cli_tools import python_command
+
+    command = python_command(argv)  # view, explain, diff, plan --preset (cli_tools.py)
+    if command is not None:
+        return command(argv[1:])
     from . import _core
 
     rc, out, err = _core.cli_main(argv)

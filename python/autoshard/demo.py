@@ -15,9 +15,11 @@ import logging
 import sys
 import time
 from collections import defaultdict
+from contextlib import ExitStack
 
 import torch
 
+from .presets import PRESET_NAMES, PresetError, default_dim_names, resolve
 
 def _parse_mesh(text: str) -> tuple[int, ...]:
     try:
@@ -38,6 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=2048, help="sequence length (default 2048)")
     p.add_argument("--batch-per-dp", type=int, default=8,
                    help="sequences per data-parallel rank (default 8)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="global batch in sequences (default: --batch-per-dp x the data-"
+                        "parallel size, the mesh size without its tp dim)")
+    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                   help="plan under a preset's constraints (docs/presets.md) instead of the "
+                        "demo's own (batch split over dp, 1/mesh size of the parameters)")
+    p.add_argument("--dim-names", default=None,
+                   help="mesh dim names joined by ',' (default dp,tp; with --preset, names "
+                        "that fit it, e.g. dp_replicate,dp_shard for hsdp)")
     p.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa")
     p.add_argument("--time-limit", type=float, default=10.0,
                    help="solver time limit in seconds (default 10)")
@@ -57,59 +68,90 @@ def main(argv=None) -> int:
                         format="%(message)s")
     from torch.distributed.tensor import Replicate, Shard
 
+    from . import progress
     from .api import AutoParallel
     from .fake_pg import fake_world
     from .models import Llama, llama3_8b_config
 
     mesh_shape = args.mesh
-    names = ("dp", "tp") if len(mesh_shape) == 2 else tuple(f"d{i}" for i in
-                                                              range(len(mesh_shape)))
+    if args.dim_names:
+        names = tuple(n.strip() for n in args.dim_names.split(","))
+    elif args.preset:
+        names = default_dim_names(args.preset, len(mesh_shape))
+    else:
+        names = ("dp", "tp") if len(mesh_shape) == 2 else tuple(f"d{i}" for i in
+                                                                  range(len(mesh_shape)))
+    if len(names) != len(mesh_shape):
+        print(f"autoshard demo: --dim-names: {len(names)} names for a {len(mesh_shape)}-D "
+              "mesh", file=sys.stderr)
+        return 2
+    try:
+        resolve(args.preset, mesh_shape, names)
+    except PresetError as e:
+        print(f"autoshard demo: {e}", file=sys.stderr)
+        return 2
     cfg = llama3_8b_config(n_layers=args.layers, seq_len=args.seq)
     if args.attention != cfg.attention:
         from dataclasses import replace
         cfg = replace(cfg, attention=args.attention)
-    dp = mesh_shape[0]
-    batch = args.batch_per_dp * dp
+    dp = mesh_shape[0]  # the demo's own constraints split the batch over mesh dim 0
+    if args.preset:  # a preset splits it over every dim but tp
+        dp = 1
+        for size, name in zip(mesh_shape, names):
+            dp *= 1 if name == "tp" else size
+    batch = args.batch if args.batch else args.batch_per_dp * dp
     t_start = time.perf_counter()
     with torch.device("meta"):
         model = Llama(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: Llama-3-8B shape, {args.layers} layers, {n_params / 1e9:.2f} B parameters;"
           f" batch {batch} x seq {args.seq}; mesh {'x'.join(map(str, mesh_shape))} "
-          f"({'/'.join(names)}) = {torch.Size(mesh_shape).numel()} x {args.hardware}")
+          f"({'/'.join(names)}) = {torch.Size(mesh_shape).numel()} x {args.hardware}"
+          + (f"; preset {args.preset}" if args.preset else ""))
 
     def input_fn():
         tokens = torch.empty(batch, args.seq, dtype=torch.long)
         return tokens, torch.empty(batch, args.seq, dtype=torch.long)
 
-    with fake_world(mesh_shape, names) as mesh:
-        with AutoParallel(model, input_fn, mesh, hardware=args.hardware,
-                          time_limit_s=args.time_limit) as autop:
-            step = autop.step
-            n_nodes = sum(1 for n in step.gm.graph.nodes if n.op == "call_function")
-            print(f"traced: {n_nodes} ATen nodes in {step.trace_seconds:.1f} s "
-                  f"(source lines {'recorded' if step.source_captured else 'absent'})")
-            if args.graph_out:
-                with open(args.graph_out, "w") as f:
-                    f.write(autop.graph_json())
-            if args.trace_only:
-                return 0
+    with fake_world(mesh_shape, names) as mesh, ExitStack() as scope:
+        with progress.stage("trace"):
+            autop = scope.enter_context(AutoParallel(
+                model, input_fn, mesh, hardware=args.hardware, time_limit_s=args.time_limit,
+                preset=args.preset))
+        step = autop.step
+        n_nodes = sum(1 for n in step.gm.graph.nodes if n.op == "call_function")
+        print(f"traced: {n_nodes} ATen nodes in {step.trace_seconds:.1f} s "
+              f"(source lines {'recorded' if step.source_captured else 'absent'})")
+        if args.graph_out:
+            with open(args.graph_out, "w") as f:
+                f.write(autop.graph_json())
+        if args.trace_only:
+            return 0
+        if not args.preset:  # a preset has added its own
             batch_sharded = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
             autop.add_input_constraints([batch_sharded, batch_sharded])
-            autop.add_output_constraints([(Replicate(),) * len(mesh_shape)])
             autop.add_parameter_memory_constraint()
-            try:
+        autop.add_output_constraints([(Replicate(),) * len(mesh_shape)])
+        try:
+            with progress.stage("plan", expected_s=args.time_limit):
                 plan = autop.optimize_placement(verbose=args.verbose)
-            except NotImplementedError as e:
-                print(f"planning unavailable: {e}")
-                return 0
-            except ValueError as e:  # the planner's message says what to relax
-                print(f"autoshard demo: planning failed: {e}", file=sys.stderr)
-                return 1
-            if args.plan_out:
-                with open(args.plan_out, "w") as f:
-                    json.dump(plan, f)
-            print(summarize_plan(plan, step))
+            progress.log_solver_result(autop.plan)
+        except NotImplementedError as e:
+            print(f"planning unavailable: {e}")
+            return 0
+        except ValueError as e:  # the planner's message says what to relax
+            print(f"autoshard demo: planning failed: {e}", file=sys.stderr)
+            return 1
+        if args.plan_out:
+            from .plan_layers import node_info
+
+            # the plan with each node's op, module and shapes, for `autoshard view`
+            saved = dict(autop.plan, node_info=node_info(json.loads(autop.graph_json())))
+            if args.preset:
+                saved["preset"] = args.preset
+            with open(args.plan_out, "w") as f:
+                json.dump(saved, f)
+        print(summarize_plan(plan, step))
     print(f"total demo time {time.perf_counter() - t_start:.1f} s "
           f"(planning {plan.get('plan_seconds', 0.0):.1f} s)")
     return 0

@@ -1,0 +1,221 @@
+"""Train a small Llama-style model with autoshard, one process per rank (torchrun).
+
+    torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml
+    torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml \
+        --data.path README.md --parallel.preset ddp --training.steps 40
+
+The model (autoshard.models.Llama) is built on the meta device, planned by AutoParallel
+under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
+initialised from one seeded full model. Every step logs loss, tokens/s, an MFU estimate and
+peak memory (rank 0; CUDA: max allocated, CPU: the process's peak RSS); every
+checkpoint.interval steps the model, optimizer and step go to a
+torch.distributed.checkpoint (DCP) folder, and a new run resumes from the newest complete
+one. Settings: train_config.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import resource
+import sys
+import time
+from contextlib import ExitStack
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+from train_config import ConfigError, load_config
+
+log = logging.getLogger("train")
+
+
+# ---- data ---------------------------------------------------------------------------------
+class Batches:
+    """The GLOBAL batch of step ``n`` (tokens, next-token labels), the same on every rank and
+    a function of (seed, n) only, so a resumed run sees the batches it would have seen.
+    Synthetic tokens, or random windows of a text file's bytes."""
+
+    def __init__(self, cfg: dict):
+        t, self.vocab = cfg["training"], cfg["model"]["vocab_size"]
+        self.batch, self.seq, self.seed = t["batch_size"], t["seq_len"], t["seed"]
+        self.text = None
+        if cfg["data"]["path"]:
+            with open(cfg["data"]["path"], "rb") as f:
+                self.text = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+            if self.vocab < 256:
+                raise ConfigError("data.path: bytes are tokens 0..255, so model.vocab_size "
+                                  f"must be >= 256, got {self.vocab}")
+            if len(self.text) < self.seq + 2:
+                raise ConfigError(f"data.path: {cfg['data']['path']} has {len(self.text)} "
+                                  f"bytes, fewer than training.seq_len + 2")
+
+    def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        if self.text is None:
+            seqs = torch.randint(0, self.vocab, (self.batch, self.seq + 1), generator=g)
+        else:
+            starts = torch.randint(0, len(self.text) - self.seq - 1, (self.batch,), generator=g)
+            seqs = torch.stack([self.text[s:s + self.seq + 1] for s in starts.tolist()])
+        return seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
+
+
+# ---- model and plan -------------------------------------------------------------------------
+def build(cfg: dict, mesh, device: torch.device):
+    from autoshard import AutoParallel, load_full_state_dict, progress
+    from autoshard.models import Llama, LlamaConfig
+
+    m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
+    llama_cfg = LlamaConfig(dim=m["dim"], n_layers=m["n_layers"], n_heads=m["n_heads"],
+                            n_kv_heads=m["n_kv_heads"], vocab_size=m["vocab_size"],
+                            ffn_dim=m["ffn_dim"], max_seq_len=t["seq_len"])
+    with torch.device("meta"):
+        meta_model = Llama(llama_cfg)
+    shape = (t["batch_size"], t["seq_len"])
+
+    def input_fn():
+        return torch.empty(shape, dtype=torch.long), torch.empty(shape, dtype=torch.long)
+
+    kwargs = {"hardware": p["hardware"]} if p["hardware"] else {}
+    bar = None if dist.get_rank() == 0 else False  # one bar on a terminal, not one per rank
+    with ExitStack() as scope:  # the AutoParallel block, with its trace as a stage of its own
+        with progress.stage("trace", bar=bar):
+            autop = scope.enter_context(AutoParallel(
+                meta_model, input_fn, mesh, preset=p["preset"] or None,
+                time_limit_s=p["plan_time_limit"], **kwargs))
+        with progress.stage("plan", expected_s=p["plan_time_limit"], bar=bar):
+            autop.optimize_placement()
+        progress.log_solver_result(autop.plan)
+        model = autop.apply_placement()
+    model.to_empty(device=device)
+    torch.manual_seed(t["seed"])  # every rank builds the same full model, keeps its shards
+    load_full_state_dict(model, Llama(llama_cfg).state_dict())
+    n_params = sum(p.numel() for p in meta_model.parameters())
+    return model, n_params, autop.hardware
+
+
+def flops_per_token(cfg: dict, n_params: int) -> float:
+    """Training FLOPs per token: 6 per parameter (forward 2, backward 4) plus attention's
+    score and value matmuls, 12 * layers * dim * seq (the usual transformer estimate)."""
+    m = cfg["model"]
+    return 6.0 * n_params + 12.0 * m["n_layers"] * m["dim"] * cfg["training"]["seq_len"]
+
+
+def peak_flops(cfg: dict, hardware) -> float:
+    if cfg["metrics"]["peak_flops"] > 0:
+        return cfg["metrics"]["peak_flops"]
+    from autoshard import _core
+
+    name = hardware if isinstance(hardware, str) else "CPU"
+    return float(_core.hardware_profile(name)["peak_flops_fp32"])
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+# ---- checkpoints ----------------------------------------------------------------------------
+def latest_checkpoint(folder: str) -> tuple[int, str] | None:
+    """The newest complete DCP checkpoint folder/step-N (DCP writes .metadata last)."""
+    if not os.path.isdir(folder):
+        return None
+    steps = [int(m.group(1)) for d in os.listdir(folder)
+             if (m := re.fullmatch(r"step-(\d+)", d))
+             and os.path.exists(os.path.join(folder, d, ".metadata"))]
+    return (max(steps), os.path.join(folder, f"step-{max(steps)}")) if steps else None
+
+
+def train_state(model, optimizer, step: int) -> dict:
+    return {"model": model.state_dict(),
+            "optimizer": get_optimizer_state_dict(model, optimizer),
+            "train": {"step": torch.tensor(step)}}
+
+
+def save_checkpoint(folder: str, model, optimizer, step: int) -> str:
+    path = os.path.join(folder, f"step-{step}")
+    dcp.save(train_state(model, optimizer, step), checkpoint_id=path)
+    return path
+
+
+def load_checkpoint(path: str, model, optimizer) -> int:
+    state = train_state(model, optimizer, 0)
+    dcp.load(state, checkpoint_id=path)  # in place: the model's DTensors take their shards
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    return int(state["train"]["step"])
+
+
+# ---- the loop --------------------------------------------------------------------------------
+def main(argv: list[str]) -> int:
+    cfg = load_config(argv)
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda \
+        else torch.device("cpu")
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format="%(message)s", stream=sys.stdout)
+    if not use_cuda:
+        torch.set_num_threads(1)  # ranks share the machine's cores
+    p, t, c = cfg["parallel"], cfg["training"], cfg["checkpoint"]
+    shape = tuple(p["mesh"]) or (world,)
+    if math.prod(shape) != world:
+        raise ConfigError(f"parallel.mesh {list(shape)} has {math.prod(shape)} ranks, "
+                          f"torchrun started {world}")
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=tuple(p["dim_names"]) or None)
+    log.info("config: %s", cfg)
+
+    model, n_params, hardware = build(cfg, mesh, device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t["lr"],
+                                  weight_decay=t["weight_decay"])
+    batches = Batches(cfg)
+    step = 0
+    found = latest_checkpoint(c["folder"]) if c["resume"] and c["interval"] > 0 else None
+    if found:
+        step = load_checkpoint(found[1], model, optimizer)
+        log.info("checkpoint: resumed from step %d (%s)", step, found[1])
+    tokens_per_step = t["batch_size"] * t["seq_len"]
+    flops = flops_per_token(cfg, n_params)
+    peak = peak_flops(cfg, hardware) * world
+    log.info("model: %.2f M parameters; %d tokens per step; preset %s on mesh %s %s",
+             n_params / 1e6, tokens_per_step, p["preset"], list(shape), p["dim_names"])
+    from autoshard import local_inputs
+
+    while step < t["steps"]:
+        step += 1
+        tokens, labels = batches(step)
+        args, _ = local_inputs(model, tokens.to(device), labels.to(device))
+        t0 = time.perf_counter()
+        loss = model(*args)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        loss_value = float(loss.detach())  # waits for the step's work
+        dt = time.perf_counter() - t0
+        if step % cfg["metrics"]["log_freq"] == 0 or step == t["steps"]:
+            tps = tokens_per_step / dt
+            log.info("step: %4d  loss: %8.4f  tokens/s: %9.0f  mfu: %6.2f%%  "
+                     "memory: %8.1f MiB", step, loss_value, tps, 100.0 * tps * flops / peak,
+                     peak_memory_mib(device))
+        if c["interval"] > 0 and (step % c["interval"] == 0 or step == t["steps"]):
+            path = save_checkpoint(c["folder"], model, optimizer, step)
+            log.info("checkpoint: saved step %d to %s", step, path)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ConfigError as e:
+        print(f"train.py: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,104 @@
+"""The trainer's configuration: defaults, a TOML file on top, command-line overrides last.
+
+    torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml \
+        --training.steps 40 --checkpoint.folder /tmp/ckpt
+
+Every setting is SECTION.KEY; an override's value is read as the default's type (lists as
+comma-separated values), and an unknown section or key is an error naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+
+DEFAULTS: dict[str, dict] = {
+    "model": {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256,
+              "ffn_dim": 128},
+    "training": {"steps": 20, "batch_size": 8, "seq_len": 32, "lr": 1e-3,
+                 "weight_decay": 0.0, "seed": 0},
+    # data.path: "" for synthetic tokens, else a local text file read as bytes (vocab >= 256)
+    "data": {"path": ""},
+    # parallel.mesh: [] for one dim over all ranks; dim_names must fit the preset
+    "parallel": {"preset": "fsdp", "mesh": [], "dim_names": ["dp"],
+                 "plan_time_limit": 2.0, "hardware": ""},
+    # checkpoint.interval: save every N steps (and after the last); 0 disables checkpoints
+    "checkpoint": {"folder": "outputs/checkpoint", "interval": 10, "resume": True},
+    # metrics.peak_flops: per rank, for MFU; 0 takes the planner's hardware profile
+    "metrics": {"log_freq": 1, "peak_flops": 0.0},
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _merge(base: dict, update: dict, where: str) -> None:
+    for section, values in update.items():
+        if section not in base:
+            raise ConfigError(f"{where}: unknown section [{section}] (known: "
+                              f"{', '.join(base)})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: [{section}] must be a table")
+        for key, value in values.items():
+            if key not in base[section]:
+                raise ConfigError(f"{where}: unknown setting {section}.{key} (known: "
+                                  f"{', '.join(base[section])})")
+            base[section][key] = _typed(value, base[section][key], f"{section}.{key}", where)
+
+
+def _typed(value, default, name: str, where: str):
+    """``value`` as the default's type; strings (command line) are parsed."""
+    kind = type(default)
+    try:
+        if isinstance(value, str) and kind is not str:
+            if kind is bool:
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1", "yes")
+            if kind is list:
+                return [_item(v.strip()) for v in value.split(",") if v.strip()]
+            return kind(value)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(value)
+        return value
+    except ValueError:
+        raise ConfigError(f"{where}: {name} = {value!r} is not a {kind.__name__}") from None
+
+
+def _item(text: str):
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def load_config(argv: list[str]) -> dict:
+    """Defaults, then ``--config FILE.toml``, then ``--section.key value`` overrides."""
+    cfg = copy.deepcopy(DEFAULTS)
+    overrides: dict[str, dict] = {}
+    config_path = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"command line: unexpected argument {arg!r} (settings are "
+                              "--section.key value)")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"command line: {arg} needs a value")
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        if key == "config":
+            config_path = value
+            continue
+        section, dot, name = key.partition(".")
+        if not dot:
+            raise ConfigError(f"command line: {arg}: expected --config or --section.key")
+        overrides.setdefault(section, {})[name] = value
+    if config_path:
+        with open(config_path, "rb") as f:
+            _merge(cfg, tomllib.load(f), config_path)
+    _merge(cfg, overrides, "command line")
+    return cfg
