@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from .placements import layout_to_strs, normalize_placements
+from .presets import apply_preset, check_auto_parallel_args, check_preset
 from .rank_agreement import DEFAULT_TIMEOUT_S
 from .trace import ForwardInputs, TracedStep, trace_training_step
 
@@ -40,19 +41,39 @@ class AutoParallel:
     """Trace a model's training step, plan its sharding on ``mesh`` and build the parallel
     module. ``input_fn()`` returns the GLOBAL example inputs (a tensor, a tuple of them or
     ``ForwardInputs``); it runs under a fake tensor mode, so sizes cost nothing.
-    ``hardware`` names the cost model's device profile ("H100", "A100", "CPU", ...) or is a
-    JSON object of profile fields; None picks it from the mesh (default_hardware).
+    ``hardware`` names the cost model's device profile ("H100", "A100", "CPU", ...), is a
+    JSON object of profile fields, or "measure" (CPU ranks on a real process group: matmul,
+    op and collective figures measured on the group before planning, calibrate.py); None
+    picks it from the mesh (default_hardware).
     ``rank_timeout_s``: on a real multi-rank process group, how long each rank waits for the
     others to reach planning before raising an error naming the missing ranks (ranks then
-    check that they trace the same model with the same constraints and options)."""
+    check that they trace the same model with the same constraints and options).
+    ``preset``: "ddp", "fsdp", "hsdp", "tp" or "fsdp+tp" adds that preset's input layouts and
+    parameter memory bounds after tracing (presets.py, docs/presets.md); the mesh must fit it
+    (dim names), and add_input_constraints is then not called.
+    AutoParallel's keywords ``reshard_after_forward``, ``dynamic``, ``cost_model`` and
+    ``repeated_subgraphs`` are accepted with the values autoshard can honour; any other value
+    is refused with the reason (compat.py, docs/autoparallel_compat.md)."""
 
     def __init__(self, model: nn.Module, input_fn: Callable[[], Any] | Any, mesh: DeviceMesh,
-                 mp_policy: Any = None, hardware: str | None = None, *, strict: bool = False,
+                 mp_policy: Any = None, reshard_after_forward: bool | None = None,
+                 dynamic: bool = False, cost_model: Any = "nccl",
+                 repeated_subgraphs: bool = True, *, hardware: Any = None,
+                 strict: bool = False,
                  time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
                  capture: str = "dynamo", compile: bool = False, runtime: str = "program",
-                 rank_timeout_s: float = DEFAULT_TIMEOUT_S):
+                 rank_timeout_s: float = DEFAULT_TIMEOUT_S, preset: str | None = None):
+        from .compat import check_autoparallel_keywords
         from .mixed_precision import canonical_policy
 
+        hardware = check_autoparallel_keywords(reshard_after_forward=reshard_after_forward,
+                                               dynamic=dynamic, cost_model=cost_model,
+                                               repeated_subgraphs=repeated_subgraphs,
+                                               hardware=hardware)
+        self.reshard_after_forward = reshard_after_forward
+        self.dynamic = dynamic
+        self.cost_model = cost_model
+        self.repeated_subgraphs = repeated_subgraphs
         # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
         # all-gathers in param_dtype, gradient reductions in reduce_dtype (mixed_precision.py)
         self.mp_policy = canonical_policy(mp_policy)
@@ -75,6 +96,9 @@ class AutoParallel:
             raise ValueError(f"rank_timeout_s must be a positive number of seconds, got "
                              f"{rank_timeout_s!r}")
         self.rank_timeout_s = float(rank_timeout_s)
+        # "ddp", "fsdp", "hsdp", "tp", "fsdp+tp": input + parameter memory constraints added
+        # after tracing (presets.py); checked against the mesh here, before tracing
+        self.preset = check_preset(preset, mesh)
         self._ranks_checked = False
         self._state = "new"
         self.step: TracedStep | None = None
@@ -84,6 +108,7 @@ class AutoParallel:
         self._node_constraints: dict[str, list[str]] = {}
         self.plan: dict | None = None
         self.parallel_model: nn.Module | None = None
+        self._sharding_optimizer = None
 
     # ---- context -------------------------------------------------------------------------
     def __enter__(self) -> "AutoParallel":
@@ -94,7 +119,14 @@ class AutoParallel:
                                         capture=self.capture, mp_policy=self.mp_policy)
         log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
                  self.step.trace_seconds)
+        # with_sharding_constraint(...) calls in the model: pins on their graph nodes
+        for name, (layout, where) in self.step.sharding_pins.items():
+            if len(layout) != self.mesh.ndim:
+                raise ValueError(f"with_sharding_constraint{where}: {len(layout)} placements "
+                                 f"{layout} for a {self.mesh.ndim}-d mesh (one per mesh dim)")
+            self._node_constraints[name] = list(layout)
         self._state = "entered"
+        apply_preset(self, self.preset)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -109,8 +141,37 @@ class AutoParallel:
 
     @property
     def gm(self):
-        self._check_entered()
+        """The traced joint forward+backward graph (readable after the ``with`` block too)."""
+        if self._state == "new":
+            raise RuntimeError(_NOT_ENTERED)
         return self.step.gm
+
+    @property
+    def joint_with_descriptors(self):
+        """torch's JointWithDescriptors of the trace (``aot_export_joint_with_descriptors``)."""
+        if self._state == "new":
+            raise RuntimeError(_NOT_ENTERED)
+        return self.step.joint_with_descriptors
+
+    @property
+    def sharding_optimizer(self):
+        """AutoParallel's ShardingOptimizer methods over this planner (sharding_optimizer.py):
+        add_node_constraint, remove_constraints, get_solution, get_json, save / load,
+        save_placements / load_placements."""
+        self._check_entered()
+        if self._sharding_optimizer is None:
+            from .sharding_optimizer import ShardingOptimizer
+
+            self._sharding_optimizer = ShardingOptimizer(self)
+        return self._sharding_optimizer
+
+    @property
+    def parallel_gm(self):
+        """This rank's lowered forward graph of the module apply_placement built (lowered
+        when its state is materialised: call ``to_empty`` first)."""
+        if self.parallel_model is None:
+            raise RuntimeError("parallel_gm exists after apply_placement(): call it first")
+        return self.parallel_model.parallel_gm
 
     # ---- constraints ---------------------------------------------------------------------
     def add_parameter_memory_constraint(self, low: float | None = None,
@@ -179,18 +240,35 @@ class AutoParallel:
             if c is not None:
                 self._output_constraints[str(i)] = self._layout_strs(c, None, f"output {i}")
 
-    def add_node_constraint(self, node_name: str, placements: Sequence[Placement]) -> None:
-        """Pin one graph node's output layout (node names of ``autop.gm``)."""
+    def add_node_constraint(self, node: str | torch.fx.Node,
+                            placements: Sequence[Placement] | None = None) -> None:
+        """Pin one graph node's output layout (a node of ``autop.gm`` or its name);
+        ``placements=None`` is AutoParallel's default, batch sharding (S(0), R, ...)."""
         self._check_entered()
-        self._node_constraints[node_name] = self._layout_strs(placements, None,
-                                                              f"node {node_name}")
+        name = node.name if isinstance(node, torch.fx.Node) else str(node)
+        if name not in self._graph_node_names():
+            raise ValueError(f"add_node_constraint: autop.gm has no node named {name!r}")
+        if placements is None:
+            from torch.distributed.tensor import Shard
+
+            placements = (Shard(0),) + (Replicate(),) * (self.mesh.ndim - 1)
+        self._node_constraints[name] = self._layout_strs(placements, None, f"node {name}")
+
+    def _graph_node_names(self) -> set[str]:
+        return {n.name for n in self.step.gm.graph.nodes if n.op != "output"}
 
     # ---- planning --------------------------------------------------------------------------
     def graph_json(self) -> str:
         self._check_entered()
         from .graph_export import graph_json
 
-        return graph_json(self.step)
+        return graph_json(self.step, free_outputs=self._free_outputs())
+
+    def _free_outputs(self) -> list[int]:
+        """Forward outputs without an output constraint: the planner chooses their layout
+        (tied to their gradient's, as AutoParallel does) instead of pinning Replicate."""
+        return [i for i in range(self.step.num_forward_outputs)
+                if str(i) not in self._output_constraints]
 
     def options(self, verbose: bool = False) -> dict:
         mesh = self.mesh
@@ -213,35 +291,45 @@ class AutoParallel:
             opts["memory_limit_bytes"] = self.memory_limit_bytes
         return opts
 
-    def optimize_placement(self, verbose: bool = False) -> dict:
-        """Plan the traced step; returns the plan (docs/formats.md section 3) as a dict."""
+    def optimize_placement(self, verbose: bool = False) -> "PlacementResult":
+        """Plan the traced step. Returns AutoParallel's ``{fx.Node: OpSpec}`` dict whose
+        ``.plan`` (and string keys) is the plan JSON (docs/formats.md section 3); see
+        placement_result.py."""
+        from .placement_result import PlacementResult
+
         self._check_entered()
         t0 = time.perf_counter()
         graph = self.graph_json()
         self._check_ranks_agree(graph)
+        self.hardware = _measured_hardware(self.hardware, self.mesh)
         plan = _same_plan_on_every_rank(
             lambda: plan_traced_step(self.step, self.options(verbose), graph))
         plan["plan_seconds"] = time.perf_counter() - t0
         if verbose:
             log_plan(plan, self.step)
         self.plan = plan
-        return plan
+        return PlacementResult(plan, self.step.gm, self.mesh)
 
-    def apply_placement(self, plan: dict | None = None) -> nn.Module:
-        """The parallel module of ``plan`` (default: the last optimize_placement result)."""
+    def apply_placement(self, plan: Any = None) -> nn.Module:
+        """The parallel module of ``plan``: what optimize_placement (or
+        sharding_optimizer.load_placements) returned, possibly edited, a plan JSON dict, or
+        a ``{node: OpSpec}`` dict; default: the last optimize_placement result."""
         self._check_entered()
         from .apply import build_parallel_module
+        from .placement_result import plan_of
 
-        plan = plan if plan is not None else self.plan
+        plan = plan_of(plan) if plan is not None else self.plan
         if plan is None:
             raise RuntimeError("apply_placement needs a plan: call optimize_placement() first "
                                "or pass one")
         if not self._ranks_checked:  # a plan of the user's own: it must agree across ranks
             self._check_ranks_agree(self.graph_json(), plan)
+        self.hardware = _measured_hardware(self.hardware, self.mesh)  # for other modes' plans
         self.parallel_model = build_parallel_module(
             self.model, self.step, plan, self.mesh, strict=self.strict, runtime=self.runtime,
             compile=self.compile, variant_planner=self._variant_planner(),
-            capture=self.capture, mp_policy=self.mp_policy)
+            capture=self.capture, mp_policy=self.mp_policy,
+            free_outputs=[i for i in self._free_outputs() if i in self.step.tangent_of.values()])
         return self.parallel_model
 
     def _check_ranks_agree(self, graph: str, plan: dict | None = None) -> None:
@@ -286,19 +374,44 @@ class AutoParallel:
         return plan_variant
 
 
+MEASURE = "measure"  # hardware: a profile measured on the process group (calibrate.py)
+
+
 def default_hardware(mesh: DeviceMesh) -> str:
     """The cost model's profile when the user names none: a mesh of CPU ranks on a real
-    process group (gloo) runs on CPU cores, so its plans are costed as such ("CPU"); a CUDA
-    mesh, or a CPU mesh on a fake process group (planning a virtual GPU cluster on this
-    machine), is costed as H100s."""
+    process group (gloo) runs on CPU cores, so its plans are costed as such ("CPU"; pass
+    hardware="measure" for figures measured on the group: closer to the machine, but they
+    move with its load, and so may the plan); a CUDA mesh, or a CPU mesh on a fake process
+    group (planning a virtual GPU cluster on this machine), is costed as H100s."""
     import torch.distributed as dist
 
     backend = dist.get_backend() if dist.is_initialized() else ""
     if mesh.device_type == "cpu" and backend != "fake":
         log.info("autoshard: CPU mesh on a %s process group: planning with the 'CPU' "
-                 "hardware profile (pass hardware=... to plan for other hardware)", backend)
+                 "hardware profile (pass hardware=... to plan for other hardware, or "
+                 "hardware='measure' to measure this group)", backend or "no")
         return "CPU"
     return "H100"
+
+
+def _measured_hardware(hardware: Any, mesh: DeviceMesh) -> Any:
+    """``hardware`` with "measure" replaced by the profile measured now on every rank (all
+    ranks must be here: called after the rank check)."""
+    if hardware != MEASURE:
+        return hardware
+    import torch.distributed as dist
+
+    from .calibrate import measure_cpu_profile
+
+    if mesh.device_type != "cpu" or not dist.is_initialized() or dist.get_backend() == "fake":
+        raise ValueError("hardware='measure' measures CPU ranks on a real process group "
+                         "(gloo); name a profile (e.g. 'H100') or pass an object of profile "
+                         "fields for other meshes")
+    profile = measure_cpu_profile()
+    log.info("autoshard: measured on %d ranks: %.1f GFLOP/s matmul, %.0f us per collective, "
+             "%.2f GB/s", dist.get_world_size(), profile["peak_flops_fp32"] / 1e9,
+             profile["collective_launch_us"], profile["intra_node_bandwidth"] / 1e9)
+    return profile
 
 
 def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
@@ -430,17 +543,31 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                   strict: bool = False, verbose: bool = False,
                   time_limit_s: float | None = None, compile: bool = False,
                   runtime: str = "program",
-                  rank_timeout_s: float = DEFAULT_TIMEOUT_S) -> nn.Module:
+                  rank_timeout_s: float = DEFAULT_TIMEOUT_S,
+                  preset: str | None = None, dynamic: bool = False,
+                  **autoparallel_kwargs) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
     shape is traced and its placements become the input constraint, a plain tensor is the
     global value, replicated. ``parameter_memory_budget=(low, high)``: each may be None for
-    the defaults; None adds no memory constraint. ``rank_timeout_s``: see AutoParallel."""
+    the defaults; None adds no memory constraint. ``rank_timeout_s``: see AutoParallel.
+    ``preset``: see AutoParallel; it then sets the input layouts and parameter budget, so
+    samples are plain tensors and ``parameter_memory_budget`` is left out.
+    ``dynamic`` and AutoParallel's other keywords (``reshard_after_forward``, ``cost_model``,
+    ``repeated_subgraphs``): see AutoParallel."""
+    from .compat import check_autoparallel_keywords
+
+    unknown = set(autoparallel_kwargs) - {"reshard_after_forward", "cost_model",
+                                          "repeated_subgraphs"}
+    if unknown:
+        raise TypeError(f"auto_parallel() got unexpected keyword argument(s) {sorted(unknown)}")
+    check_autoparallel_keywords(dynamic=dynamic, **autoparallel_kwargs)
     samples = sample_inputs() if callable(sample_inputs) else sample_inputs
     fi = samples if isinstance(samples, ForwardInputs) else (
         ForwardInputs(args=samples) if isinstance(samples, tuple) else ForwardInputs((samples,)))
     leaves, spec = pytree.tree_flatten((tuple(fi.args), dict(fi.kwargs)))
     constraints = _input_constraints_from_samples(leaves)
+    check_auto_parallel_args(preset, constraints, parameter_memory_budget)
     replicated = (Replicate(),) * mesh.ndim
     constraints = [c if c is not None else replicated for c in constraints]
 
@@ -455,13 +582,15 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
 
     with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
                       strict=strict, time_limit_s=time_limit_s, compile=compile,
-                      runtime=runtime, rank_timeout_s=rank_timeout_s) as autop:
-        autop.add_input_constraints(constraints)
-        if parameter_memory_budget is not None:
-            low, high = parameter_memory_budget
-            autop.add_parameter_memory_constraint(low, high)
-        else:
-            autop.remove_parameter_memory_constraint()
+                      runtime=runtime, rank_timeout_s=rank_timeout_s, preset=preset,
+                      dynamic=dynamic, **autoparallel_kwargs) as autop:
+        if preset is None:  # a preset has added its own input and parameter constraints
+            autop.add_input_constraints(constraints)
+            if parameter_memory_budget is not None:
+                low, high = parameter_memory_budget
+                autop.add_parameter_memory_constraint(low, high)
+            else:
+                autop.remove_parameter_memory_constraint()
         outs = _flatten_out_shardings(out_shardings)
         if outs:
             autop.add_output_constraints(outs)

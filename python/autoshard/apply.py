@@ -73,11 +73,15 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                           *, strict: bool = False, runtime: str = "program",
                           compile: bool = False, prefetch_bytes: int | None = None,
                           bucket_bytes: int | None = None, variant_planner=None,
-                          capture: str = "direct", mp_policy: Any = None) -> nn.Module:
+                          capture: str = "direct", mp_policy: Any = None,
+                          free_outputs: Any = ()) -> nn.Module:
     """``variant_planner(step, pins, output_pins) -> plan`` plans the steps of other modes
     (eval, no-grad; modes.py) with the given node layouts pinned; None pins the graph inputs
     only and lets DTensor choose the rest. ``capture`` / ``mp_policy``: how those steps are
-    traced (as the training step was)."""
+    traced (as the training step was). ``free_outputs``: forward output indices whose
+    layout the planner chose (no output constraint); the module returns each as a DTensor
+    in that layout when the layout shards it (a replicated one, such as a loss, stays a
+    plain tensor holding the full value)."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
     if compile and runtime != "program":
@@ -111,10 +115,14 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
         return out
 
     root_cls = type(model)
-    par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,),
-                   {"forward": forward, "to_empty": to_empty,
-                    "parallel_gm": property(parallel_gm),
-                    "parallel_bwd_gm": property(parallel_bwd_gm), "_apply": _apply})
+    members = {"forward": forward, "to_empty": to_empty, "parallel_gm": property(parallel_gm),
+               "parallel_bwd_gm": property(parallel_bwd_gm), "_apply": _apply}
+    if callable(getattr(root_cls, "init_weights", None)):
+        from .init_weights import wrap_init_weights
+
+        # single-device init code (assigning or copying full tensors) on DTensor parameters
+        members["init_weights"] = wrap_init_weights(root_cls.init_weights)
+    par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,), members)
     shells: dict[str, nn.Module] = {}
     for path, mod in model.named_modules(remove_duplicate=False):
         if path in shells:
@@ -178,8 +186,42 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     root.__dict__["_autoshard_source_model"] = model
     root._autoshard_capture = capture
     root._autoshard_mp_policy = mp_policy
-    root.register_load_state_dict_pre_hook(_distribute_full_tensors)
+    root._autoshard_dtensor_outputs = _dtensor_output_layouts(runner, free_outputs)
+    # on every submodule, so that submodule.load_state_dict(full tensors) works as well
+    for shell in {id(m): m for m in shells.values()}.values():
+        shell.register_load_state_dict_pre_hook(_distribute_full_tensors)
     return root
+
+
+def _dtensor_output_layouts(runner: StepRunner, free_outputs) -> dict[int, tuple]:
+    """Output index -> (placements, global shape, stride) for the free outputs the plan
+    shards: those are returned as DTensors (a local shard alone would be easy to mistake
+    for the whole tensor)."""
+    out = {}
+    for o in runner.fwd_outputs:
+        if o.output_index not in free_outputs:
+            continue
+        layout = runner.plan_graph_output(o)
+        val = o.node.meta.get("val") if isinstance(o.node, torch.fx.Node) else None
+        if layout is None or not isinstance(val, torch.Tensor):
+            continue
+        if all(p.is_replicate() for p in layout):
+            continue
+        out[o.output_index] = (tuple(layout), tuple(val.shape), contiguous_stride(val.shape))
+    return out
+
+
+def _as_dtensors(module: nn.Module, outs: list) -> list:
+    layouts = module._autoshard_dtensor_outputs
+    if not layouts:
+        return outs
+    mesh = module._autoshard_runner.mesh
+    outs = list(outs)
+    for i, (placements, shape, stride) in layouts.items():
+        if isinstance(outs[i], torch.Tensor) and not isinstance(outs[i], DTensor):
+            outs[i] = DTensor.from_local(outs[i], mesh, placements, run_check=False,
+                                         shape=torch.Size(shape), stride=stride)
+    return outs
 
 
 def module_modes(module: nn.Module) -> tuple:
@@ -223,6 +265,8 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
         local_outs = ProgramFunction.apply(program, *tensors)
         outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
                 for s in program.output_slots]
+    if len(outs) == step.num_forward_outputs:
+        outs = _as_dtensors(module, outs)
     if step.num_forward_outputs == 1:
         return outs[0]
     if step.output_spec is not None:

@@ -35,6 +35,9 @@ from .trace import TracedStep
 log = logging.getLogger("autoshard")
 
 
+
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
 class PlanMismatchError(RuntimeError):
     """DTensor produced a layout the plan did not ask for (strict mode)."""
 
@@ -193,7 +196,24 @@ class StepRunner:
         cur = normalize_placements(value.placements, value.ndim)
         if cur == tuple(layout):
             return value
-        return value.redistribute(self.mesh, layout)
+        to_partial = [d for d, (c, p) in enumerate(zip(cur, layout))
+                      if p.is_partial() and not c.is_partial()]
+        if not to_partial:
+            return value.redistribute(self.mesh, layout)
+        # DTensor refuses to redistribute to Partial (internal only), but a plan may ask
+        # for it (a replicated value entering a sum-reduced one): replicate those dims,
+        # then partition locally. For a sum, one rank per group keeps the value and the
+        # others hold zeros (exact, any dtype); avg / max / min keep it everywhere.
+        staged = tuple(Replicate() if d in to_partial else p for d, p in enumerate(layout))
+        if staged != cur:
+            value = value.redistribute(self.mesh, staged)
+        local = value.to_local()
+        coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
+        for d in to_partial:
+            if getattr(layout[d], "reduce_op", "sum") == "sum" and coords[d] != 0:
+                local = torch.zeros_like(local)
+        return DTensor.from_local(local, self.mesh, tuple(layout), run_check=False,
+                                  shape=value.shape, stride=value.stride())
 
     def _fix_device(self, v: Any) -> Any:
         if isinstance(v, torch.device) and v.type != self.device.type:
@@ -240,10 +260,20 @@ class StepRunner:
             kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
             try:
                 out = node.target(*args, **kwargs)
-            except NotImplementedError as e:
-                if "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
+            except (NotImplementedError, RuntimeError) as e:
+                if not isinstance(e, NotImplementedError):
+                    # The trace recorded a view of a tensor that was contiguous there (e.g.
+                    # `.transpose(1, 2).flatten(-2)` after an attention kernel whose output
+                    # strides make it so); here the local tensor may have other strides
+                    # (another kernel or device, a redistribution): a reshape gives the
+                    # same values. (NotImplementedError is a RuntimeError: handled below.)
+                    if node.target not in _VIEWS or not isinstance(args[0], torch.Tensor) \
+                            or args[0].is_contiguous():
+                        raise
+                    out = torch.ops.aten.reshape.default(*args, **kwargs)
+                elif "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
                     raise
-                if planned_inputs is not None and _runs_locally(node):
+                elif planned_inputs is not None and _runs_locally(node):
                     out = self._run_local(node, entry, args, kwargs)
                 else:
                     out = self._run_replicated(node, args, kwargs)

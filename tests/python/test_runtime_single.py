@@ -204,3 +204,32 @@ def test_tied_weight_is_one_parameter_with_the_summed_gradient(mesh1):
     # both uses contribute: the lookup's rows and the projection's full matrix
     torch.testing.assert_close(par.emb.weight.grad.full_tensor(), ref.emb.weight.grad,
                                rtol=1e-5, atol=1e-6)
+
+
+class FlattenAfterTranspose(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.w(x).transpose(1, 2).contiguous().flatten(-2).sum()
+
+
+@pytest.mark.parametrize("runtime", ["interpret", "program"])
+def test_recorded_view_of_a_tensor_not_contiguous_at_run_time_reshapes(mesh1, runtime):
+    # the trace may record `view` where its input was contiguous (an attention kernel's
+    # output strides); at run time the local tensor may not be: the runner reshapes
+    with torch.device("meta"):
+        meta = FlattenAfterTranspose()
+    step = trace_training_step(meta, lambda: torch.empty(2, 3, 4), capture="direct")
+    for n in list(step.gm.graph.nodes):  # drop the copy: the view now sees a transpose
+        if n.target == torch.ops.aten.clone.default:
+            n.replace_all_uses_with(n.args[0])
+            step.gm.graph.erase_node(n)
+    step.gm.recompile()
+    par = build_parallel_module(meta, step, {"nodes": {}}, mesh1, runtime=runtime)
+    par.to_empty(device="cpu")
+    ref = FlattenAfterTranspose()
+    load_full_state_dict(par, ref.state_dict())
+    x = torch.randn(2, 3, 4)
+    assert torch.allclose(par(x), ref(x).detach())
