@@ -59,14 +59,20 @@ def _pairs(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node]]:
     return out
 
 
-def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
+def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
+                      grad_of: list | None = None) -> dict:
     """Merge terminal gradient reductions into buckets (in traced order, so every rank
     builds the same buckets). A bucket is issued where its last member was, its inputs
-    flattened and concatenated; its result is split back just before the graph's output."""
+    flattened and concatenated; its result is split back just before the graph's output.
+    ``grad_of[k]`` names the parameter whose gradient is output k: a bucket never spans two
+    blocks (block_of), so a block's gradients are reduced while earlier blocks' backward
+    runs (DDP's and FSDP2's overlap), not all at the end."""
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
     aten = torch.ops.aten
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    groups: dict[tuple, list] = {}
+    out_args = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) \
+        else [output.args[0]]
+    runs: list = []  # consecutive reductions with the same op, group, dtype and block
     for c, w in _pairs(gm):
         name = op_name(c)
         if name not in ("all_reduce", "reduce_scatter_tensor"):
@@ -77,10 +83,14 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> di
         src = c.args[0].meta.get("val")
         if not isinstance(src, torch.Tensor):
             continue
-        key = (name, *[a for a in c.args[1:]], src.dtype)
-        groups.setdefault(key, []).append((c, w, tail))
+        outs = [k for k, a in enumerate(out_args) if a is w or a in tail]
+        param = grad_of[outs[0]] if grad_of and outs and outs[0] < len(grad_of) else None
+        key = (name, *[a for a in c.args[1:]], src.dtype, block_of(param))
+        if not runs or runs[-1][0] != key:
+            runs.append((key, []))
+        runs[-1][1].append((c, w, tail))
     buckets = []
-    for members in groups.values():
+    for _, members in runs:
         # the very first bucket of the graph is the small one
         buckets += _split(members, lambda m: _bytes(m[0].args[0]),
                           lambda k: min(cap, FIRST_BUCKET_BYTES) if not buckets and k == 0
@@ -119,8 +129,11 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None) -> di
     return _finish(gm, merged)
 
 
+# ops that only reshape, copy or slice a gradient on its way out (a partial gradient reduced
+# whole and then sliced to the parameter's shard ends in split -> getitem -> clone)
 _VIEW_OPS = {"t", "view", "reshape", "_unsafe_view", "transpose", "permute", "alias",
-             "detach", "squeeze", "unsqueeze", "expand", "clone", "contiguous"}
+             "detach", "squeeze", "unsqueeze", "expand", "clone", "contiguous", "split",
+             "split_with_sizes", "chunk", "slice", "narrow", "select"}
 
 
 def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
@@ -131,7 +144,7 @@ def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
         u = stack.pop()
         if u is output:
             continue
-        if op_name(u) not in _VIEW_OPS:
+        if op_name(u) not in _VIEW_OPS and u.target is not operator.getitem:
             return None
         if u not in tail:
             tail.append(u)

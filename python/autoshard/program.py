@@ -225,7 +225,10 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     if overlap:
         info["forward_gather_buckets"] = bucket_gathers(fwd_gm, bucket_bytes)
         info["backward_gather_buckets"] = bucket_gathers(bwd_gm, bucket_bytes)
-        info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes)
+        # backward output k is the gradient of flat input tensor_pos[k]: params come first
+        grad_of = [runner.step.param_fqns[runner.param_names[i]] if i < n_params else None
+                   for i in tensor_pos]
+        info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes, grad_of)
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
         for gm in (fwd_gm, bwd_gm):

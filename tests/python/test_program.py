@@ -23,16 +23,16 @@ needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
                                    reason="the C++ planner (_core.plan_graph) is not built")
 
 
-def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0):
+def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0, budget=None, dim=16):
     """A 3-block MLP planned by the C++ planner under the default budget (1/4 of the
     parameters per rank) with a batch-sharded input: FSDP (weights gathered before use,
-    gradients reduce-scattered)."""
+    gradients reduce-scattered); ``budget=(1, 1)`` and a larger ``dim``: DDP."""
     with torch.device("meta"):
-        model = MLP(dim=16, hidden=32, layers=3)
-    with AutoParallel(model, lambda: (torch.empty(4096, 16), torch.empty(4096, 16)), mesh,
+        model = MLP(dim=dim, hidden=2 * dim, layers=3)
+    with AutoParallel(model, lambda: (torch.empty(4096, dim), torch.empty(4096, dim)), mesh,
                       hardware="CPU", capture="direct", time_limit_s=5.0) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
-        autop.add_parameter_memory_constraint()
+        autop.add_parameter_memory_constraint(*(budget or ()))
         par = autop.apply_placement(autop.optimize_placement())
     par._autoshard_prefetch_bytes = prefetch_bytes
     par._autoshard_bucket_bytes = bucket_bytes  # 0: one collective per tensor, as traced
@@ -157,6 +157,23 @@ def test_parameter_gathers_and_gradient_reductions_are_bucketed():
                and c["op"] == "all_gather_into_tensor" and c["where"].startswith("bucket of ")]
     held = sum(p.to_local().numel() for p in par.parameters() if p.to_local().numel() < p.numel())
     assert len(buckets) == len(blocks) and 0 < sum(c["numel"] for c in buckets) <= held
+
+
+@needs_planner
+def test_gradient_all_reduces_are_bucketed_per_block():
+    """DDP-like plan: one all-reduce bucket per block, issued when that block's gradients
+    exist (before the earlier blocks' backward compute), not one bucket at the end."""
+    with fake_world((4,), device_type="cpu") as mesh:
+        par, _ = _fsdp_module(mesh, bucket_bytes=None, budget=(1.0, 1.0), dim=256)
+        bwd = par.parallel_bwd_gm
+    # 3 blocks; the first bucket is capped at 1 MiB (DDP's), which splits the last block
+    assert par._autoshard_program.info["backward_reduction_buckets"]["buckets"] == 4
+    order = _order(bwd)
+    buckets = [n for n in bwd.graph.nodes if is_collective(n) and op_name(n) == "all_reduce"
+               and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")]
+    mms = [order[n] for n in bwd.graph.nodes if op_name(n) in ("mm", "addmm")]
+    assert len(buckets) == 4
+    assert order[buckets[0]] < max(mms)  # the last block's bucket overlaps earlier backward
 
 
 def test_block_of_names_the_repeated_block():
