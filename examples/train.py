@@ -22,7 +22,6 @@ import re
 import resource
 import sys
 import time
-from contextlib import ExitStack
 
 import torch
 import torch.distributed as dist
@@ -69,7 +68,7 @@ class Batches:
 
 # ---- model and plan -------------------------------------------------------------------------
 def build(cfg: dict, mesh, device: torch.device):
-    from autoshard import AutoParallel, load_full_state_dict, progress
+    from autoshard import AutoParallel, load_full_state_dict
     from autoshard.models import Llama, LlamaConfig
 
     m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
@@ -84,15 +83,10 @@ def build(cfg: dict, mesh, device: torch.device):
         return torch.empty(shape, dtype=torch.long), torch.empty(shape, dtype=torch.long)
 
     kwargs = {"hardware": p["hardware"]} if p["hardware"] else {}
-    bar = None if dist.get_rank() == 0 else False  # one bar on a terminal, not one per rank
-    with ExitStack() as scope:  # the AutoParallel block, with its trace as a stage of its own
-        with progress.stage("trace", bar=bar):
-            autop = scope.enter_context(AutoParallel(
-                meta_model, input_fn, mesh, preset=p["preset"] or None,
-                time_limit_s=p["plan_time_limit"], **kwargs))
-        with progress.stage("plan", expected_s=p["plan_time_limit"], bar=bar):
-            autop.optimize_placement()
-        progress.log_solver_result(autop.plan)
+    # AutoParallel logs its stages (trace, plan, solver result; a bar on rank 0's terminal)
+    with AutoParallel(meta_model, input_fn, mesh, preset=p["preset"] or None,
+                      time_limit_s=p["plan_time_limit"], **kwargs) as autop:
+        autop.optimize_placement()
         model = autop.apply_placement()
     model.to_empty(device=device)
     torch.manual_seed(t["seed"])  # every rank builds the same full model, keeps its shards

@@ -114,9 +114,12 @@ class AutoParallel:
     def __enter__(self) -> "AutoParallel":
         if self._state != "new":
             raise RuntimeError("AutoParallel is not reentrant: create a new one")
+        from . import progress
+
         device = _mesh_trace_device(self.mesh)
-        self.step = trace_training_step(self.model, self.input_fn, device,
-                                        capture=self.capture, mp_policy=self.mp_policy)
+        with progress.stage("trace", bar=_bar_on_this_rank()):
+            self.step = trace_training_step(self.model, self.input_fn, device,
+                                            capture=self.capture, mp_policy=self.mp_policy)
         log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
                  self.step.trace_seconds)
         # with_sharding_constraint(...) calls in the model: pins on their graph nodes
@@ -302,8 +305,14 @@ class AutoParallel:
         graph = self.graph_json()
         self._check_ranks_agree(graph)
         self.hardware = _measured_hardware(self.hardware, self.mesh)
-        plan = _same_plan_on_every_rank(
-            lambda: plan_traced_step(self.step, self.options(verbose), graph))
+        from . import progress
+
+        # the solver stops at its time limit at the latest (the C++ default: 20 s)
+        with progress.stage("plan", expected_s=self.time_limit_s or 20.0,
+                            bar=_bar_on_this_rank()):
+            plan = _same_plan_on_every_rank(
+                lambda: plan_traced_step(self.step, self.options(verbose), graph))
+        progress.log_solver_result(plan)
         plan["plan_seconds"] = time.perf_counter() - t0
         if verbose:
             log_plan(plan, self.step)
@@ -372,6 +381,13 @@ class AutoParallel:
             return _same_plan_on_every_rank(lambda: plan_traced_step(step, opts))
 
         return plan_variant
+
+
+def _bar_on_this_rank() -> bool | None:
+    """Progress bars (on a terminal) from rank 0 only, not one per rank."""
+    import torch.distributed as dist
+
+    return None if not dist.is_initialized() or dist.get_rank() == 0 else False
 
 
 MEASURE = "measure"  # hardware: a profile measured on the process group (calibrate.py)

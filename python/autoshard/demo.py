@@ -68,7 +68,6 @@ def main(argv=None) -> int:
                         format="%(message)s")
     from torch.distributed.tensor import Replicate, Shard
 
-    from . import progress
     from .api import AutoParallel
     from .fake_pg import fake_world
     from .models import Llama, llama3_8b_config
@@ -114,10 +113,9 @@ def main(argv=None) -> int:
         return tokens, torch.empty(batch, args.seq, dtype=torch.long)
 
     with fake_world(mesh_shape, names) as mesh, ExitStack() as scope:
-        with progress.stage("trace"):
-            autop = scope.enter_context(AutoParallel(
-                model, input_fn, mesh, hardware=args.hardware, time_limit_s=args.time_limit,
-                preset=args.preset))
+        autop = scope.enter_context(AutoParallel(  # logs its stages (progress.py)
+            model, input_fn, mesh, hardware=args.hardware, time_limit_s=args.time_limit,
+            preset=args.preset))
         step = autop.step
         n_nodes = sum(1 for n in step.gm.graph.nodes if n.op == "call_function")
         print(f"traced: {n_nodes} ATen nodes in {step.trace_seconds:.1f} s "
@@ -133,9 +131,7 @@ def main(argv=None) -> int:
             autop.add_parameter_memory_constraint()
         autop.add_output_constraints([(Replicate(),) * len(mesh_shape)])
         try:
-            with progress.stage("plan", expected_s=args.time_limit):
-                plan = autop.optimize_placement(verbose=args.verbose)
-            progress.log_solver_result(autop.plan)
+            plan = autop.optimize_placement(verbose=args.verbose)
         except NotImplementedError as e:
             print(f"planning unavailable: {e}")
             return 0

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from autoshard import AutoParallel, load_full_state_dict, local_inputs
+from autoshard import AutoParallel, local_inputs
 
 DIM, HEADS, SEQ, VOCAB = 32, 4, 8, 64
 
