@@ -21,6 +21,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import OpSpec
 
 from .placements import layout_from_strs, layout_to_strs
+from .runtime import tensor_refs
 
 
 def _spec(mesh: DeviceMesh, strs, val: Any) -> DTensorSpec | None:
@@ -29,25 +30,6 @@ def _spec(mesh: DeviceMesh, strs, val: Any) -> DTensorSpec | None:
     meta = (TensorMeta(val.shape, tuple(val.stride()), val.dtype)
             if isinstance(val, torch.Tensor) else None)
     return DTensorSpec(mesh, layout_from_strs(strs, mesh.ndim), tensor_meta=meta)
-
-
-def _tensor_args(node: fx.Node) -> list:
-    """The node's tensor arguments in plan order (args then kwargs, depth first)."""
-    out: list = []
-
-    def walk(v):
-        if isinstance(v, fx.Node):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-
-    walk(node.args)
-    walk(node.kwargs)
-    return out
 
 
 class PlacementResult(dict):
@@ -75,7 +57,7 @@ class PlacementResult(dict):
                 out_specs = tuple(_spec(mesh, s, v) for s, v in zip(outs, val))
             else:
                 out_specs = _spec(mesh, outs[0], val)
-            args = _tensor_args(node)
+            args = tensor_refs(node.args, node.kwargs)  # the plan's input order
             ins = entry.get("inputs") or ([outs[0]] if node.op == "placeholder" else [])
             sources = args if args else [node] * len(ins)  # a placeholder's own tensor
             in_specs = [_spec(mesh, s, a.meta.get("val")) for s, a in zip(ins, sources)]

@@ -50,7 +50,7 @@ def contiguous_stride(shape: Sequence[int]) -> tuple:
     return tuple(reversed(stride))
 
 
-def _tensor_refs(args: Any, kwargs: dict) -> list[fx.Node]:
+def tensor_refs(args: Any, kwargs: dict) -> list[fx.Node]:
     """Node references in args then kwargs, depth first (the plan's ``inputs`` order)."""
     refs: list[fx.Node] = []
 
@@ -231,7 +231,7 @@ class StepRunner:
             return  # folded: consumers index the producer's tuple
         entry = self.plan_nodes.get(node.name) or {}
         planned_inputs = entry.get("inputs")
-        refs = _tensor_refs(node.args, node.kwargs)
+        refs = tensor_refs(node.args, node.kwargs)
         if planned_inputs is not None and len(planned_inputs) != len(refs):
             raise ValueError(f"plan node {node.name} ({node.target}) lists "
                              f"{len(planned_inputs)} input layouts but the node has "

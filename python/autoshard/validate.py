@@ -428,9 +428,9 @@ class ValidationReport:
 def tensor_ref_nodes(node: fx.Node) -> list[fx.Node]:
     """The node's tensor references in args then kwargs, depth first (the order of the
     strategies' ``inputs``, docs/formats.md section 3), as the runtime walks them."""
-    from .runtime import _tensor_refs
+    from .runtime import tensor_refs
 
-    return _tensor_refs(node.args, node.kwargs)
+    return tensor_refs(node.args, node.kwargs)
 
 
 def _substitute(args: Any, local_of: dict[str, torch.Tensor]) -> Any:

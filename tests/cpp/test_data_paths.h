@@ -1,4 +1,5 @@
-// Where the tests find the public IOPDDL instances: $AUTOSHARD_IOPDDL_DIR, else the shared/
+// Where the tests find their data: the small files in tests/cpp/data (test_data), and the
+// public IOPDDL instances: $AUTOSHARD_IOPDDL_DIR, else the shared/
 // folder beside the checkout (../shared/bench/iopddl). Tests that need one skip when the
 // instances are not on this machine rather than fail for a reason unrelated to the code.
 #pragma once
@@ -6,6 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+inline std::string test_data(const char* name) {
+  return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name;
+}
 
 inline std::string iopddl_instance(const std::string& file) {
   namespace fs = std::filesystem;

@@ -14,6 +14,9 @@
 #include "autoshard/graph.h"
 #include "autoshard/json.h"
 #include "autoshard/problem_io.h"
+#include "autoshard/planner.h"
+
+#include "test_cli_run.h"
 
 using namespace autoshard;
 
@@ -67,19 +70,8 @@ std::string mutate(std::string s, std::mt19937& rng, bool numbers_only = false) 
   return s;
 }
 
-struct Outcome {
-  int rc;
-  std::string out, err;
-};
-
-Outcome run(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  return {rc, out.str(), err.str()};
-}
-
 // A failed run must say why: its exit code is an error code and stderr names the command.
-void expect_clear_error(const Outcome& r, const std::string& what) {
+void expect_clear_error(const CliRun& r, const std::string& what) {
   EXPECT_TRUE(r.rc >= 1 && r.rc <= 3) << what << " rc " << r.rc;
   EXPECT_NE(r.err.find("autoshard "), std::string::npos) << what << ": " << r.err;
   EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << what;
@@ -94,7 +86,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 TEST(FuzzInputs, MutatedProblemFilesGetAnErrorOrAValidPlan) {
   const std::string in = ::testing::TempDir() + "autoshard_fuzz_problem.json";
   const std::string sol = ::testing::TempDir() + "autoshard_fuzz_solution.json";
-  ASSERT_EQ(run({"solve", (write_text(in, kProblem), in), "--time-limit", "2"}).rc, 0);
+  ASSERT_EQ(run_cli({"solve", (write_text(in, kProblem), in), "--time-limit", "2"}).rc, 0);
   std::mt19937 rng(20250611);
   int solved = 0;
   for (int c = 0; c < 400; ++c) {
@@ -102,7 +94,7 @@ TEST(FuzzInputs, MutatedProblemFilesGetAnErrorOrAValidPlan) {
     write_text(in, text);
     std::remove(sol.c_str());
     const auto t0 = std::chrono::steady_clock::now();
-    Outcome r = run({"solve", in, "--time-limit", "1", "--out", sol});
+    CliRun r = run_cli({"solve", in, "--time-limit", "1", "--out", sol});
     const std::string what = "case " + std::to_string(c);
     EXPECT_LT(seconds_since(t0), 5.0) << what;
     if (r.rc != 0) {
@@ -136,7 +128,7 @@ TEST(FuzzInputs, MutatedGraphFilesGetAnErrorOrAPlan) {
     write_text(in, text);
     std::remove(plan.c_str());
     const auto t0 = std::chrono::steady_clock::now();
-    Outcome r = run({"plan", in, "--mesh", c % 2 ? "2x2" : "4", "--time-limit", "0.05", "--out", plan});
+    CliRun r = run_cli({"plan", in, "--mesh", c % 2 ? "2x2" : "4", "--time-limit", "0.05", "--out", plan});
     const std::string what = "case " + std::to_string(c);
     EXPECT_LT(seconds_since(t0), 5.0) << what;
     if (r.rc != 0) {
@@ -154,7 +146,6 @@ TEST(FuzzInputs, MutatedGraphFilesGetAnErrorOrAPlan) {
   std::remove(plan.c_str());
 }
 
-#include "autoshard/planner.h"
 
 // The options JSON the Python API sends: mutated values must be refused with a message
 // (naming the field) or planned within the time asked for.

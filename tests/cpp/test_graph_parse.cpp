@@ -4,11 +4,11 @@
 
 #include "autoshard/graph.h"
 
+#include "test_data_paths.h"
+
 using namespace autoshard;
 
 namespace {
-std::string data(const char* name) { return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name; }
-
 std::string parse_error(const std::string& text) {
   try {
     parse_graph(parse_json(text));
@@ -26,7 +26,7 @@ const char* kHead = R"({"version": 1, "nodes": [
 }  // namespace
 
 TEST(GraphParse, ReadsTheMlpFixture) {
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   ASSERT_EQ(g.nodes.size(), 20u);
   const Node& w1 = g.nodes[g.index_by_name.at("primals_1")];
   EXPECT_EQ(w1.role, NodeRole::Parameter);

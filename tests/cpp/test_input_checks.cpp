@@ -17,6 +17,9 @@
 #include "autoshard/problem_io.h"
 #include "autoshard/solver.h"
 
+#include "test_cli_run.h"
+#include "test_data_paths.h"
+
 using namespace autoshard;
 namespace fs = std::filesystem;
 
@@ -65,15 +68,6 @@ std::string two_node_problem(const std::string& costs0) {
   return R"({"problem": {"nodes": {"costs": [)" + costs0 + R"(, [0]]}, "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}})";
 }
 
-struct Cli {
-  int rc;
-  std::string out, err;
-};
-Cli run_cli(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  int rc = cli_main(args, out, err);
-  return {rc, out.str(), err.str()};
-}
 
 }  // namespace
 
@@ -148,7 +142,7 @@ TEST(ProblemCosts, CostsTheSolverCannotHoldExactlyAreRefused) {
 TEST(ProblemCosts, LargeIntegerCostsArePrintedAndOrderedExactly) {
   const std::string path = temp_path("exact.json");
   write_bytes(path, two_node_problem("[123456789012346, 123456789012345]"));
-  Cli r = run_cli({"solve", path});
+  CliRun r = run_cli({"solve", path});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("cost: 123456789012345\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lower bound: 123456789012345\n"), std::string::npos) << r.out;
@@ -207,11 +201,11 @@ TEST(SolveCli, LimitsAndOutputPathsAreCheckedBeforeSolving) {
   const std::string path = temp_path("tiny.json");
   write_bytes(path, kTiny);
   for (const char* bad : {"0", "-1", "nan", "inf"}) {
-    Cli r = run_cli({"solve", path, "--time-limit", bad});
+    CliRun r = run_cli({"solve", path, "--time-limit", bad});
     EXPECT_EQ(r.rc, 2) << bad;
     EXPECT_NE(r.err.find("--time-limit must be a finite number of seconds > 0"), std::string::npos) << r.err;
   }
-  Cli r = run_cli({"solve", path, "--out", path});
+  CliRun r = run_cli({"solve", path, "--out", path});
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("would overwrite the input"), std::string::npos) << r.err;
   EXPECT_EQ(parse_problem(read_file_maybe_gzip(path)).num_nodes(), 2u);  // untouched
@@ -228,18 +222,17 @@ TEST(SolveCli, RunningOutOfTimeIsNotCalledInfeasible) {
   std::string text = kTiny;
   text.replace(text.find("\"usage_limit\": 10"), 17, "\"usage_limit\": 1");
   write_bytes(path, text);
-  Cli r = run_cli({"solve", path});
+  CliRun r = run_cli({"solve", path});
   EXPECT_EQ(r.rc, 3);
   EXPECT_NE(r.err.find("none exists (proven"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("raise --time-limit"), std::string::npos) << r.err;
   std::remove(path.c_str());
 }
 
-#include "test_data_paths.h"
 
 TEST(SolveCli, TimeRunningOutBeforeAnyPlanSaysSoAndSuggestsMoreTime) {
   AUTOSHARD_REQUIRE_INSTANCE(path, "B.json.gz");
-  Cli r = run_cli({"solve", path, "--time-limit", "0.01"});  // reading alone takes longer
+  CliRun r = run_cli({"solve", path, "--time-limit", "0.01"});  // reading alone takes longer
   EXPECT_EQ(r.rc, 3);
   EXPECT_NE(r.out.find("infeasibility not proven"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("the time limit (0.01 s) ran out first and infeasibility was not proven; raise --time-limit"),

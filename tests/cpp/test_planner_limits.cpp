@@ -13,11 +13,12 @@
 #include "autoshard/cli.h"
 #include "autoshard/planner.h"
 
+#include "test_cli_run.h"
+#include "test_data_paths.h"
+
 using namespace autoshard;
 
 namespace {
-
-std::string data(const char* name) { return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name; }
 
 PlannerOptions options(std::vector<int64_t> mesh) {
   PlannerOptions o;
@@ -35,20 +36,11 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-struct Cli {
-  int rc;
-  std::string out, err;
-};
-Cli run_cli(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  int rc = cli_main(args, out, err);
-  return {rc, out.str(), err.str()};
-}
 
 }  // namespace
 
 TEST(PlannerLimits, ParameterMemoryBelowOneOverMeshSizeIsRefused) {
-  Graph g = read_graph_file(data("linear_fwd.json"));
+  Graph g = read_graph_file(test_data("linear_fwd.json"));
   for (double high : {0.0, 1e-9, 0.1}) {
     PlannerOptions o = options({4});
     o.parameter_memory_default = false;
@@ -64,7 +56,7 @@ TEST(PlannerLimits, ParameterMemoryBelowOneOverMeshSizeIsRefused) {
     parse_planner_options(parse_json(R"({"mesh": {"shape": [2, 2]}, "parameter_memory": {"low": 0, "high": 0.1}})"));
   });
   EXPECT_NE(e.find("high=0.1 is below 0.25 = 1/4"), std::string::npos) << e;
-  Cli r = run_cli({"plan", data("linear_fwd.json"), "--mesh", "4", "--param-memory", "0,0"});
+  CliRun r = run_cli({"plan", test_data("linear_fwd.json"), "--mesh", "4", "--param-memory", "0,0"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("high=0 is below 0.25 = 1/4"), std::string::npos) << r.err;
   // Exactly 1/mesh size is what full sharding reaches: allowed, and honoured.
@@ -77,7 +69,7 @@ TEST(PlannerLimits, ParameterMemoryBelowOneOverMeshSizeIsRefused) {
 
 TEST(PlannerLimits, NonPositiveMemoryLimitsAreRefused) {
   for (const char* bad : {"-1", "0", "nan", "1.5", "1e30", "lots"}) {
-    Cli r = run_cli({"plan", data("linear_fwd.json"), "--mesh", "4", "--memory-limit", bad});
+    CliRun r = run_cli({"plan", test_data("linear_fwd.json"), "--mesh", "4", "--memory-limit", bad});
     EXPECT_EQ(r.rc, 1) << bad;
     EXPECT_NE(r.err.find("--memory-limit (leave it out for no limit)"), std::string::npos) << r.err;
   }
@@ -89,20 +81,20 @@ TEST(PlannerLimits, NonPositiveMemoryLimitsAreRefused) {
   }
   PlannerOptions o = options({4});
   o.memory_limit_bytes = 0;
-  EXPECT_NE(error_of([&] { run_planner(read_graph_file(data("linear_fwd.json")), o); }).find("must be > 0 bytes"),
+  EXPECT_NE(error_of([&] { run_planner(read_graph_file(test_data("linear_fwd.json")), o); }).find("must be > 0 bytes"),
             std::string::npos);
 }
 
 TEST(PlannerLimits, TimeLimitsAreCheckedWhereTheyEnterAndHugeOnesCapped) {
   for (const char* bad : {"0", "-1", "nan", "inf"}) {
-    Cli r = run_cli({"plan", data("linear_fwd.json"), "--mesh", "4", "--time-limit", bad});
+    CliRun r = run_cli({"plan", test_data("linear_fwd.json"), "--mesh", "4", "--time-limit", bad});
     EXPECT_EQ(r.rc, 1) << bad;
     EXPECT_NE(r.err.find("--time-limit must be a finite number of seconds > 0"), std::string::npos) << r.err;
   }
   std::string e = error_of([] { parse_planner_options(parse_json(R"({"mesh": {"shape": [4]}, "time_limit_s": 0})")); });
   EXPECT_NE(e.find("options.time_limit_s must be a finite number of seconds > 0"), std::string::npos) << e;
   // 1e10 s used to overflow the clock (a deadline in the past) and return a poor plan.
-  Graph g = read_graph_file(data("linear_fwd.json"));
+  Graph g = read_graph_file(test_data("linear_fwd.json"));
   PlannerOptions o = options({2, 2});
   PlanningResult normal = run_planner(g, o);
   o.time_limit_s = 1e10;
@@ -112,7 +104,7 @@ TEST(PlannerLimits, TimeLimitsAreCheckedWhereTheyEnterAndHugeOnesCapped) {
 }
 
 TEST(PlannerLimits, MeshTooLargeForMemoryIsRefusedBeforeBuilding) {
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlannerOptions o = options({2, 2, 2, 2, 2});
   o.max_problem_bytes = 1'000'000'000;
   const auto t0 = std::chrono::steady_clock::now();
@@ -128,7 +120,7 @@ TEST(PlannerLimits, MeshTooLargeForMemoryIsRefusedBeforeBuilding) {
   e = error_of([&] { run_planner(g, o); });
   EXPECT_NE(e.find("enumerating the strategies of node"), std::string::npos) << e;
   // The CLI option and the JSON field reach the same cap.
-  Cli r = run_cli({"plan", data("mlp2_fwd_bwd.json"), "--mesh", "2x2x2x2x2", "--max-problem-bytes", "1e9"});
+  CliRun r = run_cli({"plan", test_data("mlp2_fwd_bwd.json"), "--mesh", "2x2x2x2x2", "--max-problem-bytes", "1e9"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("above the memory cap of 1.0 GB"), std::string::npos) << r.err;
   EXPECT_EQ(parse_planner_options(parse_json(R"({"mesh": {"shape": [4]}, "max_problem_bytes": 12345})")).max_problem_bytes,
@@ -136,7 +128,7 @@ TEST(PlannerLimits, MeshTooLargeForMemoryIsRefusedBeforeBuilding) {
 }
 
 TEST(PlannerLimits, TimeLimitHoldsWhileBuildingTheProblem) {
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlannerOptions o = options({2, 2, 2, 2, 2});
   o.max_problem_bytes = int64_t{1} << 50;  // let it try: the clock must stop it
   o.time_limit_s = 0.3;
@@ -150,9 +142,9 @@ TEST(PlannerLimits, TimeLimitHoldsWhileBuildingTheProblem) {
 TEST(PlannerCliInputs, OutputOverTheGraphAndDirectoriesAreRefused) {
   namespace fs = std::filesystem;
   const std::string graph = ::testing::TempDir() + "autoshard_limits_graph.json";
-  fs::copy_file(data("linear_fwd.json"), graph, fs::copy_options::overwrite_existing);
+  fs::copy_file(test_data("linear_fwd.json"), graph, fs::copy_options::overwrite_existing);
   const auto size = fs::file_size(graph);
-  Cli r = run_cli({"plan", graph, "--mesh", "4", "--out", graph});
+  CliRun r = run_cli({"plan", graph, "--mesh", "4", "--out", graph});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("would overwrite the input"), std::string::npos) << r.err;
   EXPECT_EQ(fs::file_size(graph), size);
@@ -160,14 +152,14 @@ TEST(PlannerCliInputs, OutputOverTheGraphAndDirectoriesAreRefused) {
   r = run_cli({"plan", ::testing::TempDir(), "--mesh", "4"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("is a directory, not a file"), std::string::npos) << r.err;
-  r = run_cli({"plan", data("linear_fwd.json"), "--mesh", "2.5"});
+  r = run_cli({"plan", test_data("linear_fwd.json"), "--mesh", "2.5"});
   EXPECT_NE(r.err.find("--mesh: '2.5' is not sizes >= 1 joined by 'x'"), std::string::npos) << r.err;
 }
 
 // A pinned parameter cannot be sharded to the budget's share; the budget is raised for it
 // (as AutoParallel does) and the report says so instead of relaxing it silently.
 TEST(PlannerLimits, BudgetRaisedForPinnedParametersIsReported) {
-  std::ifstream f(data("linear_fwd.json"));
+  std::ifstream f(test_data("linear_fwd.json"));
   std::stringstream graph;
   graph << f.rdbuf();
   Json plan = parse_json(plan_graph_json(graph.str(), R"({"mesh": {"shape": [4]}, "input_constraints": {"w": ["R"]}})"));

@@ -16,11 +16,11 @@
 #include "autoshard/report.h"
 #include "autoshard/rules.h"
 
+#include "test_data_paths.h"
+
 using namespace autoshard;
 
 namespace {
-
-std::string data(const char* name) { return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name; }
 
 PlannerOptions options(std::vector<int64_t> mesh) {
   PlannerOptions o;
@@ -65,7 +65,7 @@ class PlannerMlp : public ::testing::TestWithParam<std::vector<int64_t>> {};
 }  // namespace
 
 TEST_P(PlannerMlp, DefaultParameterMemoryShardsEveryWeight) {
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlanningResult r = run_planner(g, options(GetParam()));
   const Mesh& mesh = r.model->mesh;
   for (const char* w : {"primals_1", "primals_2"}) {
@@ -81,7 +81,7 @@ TEST_P(PlannerMlp, DefaultParameterMemoryShardsEveryWeight) {
 }
 
 TEST_P(PlannerMlp, NoParameterBudgetReplicatesWeights) {
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlannerOptions o = options(GetParam());
   o.parameter_memory_default = false;
   o.parameter_memory = std::make_pair(0.0, 1.0);
@@ -104,7 +104,7 @@ TEST_P(PlannerMlp, NoParameterBudgetReplicatesWeights) {
 INSTANTIATE_TEST_SUITE_P(Meshes, PlannerMlp, ::testing::Values(std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}));
 
 TEST(PlannerBruteForce, PlanCostEqualsBestOfAllCombinations) {
-  Graph g = read_graph_file(data("linear_fwd.json"));
+  Graph g = read_graph_file(test_data("linear_fwd.json"));
   for (auto mesh : {std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}}) {
     for (bool budget : {false, true}) {
       PlannerOptions o = options(mesh);
@@ -135,7 +135,7 @@ TEST(PlannerBruteForce, PlanCostEqualsBestOfAllCombinations) {
 }
 
 TEST(PlannerJson, PlanDocumentFollowsTheFormat) {
-  std::ifstream f(data("mlp2_fwd_bwd.json"));
+  std::ifstream f(test_data("mlp2_fwd_bwd.json"));
   std::stringstream ss;
   ss << f.rdbuf();
   std::string plan_text = plan_graph_json(
@@ -166,7 +166,7 @@ TEST(PlannerJson, PlanDocumentFollowsTheFormat) {
 }
 
 TEST(PlannerErrors, BadOptionsAndImpossibleConstraintsSayWhatToChange) {
-  std::ifstream f(data("mlp2_fwd_bwd.json"));
+  std::ifstream f(test_data("mlp2_fwd_bwd.json"));
   std::stringstream ss;
   ss << f.rdbuf();
   auto error_of = [&](const std::string& opts) -> std::string {
@@ -198,7 +198,7 @@ TEST(PlannerErrors, BadOptionsAndImpossibleConstraintsSayWhatToChange) {
 TEST(PlannerCli, PlanCommandWritesThePlan) {
   std::string out_path = ::testing::TempDir() + "autoshard_plan_test.json";
   std::ostringstream out, err;
-  int rc = cli_main({"plan", data("mlp2_fwd_bwd.json"), "--mesh", "2x2", "--dim-names", "dp,tp", "--param-memory",
+  int rc = cli_main({"plan", test_data("mlp2_fwd_bwd.json"), "--mesh", "2x2", "--dim-names", "dp,tp", "--param-memory",
                      "0,1", "--time-limit", "3", "--out", out_path},
                     out, err);
   ASSERT_EQ(rc, 0) << err.str();
@@ -207,7 +207,7 @@ TEST(PlannerCli, PlanCommandWritesThePlan) {
   EXPECT_EQ(plan.at("nodes").at("primals_1").at("outputs").dump(), R"j([["R","R"]])j");
   std::remove(out_path.c_str());
   std::ostringstream o2, e2;
-  EXPECT_EQ(cli_main({"plan", data("mlp2_fwd_bwd.json")}, o2, e2), 2);
+  EXPECT_EQ(cli_main({"plan", test_data("mlp2_fwd_bwd.json")}, o2, e2), 2);
   EXPECT_NE(e2.str().find("--mesh is required"), std::string::npos);
 }
 
@@ -242,7 +242,7 @@ int64_t independent_peak(const PlanningResult& r) {
 }  // namespace
 
 TEST(PlannerMemory, MemoryLimitBoundsThePeakOfThePlan) {
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlannerOptions o = options({4});
   o.parameter_memory_default = false;  // no budget: the memory limit alone must shape the plan
   o.memory_limit_bytes = int64_t{1} << 50;
@@ -268,7 +268,7 @@ TEST(PlannerReport, ModuleGroupsAndFolding) {
   EXPECT_EQ(module_group("w1"), "w1");
   EXPECT_EQ(module_group("encoder.blocks.0.mlp"), "encoder.blocks.0");
   EXPECT_EQ(module_group(""), "(other)");
-  Graph g = read_graph_file(data("mlp2_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlannerOptions o = options({2, 2});
   o.parameter_memory_default = false;
   PlanningResult r = run_planner(g, o);
@@ -287,7 +287,7 @@ TEST(PlannerReport, ModuleGroupsAndFolding) {
 TEST(PlannerBruteForce, GradientSinkAndTangentPinOnAForwardBackwardLinear) {
   // y = x @ w.T and its weight gradient gw = gy.T @ x, which must leave in w's layout; the
   // tangent gy arrives in y's (replicated) layout. Every combination on a 4-GPU mesh.
-  Graph g = read_graph_file(data("linear_fwd_bwd.json"));
+  Graph g = read_graph_file(test_data("linear_fwd_bwd.json"));
   for (bool budget : {false, true}) {
     PlannerOptions o = options({4});
     o.parameter_memory_default = budget;

@@ -1,4 +1,5 @@
-"""Shared helpers: launching torchrun workers (gloo on CPU) from pytest."""
+"""Shared helpers: launching torchrun workers (gloo on CPU) from pytest, reading their
+results, and a one-rank gloo mesh for single-process tests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 DIST_DIR = Path(__file__).parent / "dist"
 REPO = Path(__file__).resolve().parents[2]
@@ -35,3 +38,24 @@ def run_torchrun(script: str, config: list, tmp_path: Path, nproc: int = 4,
 
 def by_name(results: list[dict]) -> dict[str, dict]:
     return {r["name"]: r for r in results}
+
+
+def ok_on_every_rank(results: list[list[dict]], name: str) -> list[dict]:
+    """Scenario ``name``'s result on each rank; fails naming the rank and its error when a
+    rank did not complete it."""
+    out = []
+    for rank, res in enumerate(results):
+        r = by_name(res)[name]
+        assert r["ok"], f"rank {rank}: {r.get('traceback', r.get('error'))}"
+        out.append(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mesh1():
+    """A one-rank gloo process group and its (1,) CPU mesh, for the tests of one module."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from autoshard import _core
-from conftest import by_name, run_torchrun
+from conftest import ok_on_every_rank, run_torchrun
 
 pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
                                 reason="the C++ planner (_core.plan_graph) is not built")
@@ -23,17 +23,8 @@ def results(tmp_path_factory):
                         timeout=900)
 
 
-def _each_rank(results, name):
-    out = []
-    for rank, res in enumerate(results):
-        r = by_name(res)[name]
-        assert r["ok"], f"rank {rank}: {r.get('traceback', r.get('error'))}"
-        out.append(r)
-    return out
-
-
 def test_complex_rope_and_flatten_after_attention_train_like_the_reference(results):
-    for r in _each_rank(results, "rope_training"):
+    for r in ok_on_every_rank(results, "rope_training"):
         assert r["init_ok"], "init_weights (assign, copy_, .data[:], .data =) on shards"
         for loss, ref in r["losses"]:
             assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
@@ -41,13 +32,13 @@ def test_complex_rope_and_flatten_after_attention_train_like_the_reference(resul
 
 
 def test_free_output_is_a_sharded_dtensor_with_reference_values(results):
-    for r in _each_rank(results, "free_output"):
+    for r in ok_on_every_rank(results, "free_output"):
         assert r["is_dtensor"] and r["placements"] == r["planned"] != ["R"], r
         assert r["values_ok"] and r["grads_ok"]
 
 
 def test_dcp_checkpoint_of_one_plan_loads_into_another(results):
-    for r in _each_rank(results, "dcp_reshard"):
+    for r in ok_on_every_rank(results, "dcp_reshard"):
         assert r["layouts_differ"], (r["layouts_a"], r["layouts_b"])
         assert r["weights_ok"]
         for a, b in r["losses"]:

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from autoshard import _core
-from conftest import by_name, run_torchrun
+from conftest import ok_on_every_rank, run_torchrun
 
 pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
                                 reason="the C++ planner (_core.plan_graph) is not built")
@@ -28,18 +28,9 @@ def results(tmp_path_factory):
                         timeout=300)
 
 
-def _per_rank(results, name):
-    out = []
-    for rank, res in enumerate(results):
-        r = by_name(res)[name]
-        assert r["ok"], f"rank {rank}: {r.get('traceback', r.get('error'))}"
-        out.append(r)
-    return out
-
-
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
 def test_collectives_issued_are_exactly_the_planned_redistributions(results, name):
-    for rank, r in enumerate(_per_rank(results, name)):
+    for rank, r in enumerate(ok_on_every_rank(results, name)):
         issued = Counter((c["where"], c["kind"]) for c in r["collectives"])
         planned = Counter((p["where"], p["kind"]) for p in r["planned"])
         assert issued == planned, (f"rank {rank}: issued {r['collectives']}\nplanned "
@@ -51,7 +42,7 @@ def test_collectives_issued_are_exactly_the_planned_redistributions(results, nam
 
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
 def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, name):
-    for rank, r in enumerate(_per_rank(results, name)):
+    for rank, r in enumerate(ok_on_every_rank(results, name)):
         w_numel = r["w_numel"]
         reductions = [c for c in r["collectives"]
                       if c["kind"] in ("all_reduce", "reduce_scatter") and c["numel"] == w_numel]

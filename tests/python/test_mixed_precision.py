@@ -3,11 +3,8 @@ placed on the right side of them, and a one-rank step equal to eager bf16 numeri
 
 import json
 
-import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import Shard
 
@@ -83,15 +80,6 @@ def test_policy_is_canonicalised():
     mp = canonical_policy(MixedPrecisionPolicy(param_dtype=torch.bfloat16))
     assert mp.reduce_dtype == torch.bfloat16 and mp.cast_forward_inputs
     assert canonical_policy(MixedPrecisionPolicy()) is None  # nothing to cast
-
-
-@pytest.fixture(scope="module")
-def mesh1():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_one_rank_step_matches_eager_bf16(mesh1):

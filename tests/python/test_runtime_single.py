@@ -3,24 +3,12 @@ keyword inputs, several outputs, unused outputs, input gradients, recorded plans
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from autoshard.apply import build_parallel_module, load_full_state_dict
 from autoshard.runtime import PlanMismatchError
 from autoshard.trace import ForwardInputs, trace_training_step
-
-
-@pytest.fixture(scope="module")
-def mesh1():
-    store = dist.HashStore()
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
 
 
 class WithBuffer(nn.Module):

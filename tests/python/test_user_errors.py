@@ -7,9 +7,7 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.device_mesh import init_device_mesh
 
 from autoshard import AutoParallel, _core
 from autoshard.apply import build_parallel_module, load_full_state_dict
@@ -17,15 +15,6 @@ from autoshard.trace import UnsupportedModelError, trace_training_step
 
 needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
                                    reason="the C++ planner (_core.plan_graph) is not built")
-
-
-@pytest.fixture(scope="module")
-def mesh1():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
 
 
 class Regression(nn.Module):

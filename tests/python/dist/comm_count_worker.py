@@ -94,7 +94,7 @@ def planned_redistributions(step, plan: dict) -> list[dict]:
     """Every redistribution the plan implies: each node input whose planned layout differs
     from its producer's planned output layout, each gradient leaving in its parameter's
     layout, and the loss leaving replicated (users get real values)."""
-    from autoshard.runtime import _tensor_refs
+    from autoshard.runtime import tensor_refs
 
     nodes = plan["nodes"]
 
@@ -117,7 +117,7 @@ def planned_redistributions(step, plan: dict) -> list[dict]:
     for n in step.gm.graph.nodes:
         if n.op != "call_function" or n.name not in nodes or "inputs" not in nodes[n.name]:
             continue
-        for ref, want in zip(_tensor_refs(n.args, n.kwargs), nodes[n.name]["inputs"]):
+        for ref, want in zip(tensor_refs(n.args, n.kwargs), nodes[n.name]["inputs"]):
             if want is not None:
                 add(n.name, produced(ref), want, ref.meta["val"].shape)
     for o in step.outputs:
