@@ -333,11 +333,12 @@ def _refresh_program(module: nn.Module) -> None:
     if any(t.device.type == "meta" for t in states):
         module._autoshard_program = None
         return
-    program = module._autoshard_program
-    if program is not None and program.state_key != _state_key(*_state_locals(module)):
+    key = _state_key(*_state_locals(module))
+    if module._autoshard_program is not None and module._autoshard_program.state_key != key:
         module._autoshard_program = None
     for variant in getattr(module, "_autoshard_variants", {}).values():
-        variant.program = None  # other modes' programs are lowered again on first use
+        if variant.program is not None and variant.program.state_key != key:
+            variant.program = None  # other modes' programs are lowered again on first use
     _program(module)
 
 

@@ -28,6 +28,7 @@ of a call once, which dominates for the many small tensors (norm weights, biases
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 import torch
@@ -72,7 +73,7 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
     output = next(n for n in gm.graph.nodes if n.op == "output")
     out_args = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) \
         else [output.args[0]]
-    runs: list = []  # consecutive reductions with the same op, group, dtype and block
+    keyed = []  # (op, group, dtype, block) of each terminal reduction, in traced order
     for c, w in _pairs(gm):
         name = op_name(c)
         if name not in ("all_reduce", "reduce_scatter_tensor"):
@@ -85,12 +86,9 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
             continue
         outs = [k for k, a in enumerate(out_args) if a is w or a in tail]
         param = grad_of[outs[0]] if grad_of and outs and outs[0] < len(grad_of) else None
-        key = (name, *[a for a in c.args[1:]], src.dtype, block_of(param))
-        if not runs or runs[-1][0] != key:
-            runs.append((key, []))
-        runs[-1][1].append((c, w, tail))
+        keyed.append(((name, *c.args[1:], src.dtype, block_of(param)), (c, w, tail)))
     buckets = []
-    for _, members in runs:
+    for members in _runs(keyed):
         # the very first bucket of the graph is the small one
         buckets += _split(members, lambda m: _bytes(m[0].args[0]),
                           lambda k: min(cap, FIRST_BUCKET_BYTES) if not buckets and k == 0
@@ -168,18 +166,16 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     aten = torch.ops.aten
     g = gm.graph
     position = _position(gm)
-    runs: list[list] = []  # consecutive gathers with the same group, dtype and block
+    keyed = []  # (group, dtype, block) of each gather of a graph input, in traced order
     for c, w in _pairs(gm):
         src = c.args[0].meta.get("val")
         if op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
                 or not isinstance(src, torch.Tensor):
             continue
-        key = (*c.args[1:], src.dtype, block_of(strip_views(c.args[0]).meta.get(PARAM_KEY)))
-        if not runs or runs[-1][0] != key:
-            runs.append((key, []))
-        runs[-1][1].append((c, w))
-    merged = [b for _, run in runs for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap)
-              if len(b) > 1]
+        block = block_of(strip_views(c.args[0]).meta.get(PARAM_KEY))
+        keyed.append(((*c.args[1:], src.dtype, block), (c, w)))
+    merged = [b for run in _runs(keyed)
+              for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap) if len(b) > 1]
     last_input = [n for n in g.nodes if n.op == "placeholder"][-1]
     for bucket in merged:
         first_use = min((u for _, w in bucket for u in w.users), key=position)
@@ -223,6 +219,12 @@ def block_of(fqn: str | None) -> str | None:
 def _reads_an_input(n: fx.Node) -> bool:
     """``n`` is a graph input (a parameter's local shard, a saved value) or a view of one."""
     return strip_views(n).op == "placeholder"
+
+
+def _runs(keyed: list[tuple]) -> list[list]:
+    """The members of consecutive (key, member) pairs with equal keys, run by run: a
+    bucket only merges collectives that follow one another with the same key."""
+    return [[m for _, m in run] for _, run in itertools.groupby(keyed, key=lambda km: km[0])]
 
 
 def _split(members: list, size_of, limit) -> list[list]:

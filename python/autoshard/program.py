@@ -256,8 +256,9 @@ def _mark_parameters(fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, fqns: list[
     saved = _graph_outputs(fwd_gm)[n_outputs:]
     bwd_inputs = [n for n in bwd_gm.graph.nodes if n.op == "placeholder"]
     for src, node in zip(saved, bwd_inputs):
-        if isinstance(src, fx.Node) and PARAM_KEY in strip_views(src).meta:
-            node.meta[PARAM_KEY] = strip_views(src).meta[PARAM_KEY]
+        fqn = strip_views(src).meta.get(PARAM_KEY) if isinstance(src, fx.Node) else None
+        if fqn is not None:
+            node.meta[PARAM_KEY] = fqn
 
 
 _IDENTITY_CANDIDATES = ("view", "reshape", "_unsafe_view", "alias", "detach")

@@ -34,9 +34,8 @@ from .trace import TracedStep
 
 log = logging.getLogger("autoshard")
 
-
-
 _VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
 
 class PlanMismatchError(RuntimeError):
     """DTensor produced a layout the plan did not ask for (strict mode)."""
@@ -260,23 +259,23 @@ class StepRunner:
             kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
             try:
                 out = node.target(*args, **kwargs)
-            except (NotImplementedError, RuntimeError) as e:
-                if not isinstance(e, NotImplementedError):
-                    # The trace recorded a view of a tensor that was contiguous there (e.g.
-                    # `.transpose(1, 2).flatten(-2)` after an attention kernel whose output
-                    # strides make it so); here the local tensor may have other strides
-                    # (another kernel or device, a redistribution): a reshape gives the
-                    # same values. (NotImplementedError is a RuntimeError: handled below.)
-                    if node.target not in _VIEWS or not isinstance(args[0], torch.Tensor) \
-                            or args[0].is_contiguous():
-                        raise
-                    out = torch.ops.aten.reshape.default(*args, **kwargs)
-                elif "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
+            except NotImplementedError as e:  # a RuntimeError: caught before the next clause
+                if "sharding strategy" not in str(e) and "sharding propagation" not in str(e):
                     raise
-                elif planned_inputs is not None and _runs_locally(node):
+                if planned_inputs is not None and _runs_locally(node):
                     out = self._run_local(node, entry, args, kwargs)
                 else:
                     out = self._run_replicated(node, args, kwargs)
+            except RuntimeError:
+                # The trace recorded a view of a tensor that was contiguous there (e.g.
+                # `.transpose(1, 2).flatten(-2)` after an attention kernel whose output
+                # strides make it so); here the local tensor may have other strides
+                # (another kernel or device, a redistribution): a reshape gives the
+                # same values.
+                if node.target not in _VIEWS or not isinstance(args[0], torch.Tensor) \
+                        or args[0].is_contiguous():
+                    raise
+                out = torch.ops.aten.reshape.default(*args, **kwargs)
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             return out, [self._wrap_plain(o) for o in outs], used
 
