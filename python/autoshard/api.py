@@ -418,8 +418,9 @@ def _measured_hardware(hardware: Any, mesh: DeviceMesh) -> Any:
     import torch.distributed as dist
 
     from .calibrate import measure_cpu_profile
+    from .fake_pg import on_real_process_group
 
-    if mesh.device_type != "cpu" or not dist.is_initialized() or dist.get_backend() == "fake":
+    if mesh.device_type != "cpu" or not on_real_process_group():
         raise ValueError("hardware='measure' measures CPU ranks on a real process group "
                          "(gloo); name a profile (e.g. 'H100') or pass an object of profile "
                          "fields for other meshes")
@@ -445,8 +446,9 @@ def _same_plan_on_every_rank(make_plan) -> dict:
     its error) so every rank runs the same one."""
     import torch.distributed as dist
 
-    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1 \
-            or dist.get_backend() == "fake":
+    from .fake_pg import real_multi_rank_group
+
+    if not real_multi_rank_group():
         return make_plan()
     box: list = [None]
     if dist.get_rank() == 0:

@@ -15,6 +15,16 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 
+def on_real_process_group() -> bool:
+    """A process group is initialised and its collectives run (it is not the fake one)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_backend() != "fake"
+
+
+def real_multi_rank_group() -> bool:
+    """Collectives really cross ranks: what rank checks and rank-0 broadcasts need."""
+    return on_real_process_group() and dist.get_world_size() > 1
+
+
 def init_fake_process_group(world_size: int, rank: int = 0) -> None:
     """Initialise the default process group with the fake backend (no-op collectives)."""
     from torch.testing._internal.distributed.fake_pg import FakeStore

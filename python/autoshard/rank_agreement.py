@@ -21,6 +21,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from .fake_pg import real_multi_rank_group
+
 log = logging.getLogger("autoshard")
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -55,9 +57,7 @@ def digest(value: Any) -> str:
 
 
 def needs_agreement() -> bool:
-    if not dist.is_available() or not dist.is_initialized():
-        return False
-    return dist.get_world_size() > 1 and dist.get_backend() != "fake"
+    return real_multi_rank_group()
 
 
 def check_ranks_agree(parts: dict[str, Any], summaries: dict[str, str], mesh,

@@ -19,6 +19,8 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch.distributed.tensor import Shard
 
+from .fake_pg import on_real_process_group
+
 
 def random_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     """Ops that draw from a generator (torch tags them nondeterministic_seeded)."""
@@ -56,7 +58,7 @@ def check_random_states_once(program, runner) -> None:
 def check_random_states_agree(program, runner) -> None:
     """Raise when ranks that compute the same random values have different generator
     states (no-op without such ops, on one rank, or on a fake process group)."""
-    if not dist.is_initialized() or dist.get_backend() == "fake":
+    if not on_real_process_group():
         return
     mesh = runner.mesh
     for d, nodes in sorted(replicated_random_dims(program, runner).items()):
