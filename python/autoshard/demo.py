@@ -203,9 +203,11 @@ def summarize_plan(plan: dict, step) -> str:
     s = plan.get("summary", {})
     total = float(s.get("total_us", 0.0))
     comm = float(s.get("comm_us", 0.0))
+    exposed = float(s.get("exposed_comm_us", comm))
     compute = float(s.get("compute_us", 0.0))
     lines.append(f"step time (model): {total / 1e3:.2f} ms = compute {compute / 1e3:.2f} ms + "
-                 f"communication {comm / 1e3:.2f} ms ({100 * comm / total if total else 0:.0f}%)"
+                 f"exposed communication {exposed / 1e3:.2f} ms "
+                 f"({100 * exposed / total if total else 0:.0f}%; {comm / 1e3:.2f} ms in all)"
                  f"; lower bound {float(s.get('lower_bound_us', 0.0)) / 1e3:.2f} ms")
     lines.append(f"parameter memory per GPU: "
                  f"{float(s.get('parameter_bytes_per_gpu', 0)) / 2**30:.2f} GiB")

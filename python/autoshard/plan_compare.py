@@ -28,7 +28,8 @@ def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
     sa, sb = a.get("summary", {}), b.get("summary", {})
     out = ["totals (A -> B):"]
     for key, label in (("total_us", "step"), ("compute_us", "compute"),
-                       ("comm_us", "communication"), ("lower_bound_us", "lower bound")):
+                       ("comm_us", "communication"), ("exposed_comm_us", "exposed comm"),
+                       ("lower_bound_us", "lower bound")):
         x, y = float(sa.get(key, 0)), float(sb.get(key, 0))
         out.append(f"  {label:<14} {_ms(x):>14} -> {_ms(y):>14}  ({(y - x) / 1e3:+.3f} ms)")
     pa = float(sa.get("parameter_bytes_per_gpu", 0))

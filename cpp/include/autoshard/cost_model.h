@@ -56,6 +56,11 @@ struct HardwareProfile {
   // The collective library runs a reduce-scatter as an all-reduce of the whole buffer, each
   // rank keeping its slice (gloo does): it costs an all-reduce, twice a ring reduce-scatter.
   bool reduce_scatter_via_all_reduce = false;
+  // Fraction of the overlappable communication (prefetched parameter gathers, gradient
+  // reductions: overlap_model.h) the runtime hides behind compute when there is enough of it:
+  // 1 where collectives run on their own stream (NCCL), less where they share the cores that
+  // compute (gloo on CPU); 0 charges every collective in full.
+  double comm_overlap = 1.0;
 };
 
 // Known profiles: throws std::invalid_argument naming the known ones for an unknown name.

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,13 @@ struct ShardingModel {
 ShardingModel build_sharding_model(const Graph& graph, const MeshModel& model,
                                    std::vector<std::vector<Strategy>> strategies,
                                    const PlacementConstraints& constraints);
+
+// Raised by lower_to_problem when two layouts that no choice can change (nodes with a single
+// strategy each, e.g. both pinned) need an impossible redistribution (Shard -> Partial).
+class InfeasibleLayoutsError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 struct LoweringOptions {
   // AutoParallel's add_parameter_memory_constraint(low, high) as fractions of each
@@ -84,8 +92,9 @@ std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& s
 // compute of every node + every redistribution on every tensor reference + output sinks.
 struct ChoiceCost {
   double compute_us = 0;
-  double comm_us = 0;
-  double total_us = 0;
+  double comm_us = 0;          // every redistribution in full
+  double exposed_comm_us = 0;  // the part not hidden behind compute (overlap_model.h)
+  double total_us = 0;         // compute + exposed communication: what the solver minimises
   std::vector<double> node_comm_us;     // per graph node: incoming redistributions + its sinks
   std::vector<Layout> output_layouts;   // per graph output: the layout it leaves in
   int64_t parameter_bytes_per_gpu = 0;  // max local bytes of every parameter

@@ -35,6 +35,7 @@ const std::vector<NumberField>& number_fields() {
       {"inter_node_latency_us", &HardwareProfile::inter_node_latency_us},
       {"inter_node_efficiency", &HardwareProfile::inter_node_efficiency},
       {"collective_launch_us", &HardwareProfile::collective_launch_us},
+      {"comm_overlap", &HardwareProfile::comm_overlap},
   };
   return fields;
 }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "autoshard/layout.h"
+#include "autoshard/overlap_model.h"
 #include "autoshard/rules.h"
 
 namespace autoshard {
@@ -17,6 +18,9 @@ namespace {
 
 Cost clamp_cost(double c) { return c < kInfeasibleCost ? c : kInfeasibleCost; }
 
+// The part of a redistribution's time not hidden behind compute; impossible stays impossible.
+double exposed_time(double us, double exposed) { return us < kInfeasibleCost ? us * exposed : us; }
+
 class Lowerer {
  public:
   Lowerer(const ShardingModel& sm, const LoweringOptions& opt, RedistributionCache& cache)
@@ -24,6 +28,7 @@ class Lowerer {
 
   LoweredProblem run() {
     const size_t n = g_.nodes.size();
+    overlap_ = model_overlap(sm_, cache_);
     const bool memlimit = opt_.memory_limit_bytes >= 0;
     const bool budget = opt_.parameter_memory.has_value();
     lp_.solver_node.assign(n, -1);
@@ -63,12 +68,14 @@ class Lowerer {
   const LoweringOptions& opt_;
   RedistributionCache& cache_;
   LoweredProblem lp_;
+  OverlapModel overlap_;
   std::map<std::pair<int32_t, int32_t>, std::vector<Cost>> edges_;
 
   // Adds the cost of moving a tensor between a layout chosen by graph node `gu` (lu[su]) and
-  // one chosen by `gv` (lv[sv]); `u_to_v` says which side is the source.
+  // one chosen by `gv` (lv[sv]); `u_to_v` says which side is the source. `exposed` is the
+  // fraction of the time charged (overlap_model.h).
   void add_pair(int32_t gu, int32_t gv, const TensorMeta& meta, const std::vector<const Layout*>& lu,
-                const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what,
+                const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what, double exposed,
                 bool same_layout_only = false) {
     // Distinct layouts on each side: most strategies share a handful of them.
     auto distinct = [&](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<int32_t>& reps) {
@@ -90,7 +97,8 @@ class Lowerer {
       if (opt_.limits && a % 64 == 63) opt_.limits->check_time("building the cost table of " + what);
       for (size_t b = 0; b < rv.size(); ++b)
         table[a * rv.size() + b] = same_layout_only && ru[a] != rv[b] ? kInfeasibleCost
-                                   : u_to_v ? cache_.time_us(meta_id, ru[a], rv[b]) : cache_.time_us(meta_id, rv[b], ru[a]);
+                                   : exposed_time(u_to_v ? cache_.time_us(meta_id, ru[a], rv[b])
+                                                         : cache_.time_us(meta_id, rv[b], ru[a]), exposed);
     }
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
@@ -121,9 +129,9 @@ class Lowerer {
 
   void add_constant(double c, const std::string& what) {
     if (!(c < kInfeasibleCost))
-      throw std::invalid_argument("no feasible plan: " + what +
-                                  " needs a redistribution that is impossible (e.g. Shard -> Partial); relax the "
-                                  "constraints on these nodes");
+      throw InfeasibleLayoutsError("no feasible plan: " + what +
+                                   " needs a redistribution that is impossible (e.g. Shard -> Partial); relax the "
+                                   "constraints on these nodes");
     lp_.constant_cost += c;
   }
 
@@ -143,7 +151,7 @@ class Lowerer {
         for (const auto& s : sm_.strategies[c]) in.push_back(&s.inputs[a]);
         const bool local = std::find(node.local_inputs.begin(), node.local_inputs.end(), int32_t(a)) != node.local_inputs.end();
         add_pair(r.node, static_cast<int32_t>(c), g_.meta(r), output_layouts(r.node, r.output), in, true,
-                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, local);
+                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, overlap_.input_factor[c][a], local);
       }
     }
   }
@@ -170,7 +178,7 @@ class Lowerer {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.
         const int32_t q = o.grad_of, p = o.ref.node;
         add_pair(q, p, meta, output_layouts(q, 0), output_layouts(p, o.ref.output), false,
-                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")");
+                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")", overlap_.output_factor[j]);
       }
     }
   }
@@ -286,6 +294,7 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
   const Mesh& mesh = sm.model->mesh;
   if (choice.size() != g.nodes.size()) throw std::invalid_argument("evaluate_choice: one choice per graph node");
   auto strat = [&](int32_t node) -> const Strategy& { return sm.strategies[node].at(choice[node]); };
+  const OverlapModel overlap = model_overlap(sm, cache);
   ChoiceCost r;
   r.node_comm_us.assign(g.nodes.size(), 0.0);
   for (size_t c = 0; c < g.nodes.size(); ++c) {
@@ -294,7 +303,9 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
     std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
     for (size_t a = 0; a < refs.size(); ++a) {
       const Layout& from = *strat(refs[a].node).outputs[refs[a].output];
-      r.node_comm_us[c] += cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
+      const double us = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
+      r.node_comm_us[c] += us;
+      r.exposed_comm_us += exposed_time(us, overlap.input_factor[c][a]);
     }
     if (g.nodes[c].role == NodeRole::Parameter)
       r.parameter_bytes_per_gpu += local_meta(*g.nodes[c].outputs[0], *s.outputs[0], mesh).bytes();
@@ -303,11 +314,13 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
     const GraphOutput& o = g.outputs[j];
     const Layout& from = *strat(o.ref.node).outputs[o.ref.output];
     Layout to = o.role == GraphOutput::Role::Output ? sm.output_targets[j] : *strat(o.grad_of).outputs[0];
-    r.node_comm_us[o.ref.node] += cache.time_us(g.meta(o.ref), from, to);
+    const double us = cache.time_us(g.meta(o.ref), from, to);
+    r.node_comm_us[o.ref.node] += us;
+    r.exposed_comm_us += exposed_time(us, overlap.output_factor[j]);
     r.output_layouts.push_back(to);
   }
   for (double c : r.node_comm_us) r.comm_us += c;
-  r.total_us = r.compute_us + r.comm_us;
+  r.total_us = r.compute_us + r.exposed_comm_us;
   return r;
 }
 

@@ -50,6 +50,7 @@ Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
   sum.set("total_us", Json::number(plan.cost.total_us));
   sum.set("compute_us", Json::number(plan.cost.compute_us));
   sum.set("comm_us", Json::number(plan.cost.comm_us));
+  sum.set("exposed_comm_us", Json::number(plan.cost.exposed_comm_us));
   sum.set("parameter_bytes_per_gpu", Json::integer(plan.cost.parameter_bytes_per_gpu));
   sum.set("lower_bound_us", Json::number(plan.lower_bound_us));
   sum.set("solver_status", Json::string(plan.solver_status));

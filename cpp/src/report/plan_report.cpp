@@ -56,9 +56,11 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   os << "autoshard plan: mesh " << shape_str(m.mesh.shape) << " (";
   for (size_t i = 0; i < m.mesh.dim_names.size(); ++i) os << (i ? "," : "") << m.mesh.dim_names[i];
   os << ") on " << m.hw.name << ", " << m.mesh.size() << " GPUs\n";
-  os << "  estimated step: " << ms(plan.cost.total_us) << " ms = compute " << ms(plan.cost.compute_us) << " ms + comm "
-     << ms(plan.cost.comm_us) << " ms (lower bound " << ms(plan.lower_bound_us) << " ms"
+  os << "  estimated step: " << ms(plan.cost.total_us) << " ms = compute " << ms(plan.cost.compute_us)
+     << " ms + exposed comm " << ms(plan.cost.exposed_comm_us) << " ms (lower bound " << ms(plan.lower_bound_us) << " ms"
      << (plan.proven_optimal ? ", optimal" : "") << ")\n";
+  os << "  communication: " << ms(plan.cost.comm_us) << " ms in all, " << ms(plan.cost.comm_us - plan.cost.exposed_comm_us)
+     << " ms of it hidden behind compute (prefetched parameter gathers, gradient reductions)\n";
   int64_t total_param = 0;
   for (const auto& n : g.nodes)
     if (n.role == NodeRole::Parameter) total_param += n.outputs[0]->bytes();

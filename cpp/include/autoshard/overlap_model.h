@@ -1,0 +1,55 @@
+// Exposed communication (docs/cost_model.md, section 5a): which redistributions the runtime
+// hides behind compute, and how much of their time the planner should still charge.
+//
+// The lowered program (python/autoshard/overlap.py) issues every collective as soon as its
+// input exists and waits for it only where the result is first used, with parameter gathers
+// bucketed and prefetched one block ahead and gradient reductions bucketed per block. Two
+// kinds of redistribution therefore run beside compute instead of in front of it:
+//   - prefetchable: the source is a parameter or buffer, or computed from them alone (a view,
+//     transpose or cast of a weight), so it exists before the step needs it;
+//   - gradient reductions: the redistribution of a gradient into its parameter's layout, and
+//     of values that only feed gradient outputs through data movement (views, splits,
+//     clones), which nothing else in the backward waits for.
+// Everything else (activations) sits on the critical path and is charged in full.
+//
+// How much is hidden depends on the compute it can run beside, which itself depends on the
+// plan; the model stays linear (one factor per redistribution, constant over strategies) by
+// estimating both sides from a reference: the compute of each pass at its cheapest strategies
+// (ideally parallel compute), against the communication of a fully sharded plan of the same
+// parameters (each gathered once per pass, each gradient reduced once). The hidden fraction
+// of a pass is comm_overlap * min(1, compute / communication), and the first block's
+// prefetch (or the last block's reduction) can never hide: with L blocks at least 1/L stays
+// exposed. A pass with no such collectives keeps factor 1.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autoshard/lowering.h"
+#include "autoshard/redistribute.h"
+
+namespace autoshard {
+
+struct OverlapModel {
+  // Per graph node, per tensor input (node.tensor_inputs() order): the factor the input's
+  // redistribution time is charged at (1: on the critical path).
+  std::vector<std::vector<double>> input_factor;
+  // Per entry of graph.outputs: the factor for its redistribution (gradients into their
+  // parameter's layout; forward outputs stay 1).
+  std::vector<double> output_factor;
+  // The factor of each pass's overlappable collectives, and what it was derived from (for
+  // the plan report).
+  double forward_factor = 1, backward_factor = 1;
+  double forward_compute_us = 0, backward_compute_us = 0;
+  double forward_comm_us = 0, backward_comm_us = 0;  // the fully sharded reference
+  int blocks = 1;  // repeated blocks (numbered modules such as layers.3) + the rest
+};
+
+// All factors are 1 when the hardware's comm_overlap is 0.
+OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache);
+
+// The number of prefetch/reduction groups among parameter names: one per distinct prefix up
+// to the first numeric component ("layers.3"), plus one for parameters outside any block.
+int count_blocks(const std::vector<std::string>& parameter_fqns);
+
+}  // namespace autoshard

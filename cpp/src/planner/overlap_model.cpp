@@ -1,0 +1,147 @@
+// Exposed communication (overlap_model.h): which redistributions run beside compute.
+#include "autoshard/overlap_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "autoshard/layout.h"
+#include "autoshard/rules.h"
+
+namespace autoshard {
+
+namespace {
+
+// Ops that only move or re-label data: a gradient reduced before one of these still feeds
+// nothing but the gradient outputs, so no backward compute waits for it.
+bool moves_data_only(const Node& node) {
+  static const std::set<std::string> kMovement = {
+      "aten.clone.default", "aten.split.Tensor", "aten.split_with_sizes.default", "aten._to_copy.default",
+      "aten.contiguous.default", "aten.cat.default"};
+  if (kMovement.count(node.op)) return true;
+  const OpRule* rule = RuleRegistry::instance().find(node.op);
+  return rule && rule->is_view;
+}
+
+// The layout holding the fewest elements per rank (Shard on every mesh dim it can), i.e.
+// how a fully sharded plan stores the tensor.
+Layout most_sharded(const TensorMeta& meta, const Mesh& mesh) {
+  Layout best = replicate_layout(mesh.ndim());
+  int64_t best_shards = 1;
+  for (const Layout& l : all_unpartial_layouts(meta.shape, mesh)) {
+    const int64_t n = num_shards(l, mesh);
+    if (n > best_shards) {
+      best = l;
+      best_shards = n;
+    }
+  }
+  return best;
+}
+
+double pass_factor(double overlap, double compute_us, double comm_us, int blocks) {
+  if (!(comm_us > 0) || blocks <= 1 || !(overlap > 0)) return 1.0;
+  const double hidden = overlap * std::min(1.0, compute_us / comm_us) * (1.0 - 1.0 / blocks);
+  return 1.0 - hidden;
+}
+
+}  // namespace
+
+int count_blocks(const std::vector<std::string>& parameter_fqns) {
+  std::set<std::string> groups;
+  bool outside = false;
+  for (const std::string& fqn : parameter_fqns) {
+    // the prefix up to and including the first all-digit component
+    size_t start = 0;
+    bool found = false;
+    while (start <= fqn.size()) {
+      size_t end = fqn.find('.', start);
+      if (end == std::string::npos) end = fqn.size();
+      const bool digits = end > start && std::all_of(fqn.begin() + static_cast<std::ptrdiff_t>(start),
+                                                      fqn.begin() + static_cast<std::ptrdiff_t>(end),
+                                                      [](unsigned char ch) { return std::isdigit(ch) != 0; });
+      if (digits && end < fqn.size()) {  // a numbered module, not a parameter named "0"
+        groups.insert(fqn.substr(0, end));
+        found = true;
+        break;
+      }
+      start = end + 1;
+    }
+    outside = outside || !found;
+  }
+  return static_cast<int>(groups.size()) + (outside ? 1 : 0);
+}
+
+OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) {
+  const Graph& g = *sm.graph;
+  const Mesh& mesh = sm.model->mesh;
+  const size_t n = g.nodes.size();
+  OverlapModel m;
+  m.input_factor.resize(n);
+  for (size_t c = 0; c < n; ++c) m.input_factor[c].assign(g.nodes[c].tensor_inputs().size(), 1.0);
+  m.output_factor.assign(g.outputs.size(), 1.0);
+  const double overlap = sm.model->hw.comm_overlap;
+  if (!(overlap > 0) || mesh.size() <= 1) return m;
+  register_all_rules();
+
+  // The reference: compute at the cheapest strategies, communication of a fully sharded plan.
+  std::vector<std::string> fqns;
+  const Layout replicated = replicate_layout(mesh.ndim());
+  Layout partial(static_cast<size_t>(mesh.ndim()), Placement::partial());
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.role == NodeRole::Compute && !sm.strategies[i].empty()) {
+      double cheapest = std::numeric_limits<double>::infinity();
+      for (const Strategy& s : sm.strategies[i]) cheapest = std::min(cheapest, s.compute_us);
+      (node.phase == Phase::Backward ? m.backward_compute_us : m.forward_compute_us) += cheapest;
+    }
+    if (node.role != NodeRole::Parameter || node.outputs.empty() || !node.outputs[0]) continue;
+    fqns.push_back(node.fqn);
+    const TensorMeta& meta = *node.outputs[0];
+    const Layout sharded = most_sharded(meta, mesh);
+    if (num_shards(sharded, mesh) <= 1) continue;
+    const double gather = cache.time_us(meta, sharded, replicated);
+    m.forward_comm_us += gather;
+    m.backward_comm_us += gather + cache.time_us(meta, partial, sharded);
+  }
+  m.blocks = count_blocks(fqns);
+  m.forward_factor = pass_factor(overlap, m.forward_compute_us, m.forward_comm_us, m.blocks);
+  m.backward_factor = pass_factor(overlap, m.backward_compute_us, m.backward_comm_us, m.blocks);
+
+  // Which values exist before the step needs them, and which only feed gradient outputs.
+  std::vector<char> prefetchable(n, 0), feeds_grads_only(n, 0);
+  std::vector<std::vector<int32_t>> users(n);
+  std::vector<int> grad_uses(n, 0), other_output(n, 0);
+  for (size_t c = 0; c < n; ++c) {
+    const Node& node = g.nodes[c];
+    const std::vector<TensorRef> refs = node.tensor_inputs();
+    for (const TensorRef& r : refs) users[r.node].push_back(static_cast<int32_t>(c));
+    if (node.role == NodeRole::Parameter || node.role == NodeRole::Buffer) {
+      prefetchable[c] = 1;
+    } else if (node.role == NodeRole::Compute && !refs.empty()) {
+      prefetchable[c] = std::all_of(refs.begin(), refs.end(), [&](const TensorRef& r) { return prefetchable[r.node]; });
+    }
+  }
+  for (const GraphOutput& o : g.outputs) (o.role == GraphOutput::Role::Grad ? grad_uses : other_output)[o.ref.node] += 1;
+  for (size_t k = n; k-- > 0;) {
+    const Node& node = g.nodes[k];
+    if (node.role != NodeRole::Compute || node.phase != Phase::Backward || !moves_data_only(node)) continue;
+    if (other_output[k] || (users[k].empty() && grad_uses[k] == 0)) continue;
+    feeds_grads_only[k] = std::all_of(users[k].begin(), users[k].end(), [&](int32_t u) { return feeds_grads_only[u]; });
+  }
+  for (size_t c = 0; c < n; ++c) {
+    const Node& node = g.nodes[c];
+    const double pass = node.phase == Phase::Backward ? m.backward_factor : m.forward_factor;
+    const std::vector<TensorRef> refs = node.tensor_inputs();
+    for (size_t a = 0; a < refs.size(); ++a) {
+      if (prefetchable[refs[a].node]) m.input_factor[c][a] = pass;
+      else if (feeds_grads_only[c]) m.input_factor[c][a] = m.backward_factor;
+    }
+  }
+  for (size_t j = 0; j < g.outputs.size(); ++j)
+    if (g.outputs[j].role == GraphOutput::Role::Grad) m.output_factor[j] = m.backward_factor;
+  return m;
+}
+
+}  // namespace autoshard

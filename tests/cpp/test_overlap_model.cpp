@@ -1,0 +1,105 @@
+// The exposed-communication model (overlap_model.h): which redistributions count as
+// overlappable, the per-pass factors, and that plans are costed with them consistently.
+#include <gtest/gtest.h>
+
+#include "autoshard/overlap_model.h"
+#include "autoshard/planner.h"
+#include "autoshard/rules.h"
+#include "autoshard/strategy.h"
+
+#include "test_data_paths.h"
+
+using namespace autoshard;
+
+namespace {
+
+// mlp2 (x @ w1.t() -> relu -> @ w2.t() -> relu -> sum) with its weights named as two blocks.
+Graph two_block_mlp() {
+  Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
+  g.nodes[static_cast<size_t>(g.index_by_name.at("primals_1"))].fqn = "layers.0.weight";
+  g.nodes[static_cast<size_t>(g.index_by_name.at("primals_2"))].fqn = "layers.1.weight";
+  return g;
+}
+
+struct Modelled {
+  Graph graph;
+  MeshModel mesh;
+  ShardingModel sm;
+  OverlapModel overlap;
+};
+
+Modelled model(Graph graph, const std::string& hardware, int64_t ranks = 4) {
+  register_all_rules();
+  Mesh m;
+  m.shape = {ranks};
+  Modelled r{std::move(graph), MeshModel::make(m, hardware), {}, {}};
+  r.sm = build_sharding_model(r.graph, r.mesh, enumerate_strategies(r.graph, r.mesh), {});
+  RedistributionCache cache(r.mesh);
+  r.overlap = model_overlap(r.sm, cache);
+  return r;
+}
+
+double input_factor(const Modelled& m, const std::string& node, size_t input) {
+  return m.overlap.input_factor[static_cast<size_t>(m.graph.index_by_name.at(node))][input];
+}
+
+}  // namespace
+
+TEST(OverlapModel, BlocksAreNumberedModulesPlusTheRest) {
+  EXPECT_EQ(count_blocks({"layers.0.w", "layers.0.b", "layers.1.w", "embed.weight"}), 3);
+  EXPECT_EQ(count_blocks({"model.layers.12.mlp.w", "model.layers.3.attn.w"}), 2);
+  EXPECT_EQ(count_blocks({"w1.weight", "w2.weight"}), 1);
+  EXPECT_EQ(count_blocks({"params.0"}), 1);  // a ParameterList entry, not a block
+  EXPECT_EQ(count_blocks({}), 0);
+}
+
+TEST(OverlapModel, WeightGathersAndGradientReductionsAreOverlappableActivationsAreNot) {
+  const Modelled m = model(two_block_mlp(), "H100");
+  EXPECT_EQ(m.overlap.blocks, 2);
+  EXPECT_LT(m.overlap.forward_factor, 1.0);
+  EXPECT_LT(m.overlap.backward_factor, 1.0);
+  // the first block's gather never hides: with 2 blocks at least half stays exposed
+  EXPECT_GE(m.overlap.forward_factor, 0.5);
+  EXPECT_GE(m.overlap.backward_factor, 0.5);
+  // mm(x, t(w1)): the weight (through its transpose) can be prefetched, the input cannot
+  EXPECT_EQ(input_factor(m, "t", 0), m.overlap.forward_factor);
+  EXPECT_EQ(input_factor(m, "mm", 1), m.overlap.forward_factor);
+  EXPECT_EQ(input_factor(m, "mm", 0), 1.0);
+  EXPECT_EQ(input_factor(m, "mm_1", 0), 1.0);  // relu's output: an activation
+  // the backward's use of the weight is a re-gather, overlapped with the backward
+  EXPECT_EQ(input_factor(m, "mm_2", 1), m.overlap.backward_factor);
+  EXPECT_EQ(input_factor(m, "mm_2", 0), 1.0);
+  for (size_t j = 0; j < m.graph.outputs.size(); ++j)
+    EXPECT_EQ(m.overlap.output_factor[j],
+              m.graph.outputs[j].role == GraphOutput::Role::Grad ? m.overlap.backward_factor : 1.0);
+}
+
+TEST(OverlapModel, NoOverlapWhenTheHardwareSaysNoneOrThereIsOneBlockOrOneRank) {
+  for (const Modelled& m : {model(two_block_mlp(), R"({"base": "H100", "comm_overlap": 0})"),
+                            model(read_graph_file(test_data("mlp2_fwd_bwd.json")), "H100"),
+                            model(two_block_mlp(), "H100", 1)}) {
+    EXPECT_EQ(m.overlap.forward_factor, 1.0);
+    EXPECT_EQ(m.overlap.backward_factor, 1.0);
+    for (const auto& per_node : m.overlap.input_factor)
+      for (double f : per_node) EXPECT_EQ(f, 1.0);
+  }
+}
+
+TEST(OverlapModel, LessOverlapOnHardwareThatHidesLess) {
+  const Modelled full = model(two_block_mlp(), "H100");
+  const Modelled half = model(two_block_mlp(), R"({"base": "H100", "comm_overlap": 0.5})");
+  EXPECT_GT(half.overlap.forward_factor, full.overlap.forward_factor);
+  EXPECT_GT(half.overlap.backward_factor, full.overlap.backward_factor);
+}
+
+TEST(OverlapModel, PlansAreCostedWithExposedCommunication) {
+  PlannerOptions o;
+  o.mesh.shape = {4};
+  o.time_limit_s = 3;
+  const PlanningResult r = run_planner(two_block_mlp(), o);
+  const ChoiceCost& c = r.plan.cost;
+  EXPECT_LT(c.exposed_comm_us, c.comm_us);  // FSDP-like: the weight gathers hide in part
+  EXPECT_GT(c.exposed_comm_us, 0.0);
+  EXPECT_NEAR(c.total_us, c.compute_us + c.exposed_comm_us, 1e-9 * c.total_us);
+  EXPECT_NEAR(r.plan.solver_objective_us, c.total_us, 1e-9 * c.total_us);
+}
