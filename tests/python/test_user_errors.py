@@ -247,3 +247,57 @@ def test_binder_handles_var_arguments_and_names_tuple_mismatches():
     with pytest.raises(TypeError, match=r"extra\['other'\] were not given when the model "
                                         r"was traced"):
         binder.flatten((1, (2, 3)), {"mask": 5, "scale": 4, "other": 6})
+
+
+# ---- item 7: requests without a plan name the conflicting constraints -------------------------
+class Wide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x, target):
+        return ((self.lin(x) - target) ** 2).mean()
+
+
+def _virtual_mesh4():
+    """A 4-rank mesh to plan on (nothing runs on it), next to the one-rank process group."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return DeviceMesh("cpu", torch.arange(4), _init_backend=False)
+
+
+@needs_planner
+@pytest.mark.parametrize("conflict", ["input", "parameter_memory"])
+def test_infeasible_request_names_the_conflicting_constraints(mesh1, conflict):
+    import re
+
+    from torch.distributed.tensor import Replicate
+
+    with torch.device("meta"):
+        model = Wide()
+    example = lambda: (torch.empty(1024, 64), torch.empty(1024, 64))
+    # x [1024, 64] float32 is 256 KiB unsharded, 64 KiB on each of 4 ranks: the limit holds
+    # only with x sharded, and only with the parameters sharded.
+    with AutoParallel(model, example, _virtual_mesh4(), time_limit_s=1.0,
+                      memory_limit_bytes=270_000) as autop:
+        if conflict == "input":
+            autop.add_input_constraints([(Replicate(),), None])
+        else:
+            autop.add_parameter_memory_constraint(low=1.0, high=1.0)  # DDP-like: replicated
+        with pytest.raises(ValueError) as info:
+            autop.optimize_placement()
+    msg = str(info.value)
+    assert msg.startswith("autoshard planner: no feasible plan:"), msg
+    assert ("\nCause (proven: with every other constraint removed there is still no plan, and "
+            "removing any one of these gives a plan") in msg, msg
+    assert "these 2 constraints cannot all hold:" in msg, msg
+    assert "\n  - memory limit = 270000 bytes per GPU (memory_limit_bytes" in msg, msg
+    if conflict == "input":
+        assert re.search(r"\n  - input constraint on '\w+' = \(Replicate\(\),\) \[\"R\"\]: "
+                         r"forward input 0, placeholder float32\[1024,64\]", msg), msg
+        assert re.search(r"\nFix: remove or relax the input constraint on '\w+' or the memory "
+                         r"limit: the request without any one of them has a plan\.", msg), msg
+    else:
+        assert "\n  - parameter memory low bound = 1 (" in msg, msg
+        assert ("\nFix: remove or relax the parameter memory low bound or the memory limit"
+                in msg), msg

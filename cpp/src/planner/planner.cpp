@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "autoshard/evaluate.h"
+#include "autoshard/infeasibility.h"
 #include "autoshard/report.h"
 #include "autoshard/solver.h"
 
@@ -19,59 +21,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string constraint_hint(const ShardingModel& sm, int32_t g) {
-  return sm.pinned[g] ? " (it is pinned by a constraint)" : "";
-}
-
-// Cheap necessary conditions, checked before solving so that an impossible request gets a
-// message naming the constraint to relax instead of a bare "infeasible".
-void check_obviously_infeasible(const ShardingModel& sm, const LoweredProblem& lp) {
-  const Problem& p = lp.problem;
-  const Graph& g = *sm.graph;
-  for (size_t s = 0; s < p.num_nodes(); ++s) {
-    bool any = std::any_of(p.node_costs[s].begin(), p.node_costs[s].end(), [](Cost c) { return !is_infeasible(c); });
-    if (!any) {
-      int32_t gi = lp.graph_node[s];
-      throw InfeasiblePlanError("no feasible plan: node '" + g.nodes[gi].name + "' (" + g.nodes[gi].op + ")" +
-                                constraint_hint(sm, gi) +
-                                " has no strategy compatible with the fixed layouts around it; relax the "
-                                "input/output/node constraints on it or its neighbours");
-    }
-  }
-  if (lp.budget_index >= 0) {
-    const GlobalBudget& b = p.budgets[lp.budget_index];
-    int64_t most = 0;
-    for (const auto& row : b.usage)
-      if (!row.empty()) most += *std::max_element(row.begin(), row.end());
-    if (most < b.low)
-      throw InfeasiblePlanError("no feasible plan: parameter_memory low asks for at least " + std::to_string(b.low) +
-                                " parameter bytes per GPU but fully replicated parameters only take " +
-                                std::to_string(most) + "; lower parameter_memory.low");
-  }
-  if (p.usage_limit >= 0) {
-    // Smallest possible live usage at each time point.
-    std::map<int64_t, int64_t> delta;
-    for (size_t s = 0; s < p.num_nodes(); ++s) {
-      if (p.node_usages[s].empty()) continue;
-      int64_t m = *std::min_element(p.node_usages[s].begin(), p.node_usages[s].end());
-      if (p.intervals[s].end <= p.intervals[s].start || m == 0) continue;
-      delta[p.intervals[s].start] += m;
-      delta[p.intervals[s].end] -= m;
-    }
-    int64_t live = 0, peak = 0, at = 0;
-    for (const auto& [t, d] : delta) {
-      live += d;
-      if (live > peak) { peak = live; at = t; }
-    }
-    if (peak > p.usage_limit) {
-      std::string where = at < static_cast<int64_t>(g.nodes.size()) ? " (at node '" + g.nodes[at].name + "')" : "";
-      throw InfeasiblePlanError("no feasible plan: memory_limit_bytes=" + std::to_string(p.usage_limit) +
-                                " is below the smallest possible peak of " + std::to_string(peak) +
-                                " bytes per GPU" + where + " even with every tensor maximally sharded; raise "
-                                "memory_limit_bytes or use a larger mesh");
-    }
-  }
-}
+// No plan: thrown inside plan_within_limits and turned into InfeasiblePlanError by
+// run_planner once the failed attempt's tables are freed, with the diagnosis of which
+// constraints conflict (infeasibility.h) appended to `headline`.
+struct NoPlan {
+  std::string headline;
+  bool proven = true;  // false: the time ran out before a plan or a proof
+  // The one constraint the headline already names (its diagnosis adds nothing when the
+  // conflict is that constraint alone).
+  std::optional<UserConstraint::Kind> named;
+};
 
 }  // namespace
 
@@ -113,15 +72,12 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
   check_problem_size(r.sharding, limits);
   LoweringOptions lo;
   lo.limits = &limits;
-  if (options.parameter_memory_default)
-    lo.parameter_memory = std::make_pair(0.0, 1.0 / static_cast<double>(r.model->mesh.size()));
-  else
-    lo.parameter_memory = options.parameter_memory;
+  lo.parameter_memory = effective_parameter_memory(options);
   lo.memory_limit_bytes = options.memory_limit_bytes;
   RedistributionCache cache(*r.model);
   r.lowered = lower_to_problem(r.sharding, lo, cache);
   r.plan.lower_time_s = seconds_since(t0) - r.plan.enumerate_time_s;
-  check_obviously_infeasible(r.sharding, r.lowered);
+  if (auto why = obvious_infeasibility(r.sharding, r.lowered)) throw NoPlan{why->message, true, why->names};
   if (!r.lowered.budget_raised_for.empty()) {
     const auto& raised = r.lowered.budget_raised_for;
     char high[32];
@@ -158,16 +114,11 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
       char limit[32];
       std::snprintf(limit, sizeof limit, "%g", options.time_limit_s);
       if (!sr.proven_infeasible)
-        throw InfeasiblePlanError(
-            "no plan found within the time limit (" + std::string(limit) + " s, --time-limit / time_limit_s): the "
-            "solver stopped before finding any plan that meets the constraints, and did not prove that none "
-            "exists; raise the time limit");
-      throw InfeasiblePlanError(
-          "no feasible plan exists (proven by the solver: " + sr.status + "). Relax the constraints: " +
-          (p.usage_limit >= 0 ? "raise the memory limit (--memory-limit, memory_limit_bytes), " : std::string()) +
-          (r.lowered.budget_index >= 0 ? "raise the parameter memory high bound (or lower the low one), "
-                                       : std::string()) +
-          "or remove input/output/node constraints");
+        throw NoPlan{"no plan found within the time limit (" + std::string(limit) + " s, --time-limit / "
+                     "time_limit_s): the solver stopped before finding any plan that meets the constraints, and did "
+                     "not prove that none exists; raise the time limit",
+                     false, std::nullopt};
+      throw NoPlan{"no feasible plan exists (proven by the solver: " + sr.status + ").", true, std::nullopt};
     }
     solution = sr.solution;
     objective = ev.cost;
@@ -206,8 +157,13 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
   } else {
     limits.max_bytes = default_problem_memory_cap(&limits.cap_source);
   }
+  std::optional<NoPlan> failed;
   try {
     return plan_within_limits(graph, options, limits);
+  } catch (NoPlan& e) {
+    failed = std::move(e);
+  } catch (const InfeasibleLayoutsError& e) {
+    failed = NoPlan{e.what(), true, std::nullopt};
   } catch (const std::bad_alloc&) {
     // The estimate is not exact; running out anyway still gets a message, not a bare bad_alloc.
     throw PlanningLimitError("ran out of memory while planning on mesh " + mesh_str(options.mesh) +
@@ -215,6 +171,21 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
                              limits.cap_source + "); lower the cap with --max-problem-bytes / max_problem_bytes so "
                              "that such a problem is refused early, or use a mesh with fewer dimensions");
   }
+  // No plan: find which constraints conflict, in half the time limit again at most (but at
+  // least a second), and say so after the headline.
+  DiagnosisOptions dopt;
+  dopt.budget_s = std::max(1.0, 0.5 * options.time_limit_s);
+  dopt.max_problem_bytes = limits.max_bytes;
+  std::string diagnosis;
+  try {
+    InfeasibilityDiagnosis d = diagnose_infeasibility(graph, options, failed->proven, dopt);
+    const bool only_named = failed->named && d.conflict.size() == 1 && d.member_necessary[0] &&
+                            d.constraints[d.conflict[0]].kind == *failed->named;
+    if (!only_named) diagnosis = format_diagnosis(graph, options, d);
+  } catch (const std::bad_alloc&) {
+    diagnosis = "\n(The diagnosis of which constraints conflict ran out of memory.)";
+  }
+  throw InfeasiblePlanError(failed->headline + diagnosis);
 }
 
 Json plan_graph(const Graph& graph, const PlannerOptions& options) {
