@@ -4,7 +4,9 @@ Forward: every node that does not read a tangent runs when the module is called;
 the backward nodes read are kept. Backward (``loss.backward()``): the remaining nodes run
 with the incoming gradients as tangents. Before each node, every tensor argument is
 redistributed (``DTensor.redistribute``: PyTorch's collectives on the mesh's process groups)
-from its producer's layout to the layout the plan gives that input; the node then runs as a
+from its producer's layout to the layout the plan gives that input, once per pass and value
+and layout (later consumers reuse it; the backward reuses the forward's small ones, such as
+the loss's normaliser, instead of communicating them again); the node then runs as a
 DTensor op, and its result is checked against the plan's output layout: DTensor's own
 sharding propagation must land exactly where the plan says. In strict mode a difference
 raises; otherwise the result is redistributed to the planned layout and counted in
@@ -35,6 +37,13 @@ from .trace import TracedStep
 log = logging.getLogger("autoshard")
 
 _VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+# env key of the pass's redistributed values: {(node name, layout strs): DTensor}; not a
+# valid FX node name, so it never collides with one
+REDISTRIBUTED = "<redistributed>"
+# the largest value (elements, global) the backward reuses from the forward's
+# redistributions instead of communicating again; larger ones are redistributed again, as
+# the plan's memory estimate assumes
+REUSE_MAX_NUMEL = 1 << 16
 
 
 class PlanMismatchError(RuntimeError):
@@ -124,6 +133,7 @@ class StepRunner:
                     a = a.args[0]
                 saved.add(a.name)
         self.saved_names = saved
+        self.reused_across = self._small_redistributions_done_twice()
         self.param_names = list(step.param_fqns)
         self.buffer_names = list(step.buffer_fqns)
         self.placeholders = {n.name: n for n in self.gm.graph.find_nodes(op="placeholder")}
@@ -143,6 +153,24 @@ class StepRunner:
         self.graph_output_order = [id(o) for o in step.outputs if isinstance(o.node, fx.Node)]
         self.recorded_tangents: dict[str, list] = {}
         self.recorded_output_layouts: dict[int, tuple] = {}
+
+    def _small_redistributions_done_twice(self) -> set:
+        """(value, layout) pairs both passes redistribute that are small enough to save
+        instead of communicating twice (loss scalars, norm weights): the backward reuses
+        the forward's result."""
+        def wanted(nodes):
+            out = set()
+            for n in nodes:
+                planned = (self.plan_nodes.get(n.name) or {}).get("inputs")
+                if planned is None:
+                    continue
+                for ref, strs in zip(tensor_refs(n.args, n.kwargs), planned):
+                    val = ref.meta.get("val")
+                    if strs is not None and isinstance(val, torch.Tensor) \
+                            and val.numel() <= REUSE_MAX_NUMEL:
+                        out.add((ref.name, tuple(strs)))
+            return out
+        return wanted(self.forward_nodes) & wanted(self.backward_nodes)
 
     # ---- layouts -------------------------------------------------------------------------
     def _layout(self, strs, what: str):
@@ -214,6 +242,16 @@ class StepRunner:
         return DTensor.from_local(local, self.mesh, tuple(layout), run_check=False,
                                   shape=value.shape, stride=value.stride())
 
+    def _redistributed(self, env: dict, ref: fx.Node, value: Any, strs, what: str) -> Any:
+        """``value`` (node ``ref``'s) in layout ``strs``, redistributed once per pass: every
+        later consumer wanting the same layout reuses it (and the backward reuses the
+        forward's for the pairs in ``reused_across``)."""
+        done = env.setdefault(REDISTRIBUTED, {})
+        key = (ref.name, tuple(strs))
+        if key not in done:
+            done[key] = self._to_layout(value, self._layout(strs, what))
+        return done[key]
+
     def _fix_device(self, v: Any) -> Any:
         if isinstance(v, torch.device) and v.type != self.device.type:
             return self.device
@@ -243,8 +281,8 @@ class StepRunner:
                 k = next(counter)
                 value = self._resolve(env, ref)
                 if planned_inputs is not None and planned_inputs[k] is not None:
-                    value = self._to_layout(value, self._layout(
-                        planned_inputs[k], f"plan node {node.name} input {k}"))
+                    value = self._redistributed(env, ref, value, planned_inputs[k],
+                                                f"plan node {node.name} input {k}")
                 elif replicate_dims and isinstance(value, DTensor):
                     value = self._to_layout(value, tuple(
                         Replicate() if d in replicate_dims else p
@@ -388,6 +426,8 @@ class StepRunner:
                 layouts.append(None)
                 outs.append(value)
         saved = {k: env[k] for k in self.saved_names if k in env}
+        done = env.get(REDISTRIBUTED, {})
+        saved[REDISTRIBUTED] = {k: done[k] for k in sorted(self.reused_across) if k in done}
         return outs, saved, layouts
 
     def plan_graph_output(self, out) -> Any:
@@ -400,6 +440,7 @@ class StepRunner:
 
     def run_backward(self, saved: dict, out_layouts: list, grads: Sequence[Any]) -> dict:
         env = dict(saved)
+        env[REDISTRIBUTED] = dict(saved.get(REDISTRIBUTED, {}))
         for idx, o in enumerate(self.fwd_outputs):
             name = self.tangent_by_output.get(o.output_index)
             if name is None:

@@ -5,6 +5,7 @@ where the plan says, also when the plan keeps it Partial through a transpose (th
 reduced is then a non-contiguous view). Checked for the lowered program (its graphs' collectives
 are the plan's, and exactly those run) and for the reference interpreter. Worker: tests/python/dist/comm_count_worker.py."""
 
+import math
 from collections import Counter
 
 import pytest
@@ -19,6 +20,9 @@ SCENARIOS = [
     {"name": "planner_choice", "mesh": [4]},
     {"name": "partial_through_transpose", "mesh": [4], "partial_through_transpose": True},
     {"name": "planner_choice_interpreted", "mesh": [4], "runtime": "interpret"},
+    {"name": "cross_entropy", "mesh": [4], "loss": "cross_entropy"},
+    {"name": "cross_entropy_interpreted", "mesh": [4], "loss": "cross_entropy",
+     "runtime": "interpret"},
 ]
 
 
@@ -40,6 +44,16 @@ def test_collectives_issued_are_exactly_the_planned_redistributions(results, nam
         assert r["param_layout"] == ["R"] and r["grad_placements"] == ["R"]
 
 
+def test_the_backward_reuses_the_loss_normaliser_the_forward_reduced(results):
+    """Cross-entropy's mean divides by the count of targets, all-reduced in the forward; the
+    backward needs the same replicated scalar and takes the forward's instead of reducing it
+    again (a blocking round trip at the start of the backward)."""
+    for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy")):
+        scalars = [c for c in r["collectives"] if c["numel"] == 1]
+        assert scalars and all(c["phase"] == "forward" for c in scalars), \
+            f"rank {rank}: {r['collectives']}"
+
+
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
 def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, name):
     for rank, r in enumerate(ok_on_every_rank(results, name)):
@@ -47,7 +61,7 @@ def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, na
         reductions = [c for c in r["collectives"]
                       if c["kind"] in ("all_reduce", "reduce_scatter") and c["numel"] == w_numel]
         planned = [p for p in r["planned"] if p["kind"] == "all_reduce"
-                   and p["shape"][0] * p["shape"][1] == w_numel]
+                   and math.prod(p["shape"]) == w_numel]
         assert len(planned) == 1, r["planned"]
         assert len(reductions) == 1, f"rank {rank}: gradient reduced {len(reductions)} times: " \
                                      f"{r['collectives']}"

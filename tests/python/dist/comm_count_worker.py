@@ -47,6 +47,14 @@ class TransposedLinear(nn.Module):
         return ((y - target) ** 2).sum()
 
 
+class TransposedLinearCE(TransposedLinear):
+    """The same layer under cross-entropy: the loss's normaliser (the count of targets) is
+    reduced in the forward and needed again by the backward."""
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(x @ self.w.t(), target)
+
+
 _COLLECTIVE_NAMESPACES = {"_c10d_functional", "c10d_functional", "c10d"}
 _KIND_OF_OP = {"all_reduce": "all_reduce", "allreduce_": "all_reduce",
                "all_gather_into_tensor": "all_gather", "allgather_": "all_gather",
@@ -93,10 +101,17 @@ def _kind(src: str, dst: str) -> str | None:
 def planned_redistributions(step, plan: dict) -> list[dict]:
     """Every redistribution the plan implies: each node input whose planned layout differs
     from its producer's planned output layout, each gradient leaving in its parameter's
-    layout, and the loss leaving replicated (users get real values)."""
-    from autoshard.runtime import tensor_refs
+    layout, and the loss leaving replicated (users get real values). A value is
+    redistributed to one layout once per pass, and the backward reuses the forward's when
+    the value is small (at most REUSE_MAX_NUMEL elements)."""
+    from autoshard.runtime import REUSE_MAX_NUMEL, tensor_refs
 
     nodes = plan["nodes"]
+    backward = set(step.tangent_of)
+    for n in step.gm.graph.nodes:
+        if any(a.name in backward for a in n.all_input_nodes):
+            backward.add(n.name)
+    done: dict[str, set] = {"forward": set(), "backward": set()}
 
     def produced(ref) -> list[str]:
         import operator
@@ -117,8 +132,16 @@ def planned_redistributions(step, plan: dict) -> list[dict]:
     for n in step.gm.graph.nodes:
         if n.op != "call_function" or n.name not in nodes or "inputs" not in nodes[n.name]:
             continue
+        phase = "backward" if n.name in backward else "forward"
         for ref, want in zip(tensor_refs(n.args, n.kwargs), nodes[n.name]["inputs"]):
-            if want is not None:
+            if want is None:
+                continue
+            key = (ref.name, tuple(want))
+            reused = key in done[phase] or (
+                phase == "backward" and key in done["forward"]
+                and ref.meta["val"].numel() <= REUSE_MAX_NUMEL)
+            done[phase].add(key)
+            if not reused:
                 add(n.name, produced(ref), want, ref.meta["val"].shape)
     for o in step.outputs:
         src = produced(o.node)
@@ -135,13 +158,19 @@ def run(sc: dict, rank: int) -> dict:
     from autoshard.apply import load_full_state_dict, local_inputs
 
     mesh = init_device_mesh("cpu", tuple(sc["mesh"]), mesh_dim_names=("dp",))
+    cross_entropy = sc.get("loss") == "cross_entropy"
+    model_cls = TransposedLinearCE if cross_entropy else TransposedLinear
     torch.manual_seed(0)
-    ref = TransposedLinear()
+    ref = model_cls()
     with torch.device("meta"):
-        meta_model = TransposedLinear()
+        meta_model = model_cls()
     g = torch.Generator().manual_seed(1)
-    x, target = torch.randn(8, 8, generator=g), torch.randn(8, 16, generator=g)
-    with AutoParallel(meta_model, lambda: (torch.empty(8, 8), torch.empty(8, 16)), mesh,
+    x = torch.randn(8, 8, generator=g)
+    target = torch.randint(0, 16, (8,), generator=g) if cross_entropy \
+        else torch.randn(8, 16, generator=g)
+    target_shape, target_dtype = tuple(target.shape), target.dtype
+    with AutoParallel(meta_model, lambda: (torch.empty(8, 8),
+                                           torch.empty(target_shape, dtype=target_dtype)), mesh,
                       strict=True, capture="direct", time_limit_s=5.0,
                       runtime=sc.get("runtime", "program")) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
@@ -156,6 +185,12 @@ def run(sc: dict, rank: int) -> dict:
             pinned = grad.args[0]
             assert str(pinned.target) == "aten.t.default", pinned.target
             autop.add_node_constraint(pinned.name, [Partial("sum")])
+        if cross_entropy:
+            # the loss as a Partial sum over the batch shards, divided by the all-reduced
+            # count of targets (on its own the planner gathers the tiny logits instead)
+            nll = next(n for n in step.gm.graph.nodes
+                       if str(n.target) == "aten.nll_loss_forward.default")
+            autop.add_node_constraint(nll.name, [Partial("sum")])
         plan = autop.optimize_placement(verbose=False)
         parallel = autop.apply_placement(plan)
         step = autop.step
@@ -172,7 +207,7 @@ def run(sc: dict, rank: int) -> dict:
         in_program = parallel._autoshard_program.collectives()
         executed = sorted((c["op"], c["numel"]) for c in recorder.calls)
         calls = [{"where": c["where"], "kind": _KIND_OF_OP[c["op"]], "op": c["op"],
-                  "numel": c["numel"]} for c in in_program]
+                  "numel": c["numel"], "phase": c["phase"]} for c in in_program]
         return _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
                        executed == sorted((c["op"], c["numel"]) for c in in_program))
     original = StepRunner.run_node
