@@ -13,8 +13,7 @@ import torch
 import torch.fx as fx
 
 from .trace import TracedStep
-
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+from .user_frames import parse_stack_trace, user_frame
 
 
 def dtype_str(dtype: torch.dtype) -> str:
@@ -22,19 +21,15 @@ def dtype_str(dtype: torch.dtype) -> str:
 
 
 def source_line(node: fx.Node) -> str | None:
-    """``model.py:42 in forward: y = self.w1(x)`` from the node's stack trace (the innermost
-    frame, which is the user's line for a Dynamo-captured model)."""
-    trace = node.meta.get("stack_trace")
-    if not trace:
+    """``model.py:42 in forward: y = self.w1(x)`` from the node's stack trace: the innermost
+    frame of the user's model, not of torch or of library helpers (user_frames.py: the line
+    in ``modeling_llama.py`` that calls the loss, not the ``F.pad`` inside transformers' loss
+    helper, nor torch's export wrapper)."""
+    frame = user_frame(parse_stack_trace(node.meta.get("stack_trace")))
+    if frame is None:
         return None
-    lines = trace.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = _FILE_LINE.search(lines[i])
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            where = f"{os.path.basename(m.group(1))}:{m.group(2)} in {m.group(3)}"
-            return f"{where}: {code}" if code else where
-    return None
+    where = f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
+    return f"{where}: {frame.code}" if frame.code else where
 
 
 def module_path(node: fx.Node) -> str | None:

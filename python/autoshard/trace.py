@@ -124,10 +124,48 @@ def _nll_loss_backward_mean_as_sum(grad_output, self, target, weight, reduction,
                                           ignore_index, total_weight)
 
 
+def _elementwise_loss_mean_as_sum(op, reduction_at: int, backward: bool):
+    """A mean elementwise loss (mse, smooth-l1, huber, binary cross-entropy) as its sum divided
+    by the element count. The backward kernel of a mean loss divides by the count of the
+    tensor it is given, so on a shard it would divide by the LOCAL count: no sharded layout
+    is exact and the planner would gather the activations. The sum form shards (forward:
+    partial sums; backward: the scaled gradient is a replicated scalar)."""
+    def decomposed(*args, **kwargs):
+        args, kwargs = list(args), dict(kwargs)
+        if "reduction" in kwargs:
+            reduction = kwargs["reduction"]
+        else:
+            reduction = args[reduction_at] if len(args) > reduction_at else _REDUCTION_MEAN
+        if reduction != _REDUCTION_MEAN:
+            return NotImplemented  # traced as is
+        if "reduction" in kwargs or len(args) <= reduction_at:
+            kwargs["reduction"] = _REDUCTION_SUM
+        else:
+            args[reduction_at] = _REDUCTION_SUM
+        if backward:  # (grad_output, self, target, ...): scale the incoming gradient
+            count = args[1].numel()
+            args[0] = aten.div.Tensor(args[0], count)
+            return op(*args, **kwargs)
+        return aten.div.Tensor(op(*args, **kwargs), args[0].numel())
+    return decomposed
+
+
+_MEAN_AS_SUM_LOSSES = [  # (op, position of reduction, backward)
+    (aten.mse_loss.default, 2, False), (aten.mse_loss_backward.default, 3, True),
+    (aten.smooth_l1_loss.default, 2, False), (aten.smooth_l1_loss_backward.default, 3, True),
+    (aten.huber_loss.default, 2, False), (aten.huber_loss_backward.default, 3, True),
+    (aten.binary_cross_entropy.default, 3, False),
+    (aten.binary_cross_entropy_backward.default, 4, True),
+]
+
+
 def default_decompositions() -> dict:
-    return {aten.addmm.default: _addmm_as_mm_add,
-            aten.nll_loss_forward.default: _nll_loss_mean_as_sum,
-            aten.nll_loss_backward.default: _nll_loss_backward_mean_as_sum}
+    decomps = {aten.addmm.default: _addmm_as_mm_add,
+               aten.nll_loss_forward.default: _nll_loss_mean_as_sum,
+               aten.nll_loss_backward.default: _nll_loss_backward_mean_as_sum}
+    for op, at, backward in _MEAN_AS_SUM_LOSSES:
+        decomps[op] = _elementwise_loss_mean_as_sum(op, at, backward)
+    return decomps
 
 
 def _tracing_device(device: torch.device | str | None) -> torch.device:
@@ -453,17 +491,24 @@ def explain_trace_error(e: Exception) -> Exception | None:
 
 
 def _user_line(e: Exception) -> str:
-    """ `` at model.py:12: `if h.sum() > 0:` `` - the innermost frame outside torch and
-    autoshard, where the model's own code asked for the value."""
+    """ `` at model.py:12: `if h.sum() > 0:` `` - the innermost frame of the model's own code
+    (not torch's, autoshard's or a library helper's: user_frames.py), where it asked for the
+    value."""
     import os
     import traceback
 
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if not frame.filename.startswith(skip) and "<" not in frame.filename:
-            return (f" at {os.path.basename(frame.filename)}:{frame.lineno}"
-                    + (f": `{frame.line.strip()}`" if frame.line else ""))
-    return ""
+    from .user_frames import Frame, user_frame
+
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    # autoshard's own frames are the tracer here, never the model
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if "<" not in f.filename and not os.path.abspath(f.filename).startswith(here)]
+    frame = user_frame(Frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
+                       for f in frames)
+    if frame is None:
+        return ""
+    return (f" at {os.path.basename(frame.filename)}:{frame.lineno}"
+            + (f": `{frame.code}`" if frame.code else ""))
 
 
 def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> UnsupportedModelError:

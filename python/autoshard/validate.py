@@ -102,6 +102,15 @@ class _RecordingInterpreter(fx.Interpreter):
     def __init__(self, gm: fx.GraphModule):
         super().__init__(gm, garbage_collect_values=False)
 
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        # uninitialised memory may hold anything: zeros are one valid run, and a reproducible
+        # one (garbage such as 1e30 would swamp the partial terms split from it downstream)
+        if n.op == "call_function" and str(n.target) in UNINITIALISED_OPS \
+                and isinstance(value, torch.Tensor):
+            value.zero_()
+        return value
+
 
 def _eager_values(gm: fx.GraphModule, placeholder_values: Sequence[Any]) -> dict[str, Any]:
     interp = _RecordingInterpreter(gm)
@@ -117,11 +126,16 @@ def export_graph(step: TracedStep) -> dict:
 
 
 def capture_model(name: str, model: torch.nn.Module, inputs: tuple, *,
-                  seed: int = 0) -> CapturedGraph:
+                  seed: int = 0, decompositions: dict | None = None,
+                  capture: str = "direct") -> CapturedGraph:
     """Traces one training step of ``model(*inputs)`` (a scalar loss) with the project's
     tracer, then runs the joint graph eagerly on CPU with the model's real weights and the
-    real ``inputs`` (tangent of the loss: 1) and records every node's value."""
-    step = trace_training_step(model, inputs, capture="direct")
+    real ``inputs`` (tangent of the loss: 1) and records every node's value.
+    ``decompositions``: the tracer's (None: its defaults; ``{}`` keeps every op as ATen
+    dispatches it, e.g. mean losses that the defaults rewrite as sums). ``capture``: the
+    tracer's ("dynamo" sees what a model does under torch.compile, e.g. transformers' MoE
+    experts take their custom grouped-matmul op there)."""
+    step = trace_training_step(model, inputs, capture=capture, decompositions=decompositions)
     graph = export_graph(step)
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
@@ -150,7 +164,8 @@ def capture_function(name: str, fn: Callable, *args: torch.Tensor) -> CapturedGr
     gm = make_fx(fn)(*args)
     phs = [n.name for n in gm.graph.find_nodes(op="placeholder")]
     for n in gm.graph.nodes:  # graph_export needs the value metadata make_fx records
-        if n.op == "call_function" and "val" not in n.meta:
+        # (getitem nodes are folded into references; one of a None output has no value)
+        if n.op == "call_function" and n.target is not operator.getitem and "val" not in n.meta:
             raise ValidationSetupError(f"node {n.name} has no value metadata")
     step = TracedStep(gm=gm, fake_mode=None, device=torch.device("cpu"), param_fqns={},
                       buffer_fqns={}, input_nodes=phs, input_metas=[], input_spec=None,
@@ -216,6 +231,23 @@ def _noise_scale(t: torch.Tensor) -> float:
     return float(_finite_abs(t).mean()) + 0.5
 
 
+def _partial_noise_scale(piece: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per element: the size of the random partial sum terms and the most a term may hold.
+    The size follows the element's own magnitude, at least the piece's median magnitude (its
+    mean when most are zero, 0.5 for zeros), so a tiny piece scaled up later
+    (x * rsqrt(variance)) keeps its precision and huge entries (finfo.min attention masks)
+    do not swamp the others; the bound keeps every term and their sum inside the dtype's
+    range."""
+    mag = _finite_abs(piece)
+    floor = float(mag.median()) if mag.numel() else 0.0
+    if floor == 0.0:
+        floor = float(mag.mean()) if mag.numel() else 0.0
+    floor = floor if floor > 0 else 0.5
+    big = math.inf if piece.is_complex() else torch.finfo(piece.dtype).max
+    room = ((big - mag) / (n + 1)).clamp(min=0.0)
+    return torch.minimum(mag.clamp(min=floor), room), room
+
+
 def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -> list[torch.Tensor]:
     if n == 1:
         return [piece]
@@ -226,15 +258,20 @@ def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -
             terms[owner] = piece.clone()
             return terms
         if _is_float(piece):
-            scale = _noise_scale(piece)
-            terms = [(torch.randn(piece.shape, generator=gen, dtype=torch.float64) * scale
-                      ).to(piece.dtype) for _ in range(n)]
+            # noise of the piece's magnitude, but never pushing a term past the dtype's range
+            # (attention masks hold finfo.min: their terms stay at the value)
+            scale, room = _partial_noise_scale(piece, n)
+            noise = [(torch.randn(piece.shape, generator=gen, dtype=torch.float64) * scale
+                      ).clamp(-room, room).to(piece.dtype) for _ in range(n)]
         else:
-            terms = [torch.randint(-5, 6, piece.shape, generator=gen).to(piece.dtype)
+            noise = [torch.randint(-5, 6, piece.shape, generator=gen).to(piece.dtype)
                      for _ in range(n)]
-        total = piece * n if op == "avg" else piece
-        rest = sum(terms[j] for j in range(n) if j != owner)
-        terms[owner] = total - rest
+        # sum: the noise terms and the rest on the owner; avg: the piece plus noise terms that
+        # cancel out (the average is the piece without forming n * piece, which may overflow)
+        rest = sum(noise[j] for j in range(n) if j != owner)
+        base = piece if op == "avg" else torch.zeros_like(piece)
+        terms = [base + noise[j] for j in range(n)]
+        terms[owner] = piece - rest
         return terms
     # max / min: each element's owner holds the value, the others hold less (more)
     owners = torch.randint(n, piece.shape, generator=gen)
@@ -336,8 +373,10 @@ def _combine(parts: list[torch.Tensor], text: str, tol: float | None,
     if op == "sum":
         return stacked.sum(0).to(parts[0].dtype)
     if op == "avg":
-        if _is_float(stacked):
+        if stacked.is_complex():
             return stacked.mean(0)
+        if _is_float(stacked):  # in float64: a sum of finfo.min mask entries must not overflow
+            return stacked.double().mean(0).to(parts[0].dtype)
         return stacked.double().sum(0) / len(parts)
     return stacked.amax(0) if op == "max" else stacked.amin(0)
 
@@ -669,8 +708,11 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
                       ) -> list[CapturedGraph]:
     """The validator's models (python/autoshard/models_zoo.py), traced and run eagerly:
     ``llama3`` (2 layers, SDPA with GQA), ``moe`` (4 experts, top-2), ``gpt2`` (transformers,
-    2 layers; needs the transformers package)."""
+    2 layers; needs the transformers package); the op-family cases of op_cases.py
+    (``convolutions``, ``losses``, ``losses_raw``, ``histograms``, ``scatters``,
+    ``grouped_mm``); ``hf:<family>``, a Hugging Face family of hf_zoo.py (``hf:mixtral``)."""
     from . import models_zoo as Z
+    from . import op_cases
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -688,8 +730,15 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
         elif name == "gpt2":
             model, inputs = Z.GPT2LM(), (torch.randint(0, 128, (2, 8), generator=gen),
                                          torch.randint(0, 128, (2, 8), generator=gen))
+        elif name in op_cases.CASES:
+            out.append(op_cases.capture(name, seed))
+            continue
+        elif name.startswith("hf:"):
+            out.append(op_cases.hf_family(name[3:], seed))
+            continue
         else:
-            raise ValueError(f"unknown model {name!r}: expected llama3, llama3_manual, moe, gpt2")
+            raise ValueError(f"unknown model {name!r}: expected llama3, llama3_manual, moe, gpt2, "
+                             f"{', '.join(op_cases.CASES)} or hf:<family>")
         out.append(capture_model(name, model, inputs, seed=seed))
     return out
 

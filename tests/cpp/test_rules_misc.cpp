@@ -91,6 +91,30 @@ TEST(RulesSlicing, CatSplitSelectSlice) {
   EXPECT_EQ(row_set(pad->rows()), (std::set<std::string>{"S(0)|S(0)", "P(avg)|P(avg)", "P(max)|P(max)", "P(min)|P(min)"}));
 }
 
+TEST(RulesSlicing, SelectAndSliceScatter) {
+  // T5's shift-right: ids[..., 1:] = x[..., :-1]; ids[..., 0] = start
+  auto sl = make_case("aten.slice_scatter.default", {{{8, 16}, "int64"}, {{8, 15}, "int64"}},
+                      "[$0, $1, 1, 1, 9223372036854775807]", {{{8, 16}, "int64"}});
+  EXPECT_EQ(row_set(sl->rows()), (std::set<std::string>{"S(0)|S(0),S(0)", "P(sum)|P(sum),P(sum)", "P(avg)|P(avg),P(avg)",
+                                                        "P(max)|P(max),P(max)", "P(min)|P(min),P(min)"}));
+  auto full = make_case("aten.slice_scatter.default", {{{8, 16}}, {{8, 16}}}, "[$0, $1, 1]", {{{8, 16}}});
+  EXPECT_TRUE(row_set(full->rows()).count("S(1)|S(1),S(1)"));
+  auto se = make_case("aten.select_scatter.default", {{{8, 4, 16}}, {{8, 16}}}, "[$0, $1, 1, 0]", {{{8, 4, 16}}});
+  auto rows = row_set(se->rows());
+  EXPECT_TRUE(rows.count("S(0)|S(0),S(0)"));
+  EXPECT_TRUE(rows.count("S(2)|S(2),S(1)"));
+  EXPECT_FALSE(rows.count("S(1)|S(1),S(1)"));
+}
+
+TEST(RulesFactory, FillTensorFollowsTheShapeAndTheValue) {
+  auto f = make_case("aten.fill.Tensor", {{{8}, "int64"}, {{}, "int64"}}, "[$0, $1]", {{{8}, "int64"}});
+  auto rows = row_set(f->rows());
+  EXPECT_TRUE(rows.count("S(0)|S(0),R"));
+  EXPECT_TRUE(rows.count("P(sum)|R,P(sum)"));
+  EXPECT_TRUE(rows.count("R|P(sum),R"));
+  EXPECT_FALSE(rows.count("P(sum)|P(sum),R"));  // the value, not x, gives the result
+}
+
 TEST(RulesRegistry, EveryTracedOpHasARule) {
   // Op names seen in joint graphs of the MLP, Llama-style, GPT-2 and MoE probes.
   register_all_rules();
@@ -124,7 +148,14 @@ TEST(RulesRegistry, EveryTracedOpHasARule) {
         "aten.split_with_sizes.default", "aten.amax.default", "aten.index_select.default", "aten.copy.default",
         "aten.full.default", "aten.empty.memory_format", "aten.new_empty_strided.default", "aten.ones_like.default",
         "aten.full_like.default", "aten.sigmoid.default", "aten.exp.default", "aten.sqrt.default",
-        "aten.sub.Tensor", "aten.cos.default", "aten.sin.default", "aten.index_put.default"})
+        "aten.sub.Tensor", "aten.cos.default", "aten.sin.default", "aten.index_put.default",
+        // Hugging Face families (tools/hf_coverage.py): convolutions, MoE routing, losses, T5
+        "aten.convolution.default", "aten.convolution_backward.default", "aten.histc.default",
+        "aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
+        "transformers.grouped_mm_fallback_backward.default", "aten.mse_loss.default",
+        "aten.mse_loss_backward.default", "aten.binary_cross_entropy_with_logits.default",
+        "aten.smooth_l1_loss.default", "aten.huber_loss_backward.default", "aten.fill.Tensor",
+        "aten.select_scatter.default", "aten.slice_scatter.default"})
     EXPECT_NE(RuleRegistry::instance().find(op), nullptr) << op;
 }
 

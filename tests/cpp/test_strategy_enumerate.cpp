@@ -124,6 +124,8 @@ TEST_F(StrategyEnumerate, MissingRuleNamesOpNodeAndSource) {
     EXPECT_NE(m.find("'y'"), std::string::npos) << m;
     EXPECT_NE(m.find("model.py:7"), std::string::npos) << m;
     EXPECT_NE(m.find("To proceed"), std::string::npos) << m;
+    EXPECT_NE(m.find("open an issue"), std::string::npos) << m;
+    EXPECT_EQ(m.find("cpp/src"), std::string::npos) << m;  // users cannot edit autoshard's sources
   }
 }
 

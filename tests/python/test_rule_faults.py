@@ -220,3 +220,78 @@ def test_rules_of_the_mixed_graph_validate(mixed):
     for mesh in [(2,), (3,), (4,), (2, 2)]:
         report = V.validate(mixed, mesh)
         assert report.ok(), report.summary()
+
+
+# ----------------------------------------------------------------------------- (vi) issue 14
+
+@pytest.fixture(scope="module")
+def cases():
+    pytest.importorskip("transformers")  # the grouped_mm case runs transformers' custom op
+    return {c.name: c for c in V.standard_captures(("convolutions", "losses_raw", "histograms",
+                                                     "grouped_mm"))}
+
+
+def node_where(cap: V.CapturedGraph, op: str, test) -> str:
+    """The first node of ``op`` whose graph JSON entry satisfies ``test``."""
+    return next(n["name"] for n in cap.graph["nodes"] if n["op"] == op and test(n))
+
+
+def input_shape(cap: V.CapturedGraph, node: dict, k: int) -> list:
+    ref = node["args"][k]
+    producer = next(n for n in cap.graph["nodes"] if n["name"] == ref["ref"])
+    return producer["outputs"][ref["index"]]["shape"]
+
+
+@pytest.mark.parametrize("fault", ["overlapping windows", "grouped channels"])
+def test_convolution_shards_the_rules_leave_out_fail(cases, fault):
+    cap = cases["convolutions"]
+    if fault == "overlapping windows":  # conv1d, kernel 3 at stride 2: a split cuts windows
+        node = node_where(cap, "aten.convolution.default", lambda n: n["args"][3] == [2])
+        planted = ([["S(2)"], ["R"], ["R"]], [["S(2)"]])
+    else:  # groups=2: a local call would pair the wrong channel groups
+        node = node_where(cap, "aten.convolution.default", lambda n: n["args"][8] == 2)
+        planted = ([["R"], ["S(0)"]], [["S(1)"]])
+    text = V.strategy_str({"inputs": planted[0], "outputs": planted[1]})
+    assert text not in offered(cap, node, (2,))
+    report = V.validate(cap, (2,), ops={"aten.convolution.default"},
+                        extra_strategies=plant(node, planted))
+    assert failed(report, node) == {text}, report.summary()
+
+
+def test_grouped_rows_split_with_global_offsets_fail(cases):
+    cap = cases["grouped_mm"]
+    node = node_where(cap, "aten._grouped_mm.default",  # [M,K] x [G,K,N]
+                      lambda n: [len(input_shape(cap, n, k)) for k in (0, 1)] == [2, 3])
+    planted = ([["S(0)"], ["R"], ["R"]], [["S(0)"]])  # rows split, offs still global
+    assert "S(0),R,R -> S(0)" not in offered(cap, node, (2,))
+    report = V.validate(cap, (2,), ops={"aten._grouped_mm.default"},
+                        extra_strategies=plant(node, planted))
+    assert failed(report, node) == {"S(0),R,R -> S(0)"}, report.summary()
+
+
+def test_histc_and_its_int_offsets_keep_partial_sums_only_where_exact(cases):
+    cap = cases["histograms"]
+    ranged = node_where(cap, "aten.histc.default", lambda n: len(n["args"]) == 4)
+    data_range = node_where(cap, "aten.histc.default", lambda n: len(n["args"]) == 2)
+    cumsum = node_where(cap, "aten.cumsum.default", lambda n: True)
+    assert "S(0) -> P(sum)" in offered(cap, ranged, (2,))
+    assert "S(0) -> P(sum)" not in offered(cap, data_range, (2,))
+    assert "P(sum) -> P(sum)" not in offered(cap, cumsum, (2,))  # float counts -> int32
+    report = V.validate(cap, (2,), ops={"aten.histc.default", "aten.cumsum.default"},
+                        extra_strategies=lambda node, _: (
+                            plant(data_range, ([["S(0)"]], [["P(sum)"]]))(node, _)
+                            + plant(cumsum, ([["P(sum)"]], [["P(sum)"]]))(node, _)))
+    print(report.summary())
+    assert failed(report, data_range) == {"S(0) -> P(sum)"}
+    assert failed(report, cumsum) == {"P(sum) -> P(sum)"}
+    assert {f.node for f in report.failures} == {data_range, cumsum}
+
+
+def test_sharded_mean_loss_backward_fails(cases):
+    # the kernel divides by the LOCAL element count (trace.py rewrites mean losses as sums)
+    cap = cases["losses_raw"]
+    node = node_where(cap, "aten.mse_loss_backward.default", lambda n: n["args"][3] == 1)
+    assert "R,S(0),S(0) -> S(0)" not in offered(cap, node, (2,))
+    report = V.validate(cap, (2,), ops={"aten.mse_loss_backward.default"},
+                        extra_strategies=plant(node, ([["R"], ["S(0)"], ["S(0)"]], [["S(0)"]])))
+    assert failed(report, node) == {"R,S(0),S(0) -> S(0)"}, report.summary()

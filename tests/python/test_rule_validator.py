@@ -7,6 +7,10 @@ mixture-of-experts block (softmax/top-k router, scatter/gather/index_select/inde
 dispatch). Every strategy the rules offer for every op node is simulated rank by rank on the
 meshes (2,), (4,), (2,2) (all strategies) and (2,2,2) (a sample per node) and compared with the
 unsharded op. The summary (printed with -s) lists ops x strategies validated and every failure.
+The op families added for Hugging Face models (issue 14: convolutions, grouped matmuls,
+histograms, elementwise losses, scatters) are validated the same way on targeted graphs
+(python/autoshard/op_cases.py) and on the whole joint graphs of the tiny families of
+python/autoshard/hf_zoo.py.
 """
 
 from __future__ import annotations
@@ -66,6 +70,88 @@ def test_models_cover_the_op_families(captures):
                "aten.index_select.default", "aten.index_add.default", "aten.rsqrt.default",
                "aten.silu.default", "aten.bmm.default", "aten.mm.default"]:
         assert op in ops, op
+
+
+# ----------------------------------------------------------------------------- issue 14 ops
+
+# The op families common Hugging Face models needed (convolutions, grouped matmuls, histc,
+# the elementwise losses, select/slice_scatter, fill.Tensor), in targeted graphs
+# (python/autoshard/op_cases.py) and in the tiny Hugging Face models of hf_zoo.py.
+OP_CASES = ("convolutions", "losses_raw", "losses", "histograms", "scatters", "grouped_mm")
+NEW_OPS = {"aten.convolution.default", "aten.convolution_backward.default",
+           "aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
+           "transformers.grouped_mm_fallback_backward.default", "aten.histc.default",
+           "aten.bincount.default", "aten.mse_loss.default", "aten.mse_loss_backward.default",
+           "aten.smooth_l1_loss.default", "aten.smooth_l1_loss_backward.default",
+           "aten.huber_loss.default", "aten.huber_loss_backward.default",
+           "aten.binary_cross_entropy.default", "aten.binary_cross_entropy_backward.default",
+           "aten.binary_cross_entropy_with_logits.default", "aten.select_scatter.default",
+           "aten.slice_scatter.default", "aten.fill.Tensor"}
+
+
+@pytest.fixture(scope="module")
+def op_cases():
+    pytest.importorskip("transformers")  # the grouped_mm case runs transformers' custom op
+    return V.standard_captures(OP_CASES)
+
+
+@pytest.mark.parametrize("mesh", [(2,), (4,), (2, 2)], ids=lambda m: "x".join(map(str, m)))
+def test_new_op_families_every_strategy(op_cases, mesh):
+    report = V.validate_all(op_cases, [mesh])
+    _check(report)
+    assert report.strategies_checked == report.strategies_offered
+    assert NEW_OPS <= report.ops, NEW_OPS - report.ops
+
+
+def test_new_op_families_three_dim_mesh_sampled(op_cases):
+    report = V.validate_all(op_cases, [(2, 2, 2)], max_strategies_per_node=12)
+    _check(report)
+
+
+def test_new_op_families_really_shard(op_cases):
+    """The rows that make the new rules worth having were offered and validated: a patch
+    convolution split over image rows, a channel split, histc counts as partial sums, a
+    grouped matmul split on its contraction, a sharded mean loss."""
+    by_name = {c.name: c for c in op_cases}
+    report = V.validate_all(op_cases, [(4,)])
+    _check(report)
+
+    def passed(graph: str, op: str, strategy: str) -> bool:
+        nodes = {n["name"] for n in by_name[graph].graph["nodes"] if n["op"] == op}
+        return any(k[0] == graph and k[2] in nodes and k[3] == strategy for k in report.passed)
+
+    assert passed("convolutions", "aten.convolution.default", "S(2),R,R -> S(2)")  # patches
+    assert passed("convolutions", "aten.convolution.default", "R,S(0),S(0) -> S(1)")
+    assert passed("convolutions", "aten.convolution_backward.default",
+                  "S(0),S(0),R -> S(0),P(sum),P(sum)")
+    assert passed("histograms", "aten.histc.default", "S(0) -> P(sum)")
+    assert passed("grouped_mm", "aten._grouped_mm.default", "S(1),S(1),R -> P(sum)")
+    assert passed("grouped_mm", "transformers.grouped_mm_fallback_backward.default",
+                  "R,S(2),R,S(1) -> P(sum),S(2)")
+    assert passed("losses_raw", "aten.mse_loss.default", "S(0),S(0) -> P(avg)")
+    assert passed("losses", "aten.mse_loss_backward.default", "R,S(1),S(1) -> S(1)")
+
+
+# Families whose graphs brought new ops are validated whole by default; the others (ops all
+# covered by the models above) with AUTOSHARD_VALIDATE_ALL_HF=1 (about 10 s each).
+HF_NEW = ("vit", "t5", "mixtral", "mixtral_bf16", "deepseek_v3", "losses")
+HF_OTHERS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gpt2", "bert",
+             "clip")
+
+
+@pytest.mark.parametrize("family", HF_NEW + HF_OTHERS)
+def test_hugging_face_family_graph(family):
+    import os
+
+    pytest.importorskip("transformers")
+    if family in HF_OTHERS and os.environ.get("AUTOSHARD_VALIDATE_ALL_HF") != "1":
+        pytest.skip("set AUTOSHARD_VALIDATE_ALL_HF=1 to validate every family")
+    cap = V.standard_captures((f"hf:{family}",))[0]
+    report = V.validate(cap, (2,))
+    report.merge(V.validate(cap, (2, 2), max_strategies_per_node=12))
+    _check(report)
+    op_nodes = sum(1 for n in cap.graph["nodes"] if n["op"] != "placeholder")
+    assert report.nodes_checked + report.duplicates + len(report.skipped) == 2 * op_nodes
 
 
 # ----------------------------------------------------------------------------- the binding

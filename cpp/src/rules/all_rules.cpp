@@ -18,6 +18,9 @@ void register_embedding_rules();
 void register_attention_rules();
 void register_factory_rules();
 void register_indexing_rules();
+void register_convolution_rules();
+void register_grouped_mm_rules();
+void register_histogram_rules();
 
 void register_all_rules() {
   static std::once_flag once;
@@ -34,6 +37,9 @@ void register_all_rules() {
     register_attention_rules();
     register_factory_rules();
     register_indexing_rules();
+    register_convolution_rules();
+    register_grouped_mm_rules();
+    register_histogram_rules();
   });
 }
 

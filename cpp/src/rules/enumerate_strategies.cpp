@@ -18,9 +18,23 @@ namespace {
 
 std::string node_label(const Node& n) {
   std::string s = "node '" + n.name + "'";
-  if (!n.source.empty()) s += " (source: " + n.source + ")";
+  std::string where;
+  if (!n.module.empty()) where.append("module ").append(n.module);
+  if (!n.source.empty()) where.append(where.empty() ? "" : ", ").append("source: ").append(n.source);
+  if (!where.empty()) s.append(" (").append(where).append(")");
   return s;
 }
+
+// What a user can do about ops without a rule. Rules are compiled into autoshard and cannot
+// be added from Python yet, so the options are to ask for the op or to keep it out of the
+// traced step.
+const char* kMissingRuleAdvice =
+    "Sharding rules are built into autoshard; there is no way to add one from Python yet. "
+    "To proceed: ask for the op (open an issue naming it and the model), and meanwhile keep it "
+    "out of the traced step: write that line with other ops (docs/rules.md lists the supported "
+    "ones), pick another implementation where the model offers one (transformers: "
+    "attn_implementation=..., experts_implementation=...), or compute the value outside "
+    "forward() and pass it in.";
 
 std::vector<Strategy> placeholder_strategies(const Node& n, const Mesh& mesh) {
   std::vector<Strategy> out;
@@ -129,10 +143,12 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   register_all_rules();
   const OpRule* rule = RuleRegistry::instance().find(n.op);
   if (!rule)
-    throw UnsupportedOpError("no sharding rule for op '" + n.op + "' at " + node_label(n) +
-                             ". To proceed: add a rule for it in cpp/src/rules/<family>.cpp (see "
-                             "cpp/include/autoshard/rules.h), or change the model so the op is not traced "
-                             "(e.g. let the tracer decompose it)");
+    throw UnsupportedOpError(std::string("no sharding rule for op '")
+                                 .append(n.op)
+                                 .append("' at ")
+                                 .append(node_label(n))
+                                 .append(". ")
+                                 .append(kMissingRuleAdvice));
 
   std::vector<TensorRef> refs = n.tensor_inputs();
   RuleContext ctx{graph, n, {}, n.outputs, mesh};
@@ -232,8 +248,7 @@ std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, cons
     std::ostringstream os;
     os << missing.size() << " op(s) have no sharding rule:";
     for (const auto& [op, where] : missing) os << "\n  " << op << " at " << where;
-    os << "\nTo proceed: add a rule for each in cpp/src/rules/<family>.cpp (see cpp/include/autoshard/rules.h), "
-          "or change the model so these ops are not traced.";
+    os << "\n" << kMissingRuleAdvice;
     throw UnsupportedOpError(os.str());
   }
   return all;

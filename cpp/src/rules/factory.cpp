@@ -10,6 +10,9 @@
 //   reads as n*c); a sharded input gives a sharded result only when the shapes agree,
 //   otherwise the result is Replicate.
 //   fill.Scalar(x, v): constant v: shard rows and Partial avg/max/min (never sum).
+//   fill.Tensor(x, v[0-d]): the result is v everywhere, so it follows x's shard with v R, is
+//   Partial wherever v is (any kind; x's values are not read: R or the same Partial), and R
+//   from a Partial x with v R.
 #include "autoshard/rule_helpers.h"
 
 namespace autoshard {
@@ -40,6 +43,18 @@ std::vector<ShardingRow> factory_like_rows(const RuleContext& ctx, bool partial_
   return dedup_rows(std::move(rows));
 }
 
+std::vector<ShardingRow> fill_tensor_rows(const RuleContext& ctx) {
+  if (ctx.inputs.size() != 2) rule_error(ctx, "expected a tensor and a 0-d value tensor");
+  std::vector<ShardingRow> rows;
+  for (int d = 0; d < input_meta(ctx, 0).rank(); ++d) rows.push_back({{S(d)}, {S(d), R()}});
+  for (ReduceOp op : kAllReduceOps) {
+    rows.push_back({{P(op)}, {R(), P(op)}});
+    rows.push_back({{P(op)}, {P(op), P(op)}});
+    rows.push_back({{R()}, {P(op), R()}});
+  }
+  return dedup_rows(std::move(rows));
+}
+
 }  // namespace
 
 void register_factory_rules() {
@@ -60,6 +75,7 @@ void register_factory_rules() {
   add_rules({"aten.fill.Scalar"}, memory_bound_rule([](const RuleContext& ctx) {
               return factory_like_rows(ctx, false, {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min});
             }));
+  add_rule("aten.fill.Tensor", memory_bound_rule(fill_tensor_rows));
 }
 
 }  // namespace autoshard

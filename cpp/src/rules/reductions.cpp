@@ -7,6 +7,9 @@
 //     reduced dims are not evenly divided (DTensor bug #162692);
 //   - a Partial input of the same kind passes through (sum of P(sum), mean of P(avg), amax of
 //     P(max), amin of P(min));
+//   - with a dtype cast (sum(x, dtype=int32), cumsum(x, dtype=int32)) only the Partial kinds
+//     that commute with the cast: truncating each rank's partial float sum to an integer is
+//     not the truncation of the total (MoE routing: cumsum over histc counts);
 //   - index-returning, boolean and non-linear reductions (argmax, max.dim, all/any, logsumexp)
 //     and order-dependent ops (sort, topk, cumsum's dim) only keep shards off the active dim.
 #include <algorithm>
@@ -31,6 +34,10 @@ std::vector<ShardingRow> reduction_rows(const RuleContext& ctx, const ReductionS
   const ArgValue* dims_arg = spec.dims_pos == SIZE_MAX ? nullptr : find_arg(ctx, spec.dims_pos, spec.dims_name);
   const std::vector<int> red = reduction_dims(ctx, dims_arg, rank);
   const bool keepdim = spec.keepdim_pos != SIZE_MAX && bool_arg(ctx, spec.keepdim_pos, "keepdim", false);
+  // a bool input's sum is a count (exact in any integer type); otherwise the Partial must
+  // survive the output cast
+  const bool partial_ok = spec.partial && (in.dtype == DType::Bool ||
+                                           partial_survives_cast(*spec.partial, in.dtype, output_meta(ctx, 0).dtype));
   std::vector<ShardingRow> rows;
   int kept_index = 0;
   for (int d = 0; d < rank; ++d) {
@@ -40,7 +47,7 @@ std::vector<ShardingRow> reduction_rows(const RuleContext& ctx, const ReductionS
     if (!reduced) {
       for (auto& p : r.outputs) p = S(keepdim ? d : kept_index);
       ++kept_index;
-    } else if (spec.partial) {
+    } else if (partial_ok) {
       for (auto& p : r.outputs) p = P(*spec.partial);
     } else {
       continue;
@@ -49,7 +56,7 @@ std::vector<ShardingRow> reduction_rows(const RuleContext& ctx, const ReductionS
   }
   // A Partial input of the reduction's own kind passes through (not for bool inputs, whose
   // "sum" is a count).
-  if (spec.partial && in.dtype != DType::Bool) rows.push_back(uniform_row(ctx, P(*spec.partial)));
+  if (partial_ok && in.dtype != DType::Bool) rows.push_back(uniform_row(ctx, P(*spec.partial)));
   return dedup_rows(std::move(rows));
 }
 
@@ -95,7 +102,9 @@ OpRule along_dim_rule(size_t dim_pos, int64_t dflt_dim, std::initializer_list<Re
   OpRule r;
   r.rows = [=](const RuleContext& ctx) {
     std::vector<ShardingRow> rows = along_dim_rows(ctx, dim_pos, dflt_dim, {});
-    for (ReduceOp op : ps) rows.push_back(uniform_row(ctx, P(op)));
+    const DType from = input_meta(ctx, 0).dtype, to = output_meta(ctx, 0).dtype;
+    for (ReduceOp op : ps)  // cumsum(x, dtype=...): only Partials that survive the cast
+      if (from != DType::Bool && partial_survives_cast(op, from, to)) rows.push_back(uniform_row(ctx, P(op)));
     return dedup_rows(std::move(rows));
   };
   r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };

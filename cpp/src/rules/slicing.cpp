@@ -1,5 +1,6 @@
-// Slicing, splitting and joining: select, slice (+ their backwards), split, split_with_sizes,
-// unbind, cat, stack, constant_pad_nd, tril/triu.
+// Slicing, splitting and joining: select, slice (+ their backwards and their scatter forms
+// select_scatter / slice_scatter), split, split_with_sizes, unbind, cat, stack,
+// constant_pad_nd, tril/triu.
 // Rule: any dim the op does not cut, join or pad may stay sharded (renumbered where a dim
 // appears or vanishes); every Partial kind passes through (each op only moves values or writes
 // zeros, which are neutral for sum/avg and identical on all ranks for max/min), except padding
@@ -70,6 +71,35 @@ std::vector<ShardingRow> slice_backward_rows(const RuleContext& ctx) {
   const int dim = wrap_dim(ctx, int_arg(ctx, 2, "dim"), rank);
   const bool same = input_meta(ctx, 0).shape == output_meta(ctx, 0).shape;
   auto rows = shard_rows_by_input_dim(ctx, rank, [&](int d) { return d == dim && !same ? -1 : d; });
+  add_partials(rows, ctx);
+  return dedup_rows(std::move(rows));
+}
+
+// select_scatter(self, src, dim, index): self with self.select(dim, index) replaced by src
+// (src lacks dim). Any other dim may be sharded in both (renumbered in src); every Partial
+// kind passes when self and src carry the same one (each output element is one of them).
+std::vector<ShardingRow> select_scatter_rows(const RuleContext& ctx) {
+  const int rank = input_meta(ctx, 0).rank();
+  const int dim = wrap_dim(ctx, int_arg(ctx, 2, "dim"), rank);
+  std::vector<ShardingRow> rows;
+  for (int d = 0; d < rank; ++d)
+    if (d != dim) rows.push_back({{S(d)}, {S(d), S(d < dim ? d : d - 1)}});
+  add_partials(rows, ctx);
+  return dedup_rows(std::move(rows));
+}
+
+// slice_scatter(self, src, dim, start, end, step): src (same rank) replaces a slice of dim.
+// Other dims may be sharded where self and src agree in size (also dim when src covers it).
+std::vector<ShardingRow> slice_scatter_rows(const RuleContext& ctx) {
+  const TensorMeta& self = input_meta(ctx, 0);
+  const TensorMeta& src = input_meta(ctx, 1);
+  const int rank = self.rank();
+  const int dim = wrap_dim(ctx, int_arg(ctx, 2, "dim", 0), rank);
+  std::vector<ShardingRow> rows;
+  if (src.rank() == rank)
+    for (int d = 0; d < rank; ++d)
+      if ((d != dim || self.shape == src.shape) && src.shape[d] == self.shape[d])
+        rows.push_back({{S(d)}, {S(d), S(d)}});
   add_partials(rows, ctx);
   return dedup_rows(std::move(rows));
 }
@@ -151,6 +181,8 @@ void register_slicing_rules() {
   add_rule("aten.slice.Tensor", memory_bound_rule(slice_rows, true));
   add_rule("aten.select_backward.default", memory_bound_rule(select_backward_rows, false));
   add_rule("aten.slice_backward.default", memory_bound_rule(slice_backward_rows, false));
+  add_rule("aten.select_scatter.default", memory_bound_rule(select_scatter_rows, false));
+  add_rule("aten.slice_scatter.default", memory_bound_rule(slice_scatter_rows, false));
   add_rules({"aten.split.Tensor", "aten.split_with_sizes.default"}, memory_bound_rule(split_rows, true));
   add_rule("aten.unbind.int", memory_bound_rule(unbind_rows, true));
   add_rule("aten.cat.default", memory_bound_rule(cat_rows, false));

@@ -1,0 +1,75 @@
+"""Which frame of a stack is the user's model, for the source lines in messages and plans.
+
+A traced node's stack runs from torch's export entry point through the user's model into
+library helpers (torch.nn.functional, transformers' attention, loss and MoE integrations) down
+to the call that dispatched the op. The line worth showing is the innermost one in the
+model's own code:
+  rank 0 - the model: any file outside torch, autoshard and transformers' helpers, and
+           transformers' ``models/<name>/modeling_<name>.py`` (a Hugging Face model's code);
+  rank 1 - helpers: the rest of transformers (``integrations/``, ``loss/``, ``masking_utils``,
+           ...) and autoshard's own files (its wrappers, and its example models when nothing
+           else is there);
+  rank 2 - torch itself (``torch/nn/functional.py``, ``torch/_dynamo/functional_export.py``):
+           never shown.
+The innermost frame of the lowest rank present wins; a stack of torch frames only has none.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable, NamedTuple
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_AUTOSHARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TRANSFORMERS = re.compile(r"[/\\]transformers[/\\]")
+_HF_MODELING = re.compile(r"[/\\]transformers[/\\]models[/\\][^/\\]+[/\\]modeling_[^/\\]+\.py$")
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+class Frame(NamedTuple):
+    filename: str
+    lineno: int
+    name: str
+    code: str
+
+
+def frame_rank(filename: str) -> int:
+    """0: the user's model, 1: a library helper (transformers, autoshard), 2: torch."""
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    if path.startswith(_TORCH_DIR):
+        return 2
+    if _TRANSFORMERS.search(path):
+        return 0 if _HF_MODELING.search(path) else 1
+    if path.startswith(_AUTOSHARD_DIR):
+        return 1
+    return 0
+
+
+def user_frame(frames: Iterable[Frame]) -> Frame | None:
+    """The innermost frame of the lowest rank (``frames`` outermost first); None when every
+    frame is torch's."""
+    best: Frame | None = None
+    best_rank = 2
+    for f in frames:  # later (inner) frames of the same rank replace earlier ones
+        r = frame_rank(f.filename)
+        if r < 2 and r <= best_rank:
+            best, best_rank = f, r
+    return best
+
+
+def parse_stack_trace(trace: str | None) -> list[Frame]:
+    """The frames of an fx node's ``stack_trace`` text, outermost first."""
+    lines = (trace or "").rstrip().splitlines()
+    frames = []
+    for i, line in enumerate(lines):
+        m = _FILE_LINE.search(line)
+        if not m:
+            continue
+        code = ""
+        if i + 1 < len(lines) and not _FILE_LINE.search(lines[i + 1]):
+            code = lines[i + 1].strip()
+        frames.append(Frame(m.group(1), int(m.group(2)), m.group(3), code))
+    return frames
