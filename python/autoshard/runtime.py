@@ -273,6 +273,12 @@ class StepRunner:
             raise ValueError(f"plan node {node.name} ({node.target}) lists "
                              f"{len(planned_inputs)} input layouts but the node has "
                              f"{len(refs)} tensor arguments")
+        # ops whose C++ rows are exact on local shards run there, in the plan's layouts,
+        # whenever the plan names them all: DTensor's own propagation may pick another
+        # output layout (convolution: batch splits only) or none at all
+        local_per_plan = planned_inputs is not None and _runs_locally(node) \
+            and self._plan_names_outputs(node, entry)
+
         def call(replicate_dims: frozenset = frozenset()):
             counter = iter(range(len(refs)))
             used: list = []
@@ -295,6 +301,10 @@ class StepRunner:
             args = _map_nodes(node.args, fetch)
             kwargs = _map_nodes(node.kwargs, fetch)
             kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
+            if local_per_plan:
+                out = self._run_local(node, entry, args, kwargs)
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                return out, [self._wrap_plain(o) for o in outs], used
             try:
                 out = node.target(*args, **kwargs)
             except NotImplementedError as e:  # a RuntimeError: caught before the next clause
@@ -346,13 +356,23 @@ class StepRunner:
                         raise PlanMismatchError(msg)
                     self.warnings[str(node.target)] += 1
                     log.debug("autoshard: %s; redistributing", msg)
-                    o = o.redistribute(self.mesh, want)
+                    # _to_layout: the plan may want a Partial (e.g. histc's per-shard
+                    # counts), which DTensor.redistribute refuses to produce
+                    o = self._to_layout(o, tuple(want))
             done.append(o)
         self.recorded[node.name] = {
             "inputs": used_layouts,
             "outputs": [layout_to_strs(normalize_placements(o.placements, o.ndim))
                         if isinstance(o, DTensor) else None for o in done]}
         env[node.name] = tuple(done) if isinstance(out, (tuple, list)) else done[0]
+
+    def _plan_names_outputs(self, node: fx.Node, entry: dict) -> bool:
+        """Whether the plan gives a layout to every tensor output of ``node``."""
+        vals = node.meta.get("val")
+        vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
+        outs = entry.get("outputs") or []
+        return all(k < len(outs) and outs[k] is not None
+                   for k, v in enumerate(vals) if isinstance(v, torch.Tensor))
 
     def _run_local(self, node: fx.Node, entry: dict, args, kwargs):
         """No DTensor rule, but the op needs no global sizes: run it on the local shards the
@@ -362,10 +382,24 @@ class StepRunner:
 
         self.warnings[f"local:{node.target}"] += 1
         local = lambda v: v.to_local().contiguous() if isinstance(v, DTensor) else v
-        out = node.target(*pytree.tree_map(local, args), **pytree.tree_map(local, kwargs))
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        args, kwargs = pytree.tree_map(local, args), pytree.tree_map(local, kwargs)
         vals = node.meta.get("val")
         vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
+        size_arg = _OUTPUT_SIZE_ARGS.get(str(node.target))
+        if size_arg is not None:
+            # a size argument that is an output's global shape: that output's local shape
+            # (meta/fake kernels shape the output from it, e.g. convolution_backward's
+            # bias_sizes, so the lowered program would get a global-sized grad_bias)
+            arg_at, out_k = size_arg
+            layout = self.planned_output(node.name, out_k)
+            if arg_at < len(args) and args[arg_at] is not None and layout is not None \
+                    and out_k < len(vals) and isinstance(vals[out_k], torch.Tensor):
+                coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
+                args = list(args)
+                args[arg_at] = list(local_shape(tuple(vals[out_k].shape), layout,
+                                                self.mesh.shape, coords))
+        out = node.target(*args, **kwargs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
         wrapped = []
         for k, o in enumerate(outs):
             layout = self.planned_output(node.name, k)
@@ -493,11 +527,27 @@ class StepRunner:
                 "nodes": nodes, "graph_outputs": graph_outputs}
 
 
-# Ops that DTensor 2.13 has no rule for but whose arguments carry no global sizes, so the
-# plan's rows (C++ rules, validated numerically) can run on local shards directly.
+# Ops whose arguments carry no global sizes, so the plan's rows (C++ rules, validated
+# numerically on local shards by validate.py) run on local shards directly: DTensor 2.13 has
+# no rule for them, or one that covers fewer layouts than the C++ rule (convolution: batch
+# splits only; a channel split would come out in the wrong layout) or none that keeps the
+# plan's Partial (histc with a fixed range: per-shard counts add up).
 _LOCAL_OPS = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "aten.convolution.default",
+    "aten.convolution_backward.default",
+    "aten._grouped_mm.default",
+    "aten.histc.default",
+    "transformers.grouped_mm_fallback.default",
+    "transformers.grouped_mm_fallback_backward.default",
+}
+
+
+# op -> (argument index, output index): the argument is that output's global shape, so a
+# local run passes the output's local shape instead
+_OUTPUT_SIZE_ARGS = {
+    "aten.convolution_backward.default": (3, 2),  # bias_sizes: grad_bias
 }
 
 
