@@ -53,7 +53,13 @@ class AutoParallel:
     (dim names), and add_input_constraints is then not called.
     AutoParallel's keywords ``reshard_after_forward``, ``dynamic``, ``cost_model`` and
     ``repeated_subgraphs`` are accepted with the values autoshard can honour; any other value
-    is refused with the reason (compat.py, docs/autoparallel_compat.md)."""
+    is refused with the reason (compat.py, docs/autoparallel_compat.md).
+    ``time_limit_s`` caps planning (default 20 s); ``gap_tolerance`` (default 0.001) stops the
+    solver once its plan is within that fraction of its proven lower bound (0: only a proof of
+    optimality stops it before the time limit).
+    ``plan_cache``: plans are cached on disk by graph, mesh, constraints, hardware and
+    options (plan_cache.py): True (default) uses ``$AUTOSHARD_CACHE_DIR`` or
+    ``~/.cache/autoshard/plans``, a path uses that folder, False turns the cache off."""
 
     def __init__(self, model: nn.Module, input_fn: Callable[[], Any] | Any, mesh: DeviceMesh,
                  mp_policy: Any = None, reshard_after_forward: bool | None = None,
@@ -62,9 +68,11 @@ class AutoParallel:
                  strict: bool = False,
                  time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
                  capture: str = "dynamo", compile: bool = False, runtime: str = "program",
-                 rank_timeout_s: float = DEFAULT_TIMEOUT_S, preset: str | None = None):
+                 rank_timeout_s: float = DEFAULT_TIMEOUT_S, preset: str | None = None,
+                 gap_tolerance: float | None = None, plan_cache: Any = True):
         from .compat import check_autoparallel_keywords
         from .mixed_precision import canonical_policy
+        from .plan_cache import PlanCache
 
         hardware = check_autoparallel_keywords(reshard_after_forward=reshard_after_forward,
                                                dynamic=dynamic, cost_model=cost_model,
@@ -86,6 +94,13 @@ class AutoParallel:
         self.hardware = hardware if hardware is not None else default_hardware(mesh)
         self.strict = strict
         self.time_limit_s = time_limit_s
+        if gap_tolerance is not None and not 0.0 <= float(gap_tolerance) < 1.0:
+            raise ValueError(f"gap_tolerance must be a fraction in [0, 1) (e.g. 0.001 for "
+                             f"0.1 %, 0 to ask for a proof of optimality), got "
+                             f"{gap_tolerance!r}")
+        self.gap_tolerance = None if gap_tolerance is None else float(gap_tolerance)
+        PlanCache.resolve(plan_cache)  # a bad value fails here, not after tracing
+        self.plan_cache = plan_cache
         self.memory_limit_bytes = memory_limit_bytes
         self.capture = capture
         # how the parallel module runs its step (apply.py): the lowered per-rank program,
@@ -290,6 +305,8 @@ class AutoParallel:
                                          "high": self._param_memory[1]})
         if self.time_limit_s is not None:
             opts["time_limit_s"] = self.time_limit_s
+        if self.gap_tolerance is not None:
+            opts["gap_tolerance"] = self.gap_tolerance
         if self.memory_limit_bytes is not None:
             opts["memory_limit_bytes"] = self.memory_limit_bytes
         return opts
@@ -311,7 +328,8 @@ class AutoParallel:
         with progress.stage("plan", expected_s=self.time_limit_s or 20.0,
                             bar=_bar_on_this_rank()):
             plan = _same_plan_on_every_rank(
-                lambda: plan_traced_step(self.step, self.options(verbose), graph))
+                lambda: plan_traced_step(self.step, self.options(verbose), graph),
+                *_cache_and_key(self.plan_cache, graph, self.options()))
         progress.log_solver_result(plan)
         plan["plan_seconds"] = time.perf_counter() - t0
         if verbose:
@@ -356,6 +374,7 @@ class AutoParallel:
                        "nodes": self._node_constraints,
                        "parameter_memory": opts.get("parameter_memory", "default")}
         options = {"hardware": self.hardware, "time_limit_s": self.time_limit_s,
+                   "gap_tolerance": self.gap_tolerance,
                    "memory_limit_bytes": self.memory_limit_bytes, "strict": self.strict,
                    "runtime": self.runtime, "compile": self.compile, "capture": self.capture,
                    "mp_policy": repr(self.mp_policy)}
@@ -374,11 +393,16 @@ class AutoParallel:
         planner's options, the given layouts pinned, and no parameter budget (parameters
         keep the training step's layouts, which met it)."""
         base = self.options()
+        cache_setting = self.plan_cache
 
         def plan_variant(step: TracedStep, pins: dict, output_pins: dict) -> dict:
+            from .graph_export import graph_json
+
             opts = dict(base, input_constraints={}, node_constraints=pins,
                         output_constraints=output_pins, parameter_memory=None)
-            return _same_plan_on_every_rank(lambda: plan_traced_step(step, opts))
+            graph = graph_json(step)
+            return _same_plan_on_every_rank(lambda: plan_traced_step(step, opts, graph),
+                                            *_cache_and_key(cache_setting, graph, opts))
 
         return plan_variant
 
@@ -440,20 +464,42 @@ def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
     return torch.device("cpu")
 
 
-def _same_plan_on_every_rank(make_plan) -> dict:
+def _cache_and_key(setting: Any, graph: str, options: dict) -> tuple:
+    """The plan cache of ``setting`` (plan_cache.py) and the key of planning ``graph`` with
+    ``options``; (None, None) when caching is off."""
+    from .plan_cache import PlanCache, plan_key
+
+    cache = PlanCache.resolve(setting)
+    return (cache, plan_key(graph, options)) if cache is not None else (None, None)
+
+
+def _same_plan_on_every_rank(make_plan, cache=None, key: str | None = None) -> dict:
     """The solver is anytime: under a wall-clock limit two ranks could stop at different
     plans. With a real multi-rank process group, rank 0 plans and broadcasts its plan (or
-    its error) so every rank runs the same one."""
+    its error) so every rank runs the same one. With a plan cache (plan_cache.py) a stored
+    plan is used instead of planning: when every rank finds the same one under the same key
+    (compared by digest), each loads its own and nothing is broadcast; otherwise rank 0's
+    (cached or new, then stored) is broadcast."""
     import torch.distributed as dist
 
     from .fake_pg import real_multi_rank_group
+    from .plan_cache import cached_plan, plan_digest
 
     if not real_multi_rank_group():
-        return make_plan()
+        return cached_plan(cache, key, make_plan)
+    # every rank takes part whether or not it caches, so the collectives always match
+    mine = cache.load(key) if cache is not None else None
+    found: list = [None] * dist.get_world_size()
+    dist.all_gather_object(found, (key, plan_digest(mine) if mine is not None else None))
+    if mine is not None and all(f == found[0] for f in found):
+        log.info("autoshard: plan cache hit (key %s, %s) on every rank", key[:16],
+                 cache.path(key))
+        mine["plan_cache"] = {"key": key, "hit": True}
+        return mine
     box: list = [None]
     if dist.get_rank() == 0:
         try:
-            box[0] = ("plan", make_plan())
+            box[0] = ("plan", cached_plan(cache, key, make_plan))
         except Exception as e:  # every rank must raise the same error, not hang
             box[0] = ("error", (type(e), str(e)))
     dist.broadcast_object_list(box, src=0)
@@ -565,6 +611,7 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                   runtime: str = "program",
                   rank_timeout_s: float = DEFAULT_TIMEOUT_S,
                   preset: str | None = None, dynamic: bool = False,
+                  gap_tolerance: float | None = None, plan_cache: Any = True,
                   **autoparallel_kwargs) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
@@ -573,8 +620,8 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
     the defaults; None adds no memory constraint. ``rank_timeout_s``: see AutoParallel.
     ``preset``: see AutoParallel; it then sets the input layouts and parameter budget, so
     samples are plain tensors and ``parameter_memory_budget`` is left out.
-    ``dynamic`` and AutoParallel's other keywords (``reshard_after_forward``, ``cost_model``,
-    ``repeated_subgraphs``): see AutoParallel."""
+    ``dynamic``, ``gap_tolerance``, ``plan_cache`` and AutoParallel's other keywords
+    (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``): see AutoParallel."""
     from .compat import check_autoparallel_keywords
 
     unknown = set(autoparallel_kwargs) - {"reshard_after_forward", "cost_model",
@@ -603,7 +650,8 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
     with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
                       strict=strict, time_limit_s=time_limit_s, compile=compile,
                       runtime=runtime, rank_timeout_s=rank_timeout_s, preset=preset,
-                      dynamic=dynamic, **autoparallel_kwargs) as autop:
+                      dynamic=dynamic, gap_tolerance=gap_tolerance, plan_cache=plan_cache,
+                      **autoparallel_kwargs) as autop:
         if preset is None:  # a preset has added its own input and parameter constraints
             autop.add_input_constraints(constraints)
             if parameter_memory_budget is not None:

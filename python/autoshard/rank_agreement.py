@@ -36,7 +36,7 @@ _HINTS = {
     "mesh": "the DeviceMesh differs (shape, dim names, device type or rank layout)",
     "constraints": "the input / output / node constraints or the parameter memory "
                    "constraint differ",
-    "options": "the AutoParallel options differ (hardware, time_limit_s, "
+    "options": "the AutoParallel options differ (hardware, time_limit_s, gap_tolerance, "
                "memory_limit_bytes, strict, runtime, compile, capture, mp_policy)",
     "plan": "the plans passed to apply_placement differ",
 }

@@ -59,3 +59,26 @@ def mesh1():
         yield init_device_mesh("cpu", (1,))
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_plan_cache(tmp_path_factory):
+    """No test reads or fills the user's plan cache (~/.cache/autoshard/plans): the session
+    (and the torchrun workers it starts, which inherit the environment) caches plans in a
+    fresh temporary folder."""
+    saved = os.environ.get("AUTOSHARD_CACHE_DIR")
+    os.environ["AUTOSHARD_CACHE_DIR"] = str(tmp_path_factory.mktemp("plan_cache"))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("AUTOSHARD_CACHE_DIR", None)
+        else:
+            os.environ["AUTOSHARD_CACHE_DIR"] = saved
+
+
+@pytest.fixture(autouse=True)
+def _plan_cache_per_test(tmp_path_factory, monkeypatch):
+    """Each test starts with an empty plan cache of its own, so no test sees another's plans
+    (a plan from the cache skips the solver)."""
+    monkeypatch.setenv("AUTOSHARD_CACHE_DIR", str(tmp_path_factory.mktemp("plan_cache")))

@@ -11,6 +11,8 @@
 //    "node_constraints": {"mm_3": ["S(0)", "S(1)"]},
 //    "time_limit_s": 20,       (wall-clock budget of building the problem and solving it,
 //                               default 20; > 0, huge values mean no limit)
+//    "gap_tolerance": 0.001,   (stop once the plan is within this fraction of its lower
+//                               bound, default 0.1 %; 0: only a proof or the time limit)
 //    "max_problem_bytes": 8000000000,  (refuse meshes/graphs whose solver problem is
 //                               estimated to need more memory than this; absent or null:
 //                               8 GB, or 80% of the available memory / ulimit -v if less)
@@ -26,6 +28,7 @@
 #include "autoshard/lowering.h"
 #include "autoshard/plan.h"
 #include "autoshard/placement.h"
+#include "autoshard/solver.h"
 
 namespace autoshard {
 
@@ -37,6 +40,9 @@ struct PlannerOptions {
   int64_t memory_limit_bytes = -1;  // per GPU; -1: no limit (users omit it, never pass <= 0)
   PlacementConstraints constraints;
   double time_limit_s = 20.0;  // building + solving; plans stop early when proven optimal
+  // The solver stops once (cost - lower bound) <= gap_tolerance * cost; the time limit stays
+  // a cap. In [0, 1); 0 asks for a proof of optimality.
+  double gap_tolerance = kDefaultGapTolerance;
   // Estimated memory of the strategy tables and solver problem beyond which planning is
   // refused before it is built (a 5-D mesh multiplies the strategies per node). 0: the
   // default cap (default_problem_memory_cap in build_limits.h).

@@ -3,7 +3,8 @@
 // Every reduction keeps at least one optimal plan of the original problem reachable:
 //  - infeasible strategies: an infinite node cost, no finite partner on some edge (to a
 //    fixpoint, i.e. arc consistency), or a usage so large that the node's interval overflows
-//    the memory limit even when every other live node takes its smallest usage;
+//    the memory limit even when every other live node takes its smallest usage, or a budget
+//    usage that leaves no room in a global budget with every other node at its extreme;
 //  - dominated strategies: another strategy of the same node is no worse in cost, in usage,
 //    in every budget and in every entry of every incident edge row (ties keep the lower index);
 //  - elimination of memory-free nodes (never live or zero usage, no budget usage) of degree
@@ -31,6 +32,7 @@ struct ReduceOptions {
 struct ReduceStats {
   int64_t strategies_before = 0, strategies_after = 0;
   int64_t infeasible_removed = 0, memory_removed = 0, dominated_removed = 0;
+  int64_t budget_removed = 0;  // strategies no plan within the global budgets can take
   int64_t nodes_eliminated = 0;
   double seconds = 0;
 };

@@ -7,6 +7,8 @@
 
 #include "autoshard/cli.h"
 #include "autoshard/planner.h"
+#include "autoshard/problem_io.h"
+#include "autoshard/report.h"
 #include "autoshard/solver.h"
 
 namespace autoshard {
@@ -16,15 +18,20 @@ namespace {
 const char* kUsage =
     "usage: autoshard plan GRAPH.json[.gz] --mesh 8x8 [--dim-names dp,tp] [--hardware H100]\n"
     "                      [--param-memory LOW,HIGH | --no-param-memory] [--memory-limit BYTES]\n"
-    "                      [--time-limit SECONDS] [--max-problem-bytes BYTES] [--out PLAN.json] [--verbose]\n"
+    "                      [--time-limit SECONDS] [--gap-tolerance FRACTION] [--max-problem-bytes BYTES]\n"
+    "                      [--out PLAN.json] [--problem-out PROBLEM.json] [--verbose]\n"
     "  --mesh          mesh shape, sizes joined by 'x' (e.g. 64 or 8x8)\n"
     "  --param-memory  parameter memory per GPU as fractions of the total (default 0,1/mesh size;\n"
     "                  HIGH can not be below 1/mesh size)\n"
     "  --memory-limit  bytes per GPU (> 0; leave it out for no limit)\n"
     "  --time-limit    seconds for building the problem and solving it (default 20)\n"
+    "  --gap-tolerance stop once the plan is within this fraction of the lower bound\n"
+    "                  (default 0.001; 0: only a proof of optimality or the time limit stops it)\n"
     "  --max-problem-bytes  refuse to plan when the strategy tables and solver problem are\n"
     "                  estimated to need more memory than this (default 4e9)\n"
-    "  --out           write the plan JSON there (the report is printed either way)\n";
+    "  --out           write the plan JSON there (the report is printed either way)\n"
+    "  --problem-out   also write the solver problem (IOPDDL JSON with budgets; docs/formats.md\n"
+    "                  section 4) there, for `autoshard solve`\n";
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -54,7 +61,7 @@ int64_t parse_bytes(const std::string& s, const std::string& what) {
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string graph_path, out_path;
+  std::string graph_path, out_path, problem_path;
   PlannerOptions o;
   bool have_mesh = false;
   auto value = [&](size_t& i) -> const std::string& {
@@ -100,8 +107,12 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       o.max_problem_bytes = parse_bytes(value(i), "--max-problem-bytes");
     } else if (a == "--time-limit") {
       o.time_limit_s = checked_time_limit(parse_double(value(i), "--time-limit"), "--time-limit");
+    } else if (a == "--gap-tolerance") {
+      o.gap_tolerance = checked_gap_tolerance(parse_double(value(i), "--gap-tolerance"), "--gap-tolerance");
     } else if (a == "--out") {
       out_path = value(i);
+    } else if (a == "--problem-out") {
+      problem_path = value(i);
     } else if (a == "--verbose") {
       o.verbose = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -119,10 +130,20 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return 2;
   }
   if (!out_path.empty()) check_output_path(graph_path, out_path, "--out");
+  if (!problem_path.empty()) check_output_path(graph_path, problem_path, "--problem-out");
   validate_planner_options(o);
   Graph graph = read_graph_file(graph_path);
-  Json plan = plan_graph(graph, o);
+  Json plan;
+  if (problem_path.empty()) {
+    plan = plan_graph(graph, o);
+  } else {
+    PlanningResult r = run_planner(graph, o);
+    write_problem(r.lowered.problem, problem_path);
+    plan = plan_to_json(r.sharding, r.plan);
+    plan.set("report", Json::string(plan_report(r.sharding, r.plan, o.verbose)));
+  }
   out << plan.at("report").as_string();
+  if (!problem_path.empty()) out << "solver problem written to " << problem_path << "\n";
   if (!out_path.empty()) {
     std::ofstream f(out_path);
     if (!f) throw std::runtime_error("cannot write '" + out_path + "'");

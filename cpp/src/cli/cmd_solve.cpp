@@ -21,13 +21,15 @@ namespace {
 
 const char* kSolveUsage =
     "usage: autoshard solve PROBLEM.json[.gz] [--time-limit SECONDS] [--threads N]\n"
-    "                       [--work-limit UNITS] [--out SOLUTION.json] [--exact] [--seed N]\n"
-    "                       [--verbose]\n"
+    "                       [--work-limit UNITS] [--gap-tolerance FRACTION] [--out SOLUTION.json]\n"
+    "                       [--exact] [--seed N] [--verbose]\n"
     "  --time-limit SECONDS  wall-clock limit, including reading (default 60)\n"
     "  --threads N           independent searches run in parallel, best plan kept (default 1)\n"
     "  --work-limit UNITS    stop the search after this much counted work instead of at the\n"
     "                        clock: the same plan on any machine (the time limit still holds;\n"
     "                        each run prints the work it did)\n"
+    "  --gap-tolerance F     stop once the plan is within this fraction of the lower bound\n"
+    "                        (default 0: a proof of optimality or a limit; the planner uses 0.001)\n"
     "  --out PATH            write {\"solution\": [...]} to PATH\n"
     "  --exact               prove optimality (branch and bound) within the time limit\n"
     "  --seed N              seed for randomised search (default 0)\n"
@@ -94,6 +96,17 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
         const int64_t w = parse_int(a, value());
         if (w < 1) throw UsageError{"--work-limit must be >= 1 (it counts units of search work)"};
         opt.work_limit = w;
+      } else if (a == "--gap-tolerance") {
+        const std::string& v = value();
+        double f = 0;
+        auto r = std::from_chars(v.data(), v.data() + v.size(), f);
+        if (r.ec != std::errc() || r.ptr != v.data() + v.size())
+          throw UsageError{"--gap-tolerance expects a fraction, got '" + v + "'"};
+        try {
+          opt.gap_tolerance = checked_gap_tolerance(f, "--gap-tolerance");
+        } catch (const std::invalid_argument& e) {
+          throw UsageError{e.what()};
+        }
       } else if (a == "--out") {
         out_path = value();
       } else if (a == "--exact") {

@@ -168,6 +168,7 @@ class Prober {
         SolveOptions so;
         so.time_limit_s = left;
         so.work_limit = work_limit;
+        so.gap_tolerance = 0.99;  // any plan answers: stop at the first one with a bound
         SolveResult sr = solve(lp.problem, so);
         if (sr.found) return ProbeOutcome::Feasible;
         if (sr.proven_infeasible) return ProbeOutcome::Infeasible;

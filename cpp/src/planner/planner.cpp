@@ -101,6 +101,7 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
     // The time limit covers building too; the solver gets the rest, but always a little time
     // to produce a plan (building stops at the limit itself).
     so.time_limit_s = std::max(0.05 * options.time_limit_s, options.time_limit_s - seconds_since(t0));
+    so.gap_tolerance = options.gap_tolerance;
     so.verbose = options.verbose;
     SolveResult sr = solve(p, so);
     plan.solver_status = sr.status;

@@ -124,6 +124,13 @@ PlannerOptions parse_planner_options(const Json& doc) {
       } catch (const std::invalid_argument& e) {
         throw JsonError(e.what());
       }
+    } else if (k == "gap_tolerance") {
+      if (v.is_null()) continue;
+      try {
+        o.gap_tolerance = checked_gap_tolerance(v.as_double("options.gap_tolerance"), "options.gap_tolerance");
+      } catch (const std::invalid_argument& e) {
+        throw JsonError(e.what());
+      }
     } else if (k == "max_problem_bytes") {
       if (v.is_null()) continue;
       o.max_problem_bytes = v.as_int("options.max_problem_bytes");
@@ -134,7 +141,7 @@ PlannerOptions parse_planner_options(const Json& doc) {
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
-                      "output_constraints, node_constraints, time_limit_s, max_problem_bytes, verbose)");
+                      "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, verbose)");
     }
   }
   validate_planner_options(o);
@@ -176,6 +183,7 @@ void validate_planner_options(const PlannerOptions& o) {
     throw invalid_argument("memory limit: must be > 0 bytes per GPU, got " + std::to_string(o.memory_limit_bytes) +
                            "; for no limit leave it out (--memory-limit, memory_limit_bytes)");
   checked_time_limit(o.time_limit_s, "time limit (--time-limit, time_limit_s)");
+  checked_gap_tolerance(o.gap_tolerance, "gap tolerance (--gap-tolerance, gap_tolerance)");
   if (o.max_problem_bytes < 0)
     throw invalid_argument("max problem bytes: must be > 0 (or 0 for the default cap), got " +
                            std::to_string(o.max_problem_bytes));

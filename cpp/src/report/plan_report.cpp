@@ -58,7 +58,12 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   os << ") on " << m.hw.name << ", " << m.mesh.size() << " GPUs\n";
   os << "  estimated step: " << ms(plan.cost.total_us) << " ms = compute " << ms(plan.cost.compute_us)
      << " ms + exposed comm " << ms(plan.cost.exposed_comm_us) << " ms (lower bound " << ms(plan.lower_bound_us) << " ms"
-     << (plan.proven_optimal ? ", optimal" : "") << ")\n";
+     << (plan.proven_optimal ? ", optimal"
+                             : ", gap " + fmt("%.3f", plan.cost.total_us > 0
+                                                          ? 100.0 * std::max(0.0, plan.cost.total_us - plan.lower_bound_us) /
+                                                                plan.cost.total_us
+                                                          : 0.0) + "%")
+     << ")\n";
   os << "  communication: " << ms(plan.cost.comm_us) << " ms in all, " << ms(plan.cost.comm_us - plan.cost.exposed_comm_us)
      << " ms of it hidden behind compute (prefetched parameter gathers, gradient reductions)\n";
   int64_t total_param = 0;

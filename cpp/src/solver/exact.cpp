@@ -52,7 +52,8 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
   greedy_deadline.limit_s = options.time_limit_s * 0.2;
   for (const auto& plan : detail::greedy_plans(m, greedy_deadline)) offer(plan);
 
-  detail::ExactOutcome out = detail::branch_and_bound(m, deadline, incumbent, incumbent_cost);
+  detail::ExactOutcome out =
+      detail::branch_and_bound(m, deadline, incumbent, incumbent_cost, options.gap_tolerance, red.cost_offset);
   if (std::isfinite(out.cost)) {
     Solution full = red.expand(out.plan);
     Evaluation ev = evaluate(problem, full);
@@ -64,11 +65,14 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
       r.peak_usage = ev.peak_usage;
     }
   }
-  r.proven_optimal = out.complete && r.found;
+  // Complete with branches cut on the gap tolerance proves only their smallest bound.
+  const bool within_tolerance = out.complete && std::isfinite(out.tolerance_bound) && out.tolerance_bound < out.cost;
+  r.proven_optimal = out.complete && r.found && !within_tolerance;
   r.lower_bound = std::isfinite(out.lower_bound) ? out.lower_bound + red.cost_offset : kInfeasibleCost;
   if (r.found && r.lower_bound > r.cost) r.lower_bound = r.cost;
   if (out.complete && !r.found) r.status = "infeasible (proven: no plan satisfies every constraint)";
   else if (r.proven_optimal) r.status = "optimal";
+  else if (within_tolerance && r.found) r.status = "gap tolerance";
   else r.status = r.found ? "time limit (best plan so far)" : "time limit (no valid plan found)";
   if (options.verbose)
     std::fprintf(stderr, "exact: reduced %zu -> %d nodes; %llu search nodes, complete=%d\n", problem.num_nodes(), m.n,

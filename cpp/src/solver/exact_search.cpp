@@ -48,8 +48,9 @@ std::vector<int32_t> search_order(const SolverModel& m) {
 
 class BranchAndBound {
  public:
-  BranchAndBound(const SolverModel& m, const Deadline& deadline, const std::vector<double>& lambda)
-      : m_(m), deadline_(deadline) {
+  BranchAndBound(const SolverModel& m, const Deadline& deadline, const std::vector<double>& lambda,
+                 double gap_tolerance, double cost_offset)
+      : m_(m), deadline_(deadline), gap_tolerance_(gap_tolerance), cost_offset_(cost_offset) {
     order_ = search_order(m);
     pos_.assign(m.n, 0);
     for (int32_t d = 0; d < m.n; ++d) pos_[order_[d]] = d;
@@ -126,6 +127,7 @@ class BranchAndBound {
     return !aborted_;
   }
   uint64_t nodes_explored() const { return nodes_; }
+  double tolerance_bound() const { return tolerance_bound_; }
 
  private:
   bool budget_possible(int32_t d) const {
@@ -140,10 +142,18 @@ class BranchAndBound {
   // With integer costs a better plan costs at least one unit less, so a bound above
   // best - 1 (plus the noise allowance) prunes; a relative tolerance alone would prune plans
   // up to 1e-9 * cost cheaper (thousands of units on large IOPDDL costs).
-  bool cannot_improve(double lb) const {
+  // Within the gap tolerance, a branch is cut too, and its bound remembered: the smallest
+  // such bound is what the search proves then.
+  bool cannot_improve(double lb) {
     if (std::isinf(*best_cost_)) return std::isinf(lb);
-    if (m_.integer_costs) return lb > *best_cost_ - 1 + optimality_tolerance(1e300, true);
-    return lb >= *best_cost_ - 1e-9 * std::max(1.0, std::fabs(*best_cost_));
+    const bool proof = m_.integer_costs ? lb > *best_cost_ - 1 + optimality_tolerance(1e300, true)
+                                        : lb >= *best_cost_ - 1e-9 * std::max(1.0, std::fabs(*best_cost_));
+    if (proof) return true;
+    if (gap_tolerance_ > 0 && lb >= *best_cost_ - gap_tolerance_ * std::fabs(*best_cost_ + cost_offset_)) {
+      tolerance_bound_ = std::min(tolerance_bound_, lb);
+      return true;
+    }
+    return false;
   }
 
   void dfs(int32_t d, double g) {
@@ -223,6 +233,8 @@ class BranchAndBound {
 
   const SolverModel& m_;
   const Deadline& deadline_;
+  const double gap_tolerance_, cost_offset_;
+  double tolerance_bound_ = kInf;
   std::vector<int32_t> order_, pos_;
   std::vector<std::vector<double>> cost_, fut_, partial_;
   std::vector<double> min_partial_;
@@ -279,7 +291,7 @@ double lagrangian_root(const SolverModel& m, const std::vector<int32_t>& pos, co
 }  // namespace
 
 ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, std::vector<int32_t> incumbent,
-                              double incumbent_cost) {
+                              double incumbent_cost, double gap_tolerance, double cost_offset) {
   ExactOutcome out;
   out.plan = std::move(incumbent);
   out.cost = incumbent_cost;
@@ -306,11 +318,12 @@ ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, st
     }
     if (best_lb > lagrangian_root(m, pos, std::vector<double>(m.checkpoints.size(), 0.0), grad)) lambda = best_lam;
   }
-  BranchAndBound bb(m, deadline, lambda);
+  BranchAndBound bb(m, deadline, lambda, gap_tolerance, cost_offset);
   out.lower_bound = bb.root_bound();
   out.complete = bb.run(out.plan, out.cost);
   out.nodes = bb.nodes_explored();
-  if (out.complete) out.lower_bound = out.cost;  // +inf when nothing fits
+  out.tolerance_bound = bb.tolerance_bound();
+  if (out.complete) out.lower_bound = std::min(out.cost, out.tolerance_bound);  // +inf when nothing fits
   else if (std::isfinite(out.cost)) out.lower_bound = std::min(out.lower_bound, out.cost);
   return out;
 }

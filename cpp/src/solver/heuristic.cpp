@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "autoshard/evaluate.h"
 #include "autoshard/reduce.h"
 #include "graph_clusters.h"
 #include "graph_view.h"
@@ -58,14 +59,36 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const Reduction red = reduce(problem);
   if (options.verbose)
     std::fprintf(stderr, "[heuristic] reduce: %zu -> %zu nodes, %lld -> %lld strategies "
-                 "(infeasible %lld, memory %lld, dominated %lld, eliminated %lld) in %.2fs\n",
+                 "(infeasible %lld, memory %lld, budget %lld, dominated %lld, eliminated %lld) in %.2fs\n",
                  problem.num_nodes(), red.reduced.num_nodes(), (long long)red.stats.strategies_before,
                  (long long)red.stats.strategies_after, (long long)red.stats.infeasible_removed,
-                 (long long)red.stats.memory_removed, (long long)red.stats.dominated_removed,
+                 (long long)red.stats.memory_removed, (long long)red.stats.budget_removed,
+                 (long long)red.stats.dominated_removed,
                  (long long)red.stats.nodes_eliminated, red.stats.seconds);
   if (red.infeasible) {
     result.status = "infeasible: " + red.infeasible_reason;
     result.lower_bound = std::numeric_limits<Cost>::infinity();
+    result.total_time_s = seconds_since(t0);
+    return result;
+  }
+  // The reductions solved the whole problem: the plan they recorded is optimal (its cost is
+  // the dropped constant) and there is nothing left to search. The search would stop at once
+  // on the empty problem without a plan, leaving no plan and no bound.
+  if (red.reduced.num_nodes() == 0) {
+    const Solution x = red.expand({});
+    const Evaluation ev = evaluate(problem, x);
+    if (ev.valid) {
+      result.found = true;
+      result.solution = x;
+      result.cost = ev.cost;
+      result.lower_bound = ev.cost;
+      result.peak_usage = ev.peak_usage;
+      result.proven_optimal = true;
+      result.status = "optimal";
+      result.time_to_first_s = seconds_since(t0);
+    } else {  // would be a reduction bug; claim nothing
+      result.status = "no valid plan found (the reduced plan breaks: " + ev.violation + ")";
+    }
     result.total_time_s = seconds_since(t0);
     return result;
   }
@@ -78,6 +101,8 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   auto run = [&](int32_t k) {
     detail::SearchConfig config = portfolio_config(options, k);
     config.integer_costs = integer_costs;
+    config.gap_tolerance = options.gap_tolerance;
+    config.stall_rounds = options.stall_rounds;
     outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, stop, red.cost_offset);
   };
   if (runs == 1) {

@@ -44,6 +44,23 @@ class Search {
       boost_unit_ = std::max(1e-12, 1e-6 * cost_scale / usage_scale);
       boost_cap_ = 1e14 / usage_scale / std::max<int32_t>(1, T_);
     }
+    // Budgets that can bind get a multiplier each for their high and low bound.
+    for (size_t k = 0; k < g.budgets.size(); ++k) {
+      int64_t lo = 0, hi = 0;
+      for (int32_t i = 0; i < g.num_nodes; ++i) {
+        const int64_t* u = g.budgets[k].usage.data() + g.label_offset[i];
+        lo += *std::min_element(u, u + g.labels(i));
+        hi += *std::max_element(u, u + g.labels(i));
+      }
+      if (hi > g.budgets[k].high || lo < g.budgets[k].low) budget_index_.push_back(int32_t(k));
+    }
+    mu_high_.assign(budget_index_.size(), 0.0);
+    mu_low_.assign(budget_index_.size(), 0.0);
+    for (int32_t k : budget_index_) {
+      double scale = 0;
+      for (int64_t u : g.budgets[k].usage) scale = std::max(scale, double(u));
+      budget_unit_.push_back(scale > 0 ? std::max(1e-12, 1e-6 * cost_scale / scale) : 1e-12);
+    }
   }
 
   SearchOutcome run();
@@ -62,6 +79,11 @@ class Search {
   const int32_t T_;
   const double limit_;
   std::vector<double> lambda_, prefix_, boost_;
+  // Lagrange multipliers of the budgets that can bind (budget_index_): >= 0 on sum <= high
+  // and on sum >= low; their penalty is (mu_high - mu_low) * budget usage per label.
+  std::vector<int32_t> budget_index_;
+  std::vector<double> mu_high_, mu_low_, budget_unit_;
+  std::vector<int64_t> budget_sums_;
   std::vector<Cost> unary_, boosted_, price_;
   std::vector<int32_t> labeling_, repaired_;
   std::vector<int64_t> profile_, repair_profile_;
@@ -83,6 +105,12 @@ class Search {
   void redecode_with_boost();
   void update_multipliers(bool primal_phase, Cost bound, double step_scale, double target_gap);
   double mean_positive_lambda() const;
+  bool has_budgets() const { return !budget_index_.empty(); }
+  // Time points whose multipliers move (none without a memory limit).
+  int32_t mem_points() const { return memory_.limited() ? T_ : 0; }
+  // The constant of the budget terms in the dual: sum mu_high * high - mu_low * low.
+  double budget_offset() const;
+  void budget_sums(const std::vector<int32_t>& x, std::vector<int64_t>& out) const;
 };
 
 void Search::penalised_costs(double lambda_scale, bool with_boost, std::vector<Cost>& out) {
@@ -93,6 +121,29 @@ void Search::penalised_costs(double lambda_scale, bool with_boost, std::vector<C
     const double pen = prefix_[memory_.last(i)] - prefix_[memory_.first(i)];
     const int64_t off = g_.label_offset[i];
     for (int32_t s = 0; s < g_.labels(i); ++s) out[off + s] = g_.node_cost[off + s] + pen * double(g_.usage[off + s]);
+  }
+  for (size_t b = 0; b < budget_index_.size(); ++b) {
+    const double mu = lambda_scale * (mu_high_[b] - mu_low_[b]);
+    if (mu == 0) continue;
+    const auto& u = g_.budgets[budget_index_[b]].usage;
+    for (size_t k = 0; k < out.size(); ++k) out[k] += mu * double(u[k]);
+  }
+}
+
+double Search::budget_offset() const {
+  double off = 0;
+  for (size_t b = 0; b < budget_index_.size(); ++b) {
+    const auto& bud = g_.budgets[budget_index_[b]];
+    off += mu_high_[b] * double(bud.high) - mu_low_[b] * double(bud.low);
+  }
+  return off;
+}
+
+void Search::budget_sums(const std::vector<int32_t>& x, std::vector<int64_t>& out) const {
+  out.assign(budget_index_.size(), 0);
+  for (size_t b = 0; b < budget_index_.size(); ++b) {
+    const auto& u = g_.budgets[budget_index_[b]].usage;
+    for (int32_t i = 0; i < g_.num_nodes; ++i) out[b] += u[g_.label_offset[i] + x[i]];
   }
 }
 
@@ -178,21 +229,47 @@ void Search::update_multipliers(bool primal_phase, Cost bound, double step_scale
     // plan would make the steps far too long and the multipliers oscillate).
     const double target = std::min(best_cost(), bound + target_gap * std::abs(bound) + 1.0);
     double norm2 = 0;
-    for (int32_t t = 0; t < T_; ++t) {
+    for (int32_t t = 0; t < mem_points(); ++t) {
       const double sg = double(profile_[t]) - limit_;
       if (lambda_[t] > 0 || sg > 0) norm2 += sg * sg;
     }
+    for (size_t b = 0; b < budget_index_.size(); ++b) {
+      const auto& bud = g_.budgets[budget_index_[b]];
+      const double over = double(budget_sums_[b]) - double(bud.high), under = double(bud.low) - double(budget_sums_[b]);
+      if (mu_high_[b] > 0 || over > 0) norm2 += over * over;
+      if (mu_low_[b] > 0 || under > 0) norm2 += under * under;
+    }
     if (norm2 <= 0) return;
     const double step = step_scale * std::max(target - bound, 1e-6 * std::abs(target)) / norm2;
-    for (int32_t t = 0; t < T_; ++t) lambda_[t] = std::max(0.0, lambda_[t] + step * (double(profile_[t]) - limit_));
+    for (int32_t t = 0; t < mem_points(); ++t) lambda_[t] = std::max(0.0, lambda_[t] + step * (double(profile_[t]) - limit_));
+    for (size_t b = 0; b < budget_index_.size(); ++b) {
+      const auto& bud = g_.budgets[budget_index_[b]];
+      mu_high_[b] = std::max(0.0, mu_high_[b] + step * (double(budget_sums_[b]) - double(bud.high)));
+      mu_low_[b] = std::max(0.0, mu_low_[b] + step * (double(bud.low) - double(budget_sums_[b])));
+    }
     return;
   }
   const double mean = mean_positive_lambda();
   const double unit = mean > 0 ? 0.02 * mean : boost_unit_;
-  for (int32_t t = 0; t < T_; ++t) {
+  for (int32_t t = 0; t < mem_points(); ++t) {
     const double rel = (double(profile_[t]) - limit_) / limit_;
     if (rel > 0) lambda_[t] = std::max(lambda_[t], unit);
     lambda_[t] *= std::clamp(1.0 + 0.5 * rel, 0.8, 1.3);
+  }
+  for (size_t b = 0; b < budget_index_.size(); ++b) {
+    const auto& bud = g_.budgets[budget_index_[b]];
+    const double sum = double(budget_sums_[b]);
+    const double over = (sum - double(bud.high)) / std::max(1.0, double(bud.high));
+    const double under = (double(bud.low) - sum) / std::max(1.0, double(bud.low));
+    const double mu_unit = std::max(budget_unit_[b], 0.02 * std::max(mu_high_[b], mu_low_[b]));
+    if (bud.high < std::numeric_limits<int64_t>::max()) {
+      if (over > 0) mu_high_[b] = std::max(mu_high_[b], mu_unit);
+      mu_high_[b] *= std::clamp(1.0 + 0.5 * over, 0.8, 1.3);
+    }
+    if (bud.low > 0) {
+      if (under > 0) mu_low_[b] = std::max(mu_low_[b], mu_unit);
+      mu_low_[b] *= std::clamp(1.0 + 0.5 * under, 0.8, 1.3);
+    }
   }
 }
 
@@ -201,6 +278,8 @@ SearchOutcome Search::run() {
   out_.lower_bound = -std::numeric_limits<Cost>::infinity();
   double step_scale = 1.0, target_gap = 0.15;  // Polyak target above the bound; shrinks as it stalls
   int rounds_without_bound_gain = 0;
+  int64_t last_gain_round = 0;  // the last round that improved the bound or the plan
+  Cost best_seen = best_cost();
   bool primal_phase = false;
   const bool limited = memory_.limited();
   for (int64_t round = 0;; ++round) {
@@ -217,9 +296,13 @@ SearchOutcome Search::run() {
     for (int k = 0; k < iterations && Clock::now() < stop_.deadline; ++k) trws_.iterate(labeling_);
     dual_work_ += (iterations + 1) * one_sweep_;
     if (labeling_.empty()) break;
-    // Valid for any multipliers >= 0: every valid plan has penalised cost <= cost + sum(lambda) * limit.
-    const Cost bound = trws_.lower_bound() - (limited ? lambda_sum * limit_ : 0.0);
+    // Valid for any multipliers >= 0: every valid plan has penalised cost <= cost + sum(lambda) * limit
+    // + sum(mu_high * high - mu_low * low).
+    const Cost bound = trws_.lower_bound() - (limited ? lambda_sum * limit_ : 0.0) - budget_offset();
     if (!std::isfinite(out_.lower_bound) || bound > out_.lower_bound + 1e-9 * std::abs(out_.lower_bound)) {
+      // Stalled means no gain worth a round: creeping by a millionth does not count.
+      if (!std::isfinite(out_.lower_bound) || bound > out_.lower_bound + 1e-6 * std::abs(out_.lower_bound))
+        last_gain_round = round;
       out_.lower_bound = bound;
       rounds_without_bound_gain = 0;
     } else if (++rounds_without_bound_gain >= 5) {
@@ -230,6 +313,7 @@ SearchOutcome Search::run() {
 
     state_.reset(labeling_);
     memory_.values(profile_);
+    if (has_budgets()) budget_sums(labeling_, budget_sums_);
     const double share = primal_phase ? config_.polish_share_primal : config_.polish_share_dual;
     const bool polish_now = out_.best.empty() || double(state_.work()) * (1 - share) <= share * double(dual_work_);
     const double decoded_peak = double(memory_.peak());
@@ -243,17 +327,32 @@ SearchOutcome Search::run() {
         polish("penalised");
       }
     }
-    if (config_.verbose)
-      std::fprintf(stderr, "[search %d] round %lld t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g\n",
+    if (config_.verbose) {
+      std::fprintf(stderr, "[search %d] round %lld t=%.1fs bound %.6g best %.6g decoded peak %lld / %lld step %.3g",
                    config_.id, (long long)round, seconds_since(t0_), out_.lower_bound + cost_offset_,
                    best_cost() + cost_offset_, (long long)decoded_peak, (long long)limit_, step_scale);
+      for (size_t b = 0; b < budget_index_.size(); ++b)
+        std::fprintf(stderr, " budget %lld mu %.3g/%.3g", (long long)budget_sums_[b], mu_high_[b], mu_low_[b]);
+      std::fprintf(stderr, "\n");
+    }
     if (!out_.best.empty() &&
         out_.best_cost - out_.lower_bound <= optimality_tolerance(out_.best_cost, config_.integer_costs)) {
       out_.stopped_by = "proven optimal";
       if (stop_.proven) stop_.proven->store(true);
       break;
     }
-    if (!limited || T_ == 0) continue;  // no multipliers to move: keep passing messages
+    if (!out_.best.empty() && config_.gap_tolerance > 0 &&
+        out_.best_cost - out_.lower_bound <= config_.gap_tolerance * std::abs(out_.best_cost + cost_offset_)) {
+      out_.stopped_by = "gap tolerance";
+      if (stop_.proven) stop_.proven->store(true);
+      break;
+    }
+    if (best_cost() < best_seen) { best_seen = best_cost(); last_gain_round = round; }
+    if (config_.stall_rounds > 0 && round - last_gain_round >= config_.stall_rounds) {
+      out_.stopped_by = "stalled";
+      break;
+    }
+    if ((!limited || T_ == 0) && !has_budgets()) continue;  // no multipliers to move: keep passing messages
     if (!primal_phase && step_scale < 0.3) primal_phase = true;
     update_multipliers(primal_phase, bound, step_scale, target_gap);
   }

@@ -28,11 +28,16 @@ struct SearchConfig {
   bool verbose = false;
   bool integer_costs = false;  // every cost is an integer: a proof needs the gap below one unit
   int32_t id = 0;  // names the run in verbose output
+  // Stop once best - bound <= gap_tolerance * |best + cost_offset| (0: only a proof stops it).
+  double gap_tolerance = 0;
+  // > 0: stop after this many rounds without a better plan or bound.
+  int64_t stall_rounds = 0;
 };
 
 struct SearchStop {
   Clock::time_point deadline;
-  // Set by a run that proved optimality: the others stop at their next round.
+  // Set by a run that proved optimality (or reached the gap tolerance): the others stop at
+  // their next round.
   std::atomic<bool>* proven = nullptr;
   int64_t work_limit = 0;  // > 0: stop once this much work is done (bit-identical runs)
 };
@@ -44,7 +49,8 @@ struct SearchOutcome {
   double time_to_first_s = -1;         // since the run started
   int64_t work = 0;                    // total counted work
   int64_t rounds = 0;
-  const char* stopped_by = "time limit";  // "time limit", "work limit" or "proven optimal"
+  // "time limit", "work limit", "proven optimal", "gap tolerance", "stalled" or "another run's proof"
+  const char* stopped_by = "time limit";
 };
 
 // `cost_offset` is only added to verbose output (the reduced problem's dropped constant).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -32,6 +33,8 @@ class Reducer {
         if (out_.infeasible) return;
         changed |= memory_prune();
         if (out_.infeasible) return;
+        changed |= budget_prune();
+        if (out_.infeasible) return;
         if (changed) changed |= arc_consistency();
         if (out_.infeasible) return;
       }
@@ -56,6 +59,7 @@ class Reducer {
   std::vector<WorkEdge> edges_;
   std::vector<std::vector<int32_t>> adj_;     // edge ids, dead ones filtered lazily
   std::unordered_map<uint64_t, int32_t> edge_of_pair_;
+  std::vector<uint8_t> low_slack_;            // per budget: its low bound cannot bind
 
   bool live(int32_t i) const {
     return i < static_cast<int32_t>(p_.intervals.size()) && p_.intervals[i].end > p_.intervals[i].start;
@@ -246,11 +250,68 @@ class Reducer {
     return changed;
   }
 
+  // Sums over the nodes of their smallest and largest budget usage among live strategies
+  // (eliminated nodes count with their constant usage, alive_ keeps it).
+  std::pair<int64_t, int64_t> budget_range(size_t k) const {
+    int64_t lo = 0, hi = 0;
+    for (int32_t i = 0; i < n_; ++i) {
+      int64_t mn = INT64_MAX, mx = INT64_MIN;
+      for (int32_t s = 0; s < size_[i]; ++s)
+        if (alive_[i][s]) { mn = std::min(mn, budget_usage(k, i, s)); mx = std::max(mx, budget_usage(k, i, s)); }
+      if (mn <= mx) { lo += mn; hi += mx; }
+    }
+    return {lo, hi};
+  }
+
+  // A strategy whose budget usage above the node's smallest (below its largest) cannot be
+  // made up by the other nodes: with every other node at its smallest usage the sum passes
+  // `high` (at its largest, stays below `low`). A budget at its least reachable value (the
+  // default parameter-memory budget 1/mesh size) pins every parameter this way.
+  bool budget_prune() {
+    bool changed = false;
+    for (size_t k = 0; k < p_.budgets.size(); ++k) {
+      const GlobalBudget& b = p_.budgets[k];
+      const auto [sum_min, sum_max] = budget_range(k);
+      if (sum_min > b.high || sum_max < b.low) {
+        out_.infeasible = true;
+        out_.infeasible_reason = "budget " + (b.name.empty() ? std::to_string(k) : "'" + b.name + "'") + " [" +
+                                 std::to_string(b.low) + ", " + std::to_string(b.high) +
+                                 "] cannot be met: the chosen usages add up to between " + std::to_string(sum_min) +
+                                 " and " + std::to_string(sum_max);
+        return true;
+      }
+      for (int32_t i = 0; i < n_; ++i) {
+        if (!node_alive_[i] || alive_count_[i] < 2) continue;
+        int64_t mn = INT64_MAX, mx = INT64_MIN;
+        for (int32_t s = 0; s < size_[i]; ++s)
+          if (alive_[i][s]) { mn = std::min(mn, budget_usage(k, i, s)); mx = std::max(mx, budget_usage(k, i, s)); }
+        if (mn == mx) continue;
+        for (int32_t s = 0; s < size_[i]; ++s) {
+          if (!alive_[i][s]) continue;
+          const int64_t u = budget_usage(k, i, s);
+          if (u - mn > b.high - sum_min || mx - u > sum_max - b.low) {
+            kill_label(i, s);
+            ++out_.stats.budget_removed;
+            changed = true;
+            if (out_.infeasible) return true;
+          }
+        }
+      }
+    }
+    return changed;
+  }
+
   bool dominates(int32_t i, int32_t b, int32_t a, const std::vector<int32_t>& inc) {
     if (cost_[i][b] > cost_[i][a] || usage(i, b) > usage(i, a)) return false;
-    for (size_t k = 0; k < p_.budgets.size(); ++k)
-      if (budget_usage(k, i, b) != budget_usage(k, i, a)) return false;
     bool strictly = cost_[i][b] < cost_[i][a] || usage(i, b) < usage(i, a);
+    // Less budget usage is no worse where the budget's low bound cannot bind (every plan left
+    // reaches it); otherwise the usages must be equal.
+    for (size_t k = 0; k < p_.budgets.size(); ++k) {
+      const int64_t ub = budget_usage(k, i, b), ua = budget_usage(k, i, a);
+      if (ub == ua) continue;
+      if (ub > ua || !low_slack_[k]) return false;
+      strictly = true;
+    }
     for (int32_t ei : inc) {
       WorkEdge& e = edges_[ei];
       const int32_t j = other(e, i);
@@ -266,6 +327,8 @@ class Reducer {
 
   bool remove_dominated() {
     bool changed = false;
+    low_slack_.assign(p_.budgets.size(), 0);
+    for (size_t k = 0; k < p_.budgets.size(); ++k) low_slack_[k] = budget_range(k).first >= p_.budgets[k].low;
     for (int32_t i = 0; i < n_; ++i) {
       if (!node_alive_[i] || alive_count_[i] < 2) continue;
       const auto inc = alive_edges(i);
@@ -288,12 +351,23 @@ class Reducer {
     return changed;
   }
 
+  // No memory usage, and the same usage of every budget whichever live strategy it takes (a
+  // constant that leaves the budget's bounds with the node; see emit).
   bool memory_free(int32_t i) const {
+    int32_t first = -1;
     for (int32_t s = 0; s < size_[i]; ++s) {
+      if (!alive_[i][s]) continue;
       if (usage(i, s) != 0) return false;
-      for (size_t k = 0; k < p_.budgets.size(); ++k) if (budget_usage(k, i, s) != 0) return false;
+      if (first < 0) { first = s; continue; }
+      for (size_t k = 0; k < p_.budgets.size(); ++k)
+        if (budget_usage(k, i, s) != budget_usage(k, i, first)) return false;
     }
     return true;
+  }
+  int64_t constant_budget_usage(size_t k, int32_t i) const {
+    for (int32_t s = 0; s < size_[i]; ++s)
+      if (alive_[i][s]) return budget_usage(k, i, s);
+    return 0;
   }
 
   bool eliminate() {
@@ -432,11 +506,16 @@ class Reducer {
         }
       if (!all_zero) r.edges.push_back(std::move(ne));
     }
-    for (const GlobalBudget& b : p_.budgets) {
+    for (size_t k = 0; k < p_.budgets.size(); ++k) {
+      const GlobalBudget& b = p_.budgets[k];
       GlobalBudget nb;
       nb.name = b.name;
-      nb.low = b.low;
-      nb.high = b.high;
+      // Eliminated nodes take their constant usage with them.
+      int64_t folded = 0;
+      for (int32_t i = 0; i < n_; ++i)
+        if (!node_alive_[i]) folded += constant_budget_usage(k, i);
+      nb.low = std::max<int64_t>(0, b.low - folded);
+      nb.high = b.high == std::numeric_limits<int64_t>::max() ? b.high : b.high - folded;
       for (size_t r_i = 0; r_i < out_.original_node.size(); ++r_i) {
         const int32_t i = out_.original_node[r_i];
         std::vector<int64_t> row;

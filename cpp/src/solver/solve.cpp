@@ -10,6 +10,7 @@
 #include "autoshard/exact.h"
 #include "autoshard/problem_io.h"
 #include "autoshard/solver.h"
+#include "budget_branch.h"
 #include "exact_model.h"
 
 #if __has_include("autoshard/heuristic.h")
@@ -36,6 +37,22 @@ bool small_enough_for_exact(const Problem& p) {
     if (plans > 1e6) return false;
   }
   return true;
+}
+
+// A budget that can bind and no memory limit that applies: the budget branch and bound
+// (budget_branch.h) may close what the heuristic's Lagrangian bound leaves open.
+bool may_branch_on_budget(const Problem& p) {
+  if (p.budgets.empty()) return false;
+  if (p.usage_limit < 0) return true;
+  for (const auto& row : p.node_usages)
+    for (int64_t u : row)
+      if (u > 0) return false;
+  return true;
+}
+
+// Within the gap tolerance: cost - bound <= tolerance * |cost|.
+bool within_gap(const SolveResult& r, double tolerance) {
+  return r.found && tolerance > 0 && r.cost - r.lower_bound <= tolerance * std::abs(r.cost);
 }
 
 SolveResult run_heuristic(const Problem& p, const SolveOptions& o) {
@@ -78,9 +95,21 @@ double checked_time_limit(double seconds, const std::string& what) {
   return std::min(seconds, kMaxTimeLimitS);
 }
 
+double checked_gap_tolerance(double fraction, const std::string& what) {
+  if (!(fraction >= 0.0 && fraction < 1.0)) {  // NaN fails too
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", fraction);
+    throw std::invalid_argument(what + " must be a fraction in [0, 1) (the relative gap between the plan and its "
+                                "lower bound at which the search stops; e.g. 0.001 for 0.1 %, 0 to ask for a proof "
+                                "of optimality), got " + got);
+  }
+  return fraction;
+}
+
 SolveResult solve(const Problem& problem, const SolveOptions& given) {
   SolveOptions options = given;
   options.time_limit_s = checked_time_limit(given.time_limit_s, "the solver time limit (time_limit_s)");
+  options.gap_tolerance = checked_gap_tolerance(given.gap_tolerance, "the gap tolerance (gap_tolerance)");
   validate_problem(problem);
   detail::Deadline deadline;
   deadline.limit_s = options.time_limit_s;
@@ -88,6 +117,7 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
   best.lower_bound = -kInfeasibleCost;
 
   const bool exact_only = small_enough_for_exact(problem);
+  const bool budget_branching = !exact_only && !options.exact && may_branch_on_budget(problem);
   if (!exact_only) {
     // Safety net first: the memory-reserving greedy finds a valid plan in a fraction of the
     // time on every IOPDDL instance measured where one exists, so a heuristic that finds
@@ -100,12 +130,26 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     ho.time_limit_s = std::max(0.8 * options.time_limit_s, options.time_limit_s - deadline.elapsed());
     // With --exact the heuristic only provides the warm start; the search gets most of the time.
     if (options.exact) ho.time_limit_s = std::min(ho.time_limit_s, options.time_limit_s * 0.25);
+    // With a budget branch and bound to follow, the heuristic only has to settle its bound
+    // (the Lagrangian dual of the budget) and a good plan; the branching closes the rest.
+    if (budget_branching && ho.stall_rounds <= 0) ho.stall_rounds = 50;
     const double heuristic_start = deadline.elapsed();
     SolveResult h = run_heuristic(problem, ho);
     merge_into(best, h, problem, heuristic_start);
+    if (budget_branching && !best.proven_optimal && !within_gap(best, options.gap_tolerance)) {
+      SolveOptions bo = options;
+      const double before = deadline.elapsed();
+      bo.time_limit_s = std::max(0.0, options.time_limit_s - before);
+      if (bo.work_limit > 0) bo.work_limit = std::max<int64_t>(1, bo.work_limit - best.work);
+      SolveResult b;
+      if (bo.time_limit_s > 0 && detail::solve_budget_branch(problem, bo, best.found ? &best.solution : nullptr, b)) {
+        merge_into(best, b, problem, before);
+        if (b.proven_optimal) best.proven_optimal = true;
+      }
+    }
   }
   // A heuristic whose dual bound meets its plan has already proven optimality.
-  const bool already_proven = best.found && best.proven_optimal;
+  const bool already_proven = best.found && (best.proven_optimal || (!options.exact && within_gap(best, options.gap_tolerance)));
   if ((exact_only || options.exact) && !already_proven) {
     SolveOptions eo = options;
     double before = deadline.elapsed();
@@ -129,6 +173,7 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     best.lower_bound = std::min(best.lower_bound, best.cost);
     if (best.lower_bound >= best.cost) best.proven_optimal = true;
     if (best.proven_optimal) { best.status = "optimal"; best.lower_bound = best.cost; }
+    else if (within_gap(best, options.gap_tolerance)) best.status = "gap tolerance";
     // A later stage that found nothing must not label the plan an earlier stage found.
     else if (best.status.find("limit") == std::string::npos || best.status.find("no valid") != std::string::npos)
       best.status = "time limit (best plan so far)";

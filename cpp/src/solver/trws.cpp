@@ -166,7 +166,16 @@ void Trws::iterate(std::vector<int32_t>& labeling) {
 // minimum. Every step only drops a term whose minimum is 0, so the result stays a valid bound
 // (exact on a tree ordered leaves-first).
 Cost Trws::lower_bound() const {
+  std::vector<Cost> unused_terms;
+  std::vector<int32_t> unused_kept;
+  return lower_bound_keeping({}, unused_terms, unused_kept);
+}
+
+Cost Trws::lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cost>& terms,
+                               std::vector<int32_t>& kept) const {
   const int32_t n = g_.num_nodes;
+  kept.clear();
+  if (!keep.empty()) terms.resize(g_.node_cost.size());
   std::vector<Cost> pushed(g_.node_cost.size(), 0.0);
   std::vector<Cost> h, tmp;
   Cost bound = 0;
@@ -178,7 +187,12 @@ Cost Trws::lower_bound() const {
     int32_t later = 0;
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) later += g_.adj_other[k] > i;
     if (later == 0) {
-      bound += *std::min_element(h.begin(), h.end());
+      if (!keep.empty() && keep[i]) {
+        std::copy(h.begin(), h.end(), terms.begin() + g_.label_offset[i]);
+        kept.push_back(i);
+      } else {
+        bound += *std::min_element(h.begin(), h.end());
+      }
       continue;
     }
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {

@@ -36,6 +36,14 @@ class Trws {
   // Unary plus all incoming messages (the node's min-marginal estimate), for node i.
   void belief(int32_t i, std::vector<Cost>& out) const;
 
+  // lower_bound() with the nodes marked in `keep` that have no later neighbour held out of
+  // the sum: each such node's accumulated term goes to `terms` (flattened like the unaries)
+  // and its id to `kept`, so that every labeling x has energy >= the returned value + the
+  // sum over kept nodes i of terms[label_offset[i] + x_i]. The caller can minimise the kept
+  // terms jointly under a constraint that couples them (lower_bound() minimises each alone).
+  Cost lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cost>& terms,
+                           std::vector<int32_t>& kept) const;
+
  private:
   const GraphView& g_;
   std::vector<Cost> unary_;
