@@ -5,7 +5,7 @@ on virtual meshes (fake process group), one case per process so peak RSS is the 
 Per case it prints: joint-graph nodes, trace time (meta model + joint graph + export), plan
 time (strategies + problem build + solve + report, as ``optimize_placement`` returns it), the
 solver's own time, the plan's cost and its gap to the solver's lower bound, and the process's
-peak RSS. Targets (issue 9; this 2-core machine): small models (< 1,000 nodes) <= 2 s in all,
+peak RSS. The plan cache is off (a hit would measure the cache, not the planner). Targets (issue 9; this 2-core machine): small models (< 1,000 nodes) <= 2 s in all,
 Llama-3-8B 32 layers seq 8192 on 8x8 <= 10 s and <= 2 GB, Llama-3-70B on 32x8 <= 20 s,
 Llama-3-405B on a 3-D mesh <= 60 s, a DeepSeek-style MoE on a 2-D mesh <= 30 s, every gap
 <= 1 %.
@@ -97,7 +97,7 @@ def run_case(key: str, time_limit: float) -> dict:
     t0 = time.perf_counter()
     model, input_fn = _model_and_inputs(key)
     with fake_world(case.mesh, case.dim_names) as mesh:
-        with AutoParallel(model, input_fn, mesh, time_limit_s=time_limit) as autop:
+        with AutoParallel(model, input_fn, mesh, time_limit_s=time_limit, plan_cache=False) as autop:
             trace_s = time.perf_counter() - t0
             nodes = sum(1 for n in autop.gm.graph.nodes if n.op == "call_function")
             n_inputs = len(input_fn())

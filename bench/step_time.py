@@ -115,7 +115,7 @@ def _autoshard_module(a, mesh, variant, ref_state):
     with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
                       mesh, compile=variant == "autoshard_compile", hardware=a.hardware,
                       runtime="interpret" if variant == "autoshard_interp" else "program",
-                      time_limit_s=a.plan_time_limit) as autop:
+                      time_limit_s=a.plan_time_limit, plan_cache=False) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         if variant == "autoshard_ddp":
             autop.add_parameter_memory_constraint(1.0, 1.0)
