@@ -18,13 +18,7 @@ int32_t branching_budget(const GraphView& g, int64_t usage_limit) {
   if (usage_limit >= 0 && std::any_of(g.usage.begin(), g.usage.end(), [](int64_t u) { return u > 0; })) return -1;
   int32_t found = -1;
   for (size_t k = 0; k < g.budgets.size(); ++k) {
-    int64_t lo = 0, hi = 0;
-    for (int32_t i = 0; i < g.num_nodes; ++i) {
-      const int64_t* u = g.budgets[k].usage.data() + g.label_offset[i];
-      lo += *std::min_element(u, u + g.labels(i));
-      hi += *std::max_element(u, u + g.labels(i));
-    }
-    if (hi <= g.budgets[k].high && lo >= g.budgets[k].low) continue;  // every plan meets it
+    if (!budget_can_bind(g, k)) continue;  // every plan meets it
     if (found >= 0) return -1;
     found = static_cast<int32_t>(k);
   }

@@ -113,4 +113,14 @@ Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x) {
   return total;
 }
 
+bool budget_can_bind(const GraphView& g, size_t k) {
+  int64_t lo = 0, hi = 0;
+  for (int32_t i = 0; i < g.num_nodes; ++i) {
+    const int64_t* u = g.budgets[k].usage.data() + g.label_offset[i];
+    lo += *std::min_element(u, u + g.labels(i));
+    hi += *std::max_element(u, u + g.labels(i));
+  }
+  return hi > g.budgets[k].high || lo < g.budgets[k].low;
+}
+
 }  // namespace autoshard::detail

@@ -54,4 +54,8 @@ GraphView build_graph_view(const Problem& problem);
 // Objective of a full assignment (sum of node costs and edge entries); exact for valid plans.
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x);
 
+// Whether budget k can bind: the least and the most usage any plan reaches are not both
+// within [low, high].
+bool budget_can_bind(const GraphView& g, size_t k);
+
 }  // namespace autoshard::detail

@@ -46,13 +46,7 @@ class Search {
     }
     // Budgets that can bind get a multiplier each for their high and low bound.
     for (size_t k = 0; k < g.budgets.size(); ++k) {
-      int64_t lo = 0, hi = 0;
-      for (int32_t i = 0; i < g.num_nodes; ++i) {
-        const int64_t* u = g.budgets[k].usage.data() + g.label_offset[i];
-        lo += *std::min_element(u, u + g.labels(i));
-        hi += *std::max_element(u, u + g.labels(i));
-      }
-      if (hi > g.budgets[k].high || lo < g.budgets[k].low) budget_index_.push_back(int32_t(k));
+      if (budget_can_bind(g, k)) budget_index_.push_back(int32_t(k));
     }
     mu_high_.assign(budget_index_.size(), 0.0);
     mu_low_.assign(budget_index_.size(), 0.0);
