@@ -277,6 +277,30 @@ def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
     gm.recompile()
 
 
+def _drop_skipped_cat_inputs(gm: fx.GraphModule) -> None:
+    """Drops the 1-D empty inputs of ``aten.cat`` that cat skips (its legacy rule: a tensor of
+    shape ``(0,)`` joins tensors of any rank), e.g. the ``torch.tensor([])`` placeholders of
+    transformers' key/value caches (T5's ``EncoderDecoderCache``). DTensor's cat rule gives
+    every input the output's layout and fails to split a 1-D tensor on a higher dim (T5 on
+    two ranks: ``Dimension out of range``); without them the values are the same."""
+    changed = False
+    for node in gm.graph.find_nodes(op="call_function", target=aten.cat.default):
+        tensors = node.args[0]
+        vals = [t.meta.get("val") if isinstance(t, fx.Node) else None for t in tensors]
+        if not all(isinstance(v, torch.Tensor) for v in vals):
+            continue
+        skipped = [v.dim() == 1 and v.shape[0] == 0 for v in vals]
+        if not any(skipped) or all(skipped) or all(v.dim() == 1 for v in vals):
+            continue
+        kept = [t for t, s in zip(tensors, skipped) if not s]
+        node.args = (kept,) + tuple(node.args[1:])
+        changed = True
+        # the dropped constants stay (unused): they are still exported, planned and fed
+        # like the other tensor constants
+    if changed:
+        gm.recompile()
+
+
 def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                         device: torch.device | str | None = None, *,
                         capture: str = "dynamo", decompositions: dict | None = None,
@@ -381,6 +405,7 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
             raise NotImplementedError(f"graph input {n.name} has descriptor {desc!r}, which "
                                       "autoshard does not support (e.g. RNG state, tokens)")
     _merge_tied_parameters(gm, param_fqns, fake_mode)
+    _drop_skipped_cat_inputs(gm)
     missing = [i for i in range(len(flat_inputs)) if i not in input_by_idx
                and isinstance(flat_inputs[i], torch.Tensor)]
     if missing:
