@@ -8,6 +8,11 @@ constraints, memory budget), re-plans, and reads or writes plans:
 - ``get_solution(verbose=False)`` / ``resolve`` -> ``{fx.Node: OpSpec}`` (placement_result.py)
 - ``get_json()``: nodes (op, shape, source, module, chosen layout, costs) and edges (the
   layouts each tensor is redistributed between)
+- ``diff_solutions(a, b)``: totals and changed layouts between two plans;
+  ``explain_placement(target, start_node=None, max_nodes=20)``: per node, what the step
+  costs with its output pinned to ``target`` instead (CHOSEN / TIE / CHOSEN CHEAPER / TARGET
+  CHEAPER / UNAVAILABLE); ``print_costs_for_node(node, arg=0)``: the redistribution cost
+  matrix of one input (producer layouts x the node's strategies)
 - ``save(path)`` / ``ShardingOptimizer.load(path)``: graph, options and solution in one JSON
   file; a loaded optimizer re-plans offline (no model, no process group), e.g. what-if
   constraints on a CPU box
@@ -161,6 +166,100 @@ class ShardingOptimizer:
         return {"mesh": self._options()["mesh"], "nodes": nodes, "edges": edges,
                 "summary": plan.get("summary", {})}
 
+    # ---- comparing -------------------------------------------------------------------------
+    def diff_solutions(self, a=None, b=None, limit: int = 20) -> dict:
+        """What changes from plan ``a`` to plan ``b`` (plan JSON, or what get_solution /
+        optimize_placement returned; None: the current solution): the totals and the nodes
+        whose layouts differ, printed (as ``autoshard diff``) and returned as
+        ``{"delta_us": {total_us, compute_us, comm_us, exposed_comm_us}, "changed_nodes"}``."""
+        from .plan_compare import diff_lines
+
+        pa, pb = _as_plan(a) or self._plan(), _as_plan(b) or self._plan()
+        print("\n".join(diff_lines(pa, pb, limit)))
+        sa, sb = pa.get("summary", {}), pb.get("summary", {})
+        nodes_b = pb.get("nodes", {})
+        changed = sorted(n for n, e in pa.get("nodes", {}).items()
+                         if (nodes_b.get(n) or {}).get("outputs") != e.get("outputs"))
+        return {"delta_us": {k: float(sb.get(k, 0.0)) - float(sa.get(k, 0.0))
+                             for k in ("total_us", "compute_us", "comm_us", "exposed_comm_us")},
+                "changed_nodes": changed}
+
+    def explain_placement(self, target_placement: Sequence, start_node: fx.Node | str | None = None,
+                          max_nodes: int | None = 20, time_limit_s: float = 2.0) -> list[dict]:
+        """Why nodes did not get ``target_placement`` (e.g. ``(Shard(0), Replicate())``):
+        from ``start_node`` on (graph order), each node whose first output the plan lays out
+        otherwise is pinned to the target and the whole step re-planned (``time_limit_s``
+        each, at most ``max_nodes`` re-plans). Per node: ``status`` CHOSEN (the plan already
+        has it), TIE (within 0.01 us), CHOSEN CHEAPER (by ``delta_us``), TARGET CHEAPER (a
+        pinned parameter's memory share is raised to what the pin needs, as with
+        add_node_constraint; or the search stopped within its gap tolerance) or UNAVAILABLE
+        (no strategy or no plan with it). Printed as a table and returned."""
+        from . import _core
+
+        target = layout_to_strs(target_placement)
+        plan, graph = self._plan(), self._graph()
+        options = dict(self._options(), time_limit_s=time_limit_s, verbose=False)
+        base = float(plan["summary"]["total_us"])
+        names = [n["name"] for n in graph["nodes"]]
+        start = start_node.name if isinstance(start_node, fx.Node) else start_node
+        if start is not None and start not in names:
+            raise ValueError(f"explain_placement: the graph has no node {start!r}")
+        rows, replans = [], 0
+        for name in names[names.index(start) if start else 0:]:
+            outs = (plan["nodes"].get(name) or {}).get("outputs") or []
+            if not outs or outs[0] is None:
+                continue
+            row = {"node": name, "chosen": outs[0], "target": target, "delta_us": 0.0}
+            if outs[0] == target:
+                row["status"] = "CHOSEN"
+            elif max_nodes is not None and replans >= max_nodes:
+                break
+            else:
+                replans += 1
+                pins = dict(options.get("node_constraints") or {}, **{name: target})
+                try:
+                    pinned = json.loads(_core.plan_graph(
+                        json.dumps(graph), json.dumps(dict(options, node_constraints=pins))))
+                    delta = float(pinned["summary"]["total_us"]) - base
+                    row["delta_us"] = delta
+                    row["status"] = ("TIE" if abs(delta) < 0.01 else
+                                     "CHOSEN CHEAPER" if delta > 0 else "TARGET CHEAPER")
+                except ValueError:  # no strategy has the layout, or no plan meets it
+                    row["status"] = "UNAVAILABLE"
+            rows.append(row)
+        print(f"{'node':<32} {'chosen':<16} {'status':<15} {'target costs':>14}")
+        for r in rows:
+            extra = f"{r['delta_us']:+.2f} us" if r["status"] not in ("CHOSEN", "UNAVAILABLE") \
+                else ""
+            print(f"{r['node']:<32} {','.join(r['chosen']):<16} {r['status']:<15} {extra:>14}")
+        return rows
+
+    def print_costs_for_node(self, node: fx.Node | str, arg: int = 0, **_format) -> dict:
+        """The cost (us) of bringing tensor input ``arg`` of ``node`` from each layout its
+        producer can output (columns) to the layout each of the node's strategies wants
+        (rows); the chosen pair is marked. Printed and returned as ``{producer, rows, cols,
+        costs_us}``. (AutoParallel formats with tabulate; keywords are accepted and unused.)"""
+        from . import _core
+
+        name = node.name if isinstance(node, fx.Node) else str(node)
+        m = json.loads(_core.redistribution_costs(json.dumps(self._graph()),
+                                                  json.dumps(self._options()), name, arg))
+        chosen = (self._plan()["nodes"].get(name) or {}).get("inputs") or []
+        produced = (self._plan()["nodes"].get(m["producer"]) or {}).get("outputs") or []
+        want = chosen[arg] if arg < len(chosen) else None
+        fmt = lambda l: ",".join(l)  # noqa: E731
+        width = max([8] + [len(fmt(c)) + 2 for c in m["cols"]])
+        print(f"{name} input {arg} from {m['producer']} (rows: {name}'s layout, columns: "
+              f"{m['producer']}'s; us)")
+        print(f"{'':<16}" + "".join(f"{fmt(c):>{width}}" for c in m["cols"]))
+        for row, costs in zip(m["rows"], m["costs_us"]):
+            mark = "*" if row == want else " "
+            print(f"{mark}{fmt(row):<15}" + "".join(
+                f"{c:>{width}.2f}" if c < 1e30 else f"{'-':>{width}}" for c in costs))
+        if want is not None and produced:
+            print(f"(* chosen: {fmt(produced[0])} -> {fmt(want)})")
+        return m
+
     # ---- files -----------------------------------------------------------------------------
     def save(self, path: str) -> None:
         """Graph, planner options, constraint names and the last solution (JSON)."""
@@ -234,3 +333,7 @@ def _refs(value: Any, out: list) -> None:
         for v in value:
             _refs(v, out)
 
+
+def _as_plan(x) -> dict | None:
+    """A plan JSON from a plan dict or an optimize_placement / get_solution result."""
+    return getattr(x, "plan", x)

@@ -138,6 +138,53 @@ def test_sharding_optimizer_constraints_json_and_files(mesh22, tmp_path):
     assert offline.get_solution()["nodes"][w.name]["outputs"] == [["R", "R"]]
 
 
+def test_diff_solutions_and_explain_placement(mesh22, capsys):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        opt = autop.sharding_optimizer
+        free = opt.get_solution().plan
+        w = next(n for n in autop.gm.graph.nodes if autop.step.param_fqns.get(n.name) == "b.weight")
+        opt.add_node_constraint(w, (Replicate(), Replicate()))
+        pinned = opt.get_solution()
+        diff = opt.diff_solutions(free, pinned)
+        # the pinned plan is never cheaper than the free optimum, and the pinned node changed
+        # unless the optimum already replicated it
+        assert diff["delta_us"]["total_us"] >= -1e-6
+        chosen = free["nodes"][w.name]["outputs"][0]
+        assert (w.name in diff["changed_nodes"]) == (chosen != ["R", "R"])
+        assert "totals (A -> B)" in capsys.readouterr().out
+        opt.remove_constraints([f"node_constraint_{w.name}"])
+        opt.get_solution()
+        rows = opt.explain_placement((Replicate(), Replicate()), max_nodes=4)
+    assert rows and {r["status"] for r in rows} <= {"CHOSEN", "TIE", "CHOSEN CHEAPER",
+                                                      "TARGET CHEAPER", "UNAVAILABLE"}
+    for r in rows:
+        assert (r["status"] == "CHOSEN") == (r["chosen"] == ["R", "R"])
+        # an activation pinned elsewhere never beats the proven optimum (a pinned parameter
+        # may: its memory share is raised to what the pin needs)
+        if r["status"] == "TARGET CHEAPER":
+            assert r["node"] in autop.step.param_fqns, r
+    assert "status" in capsys.readouterr().out
+
+
+def test_print_costs_for_node(mesh22, capsys):
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        autop.optimize_placement()
+        mm = next(n for n in autop.gm.graph.nodes if n.target == torch.ops.aten.mm.default)
+        m = autop.sharding_optimizer.print_costs_for_node(mm, arg=0)
+        with pytest.raises(ValueError, match="out of range"):
+            autop.sharding_optimizer.print_costs_for_node(mm, arg=7)
+    assert m["rows"] and m["cols"] and len(m["costs_us"]) == len(m["rows"])
+    assert all(len(r) == len(m["cols"]) for r in m["costs_us"])
+    # staying in the same layout is free; a gather (S -> R) costs something
+    pairs = [(row, col, c) for row, costs in zip(m["rows"], m["costs_us"])
+             for col, c in zip(m["cols"], costs)]
+    assert all(c == 0 for row, col, c in pairs if row == col)
+    assert any(c > 0 for row, col, c in pairs if "S(0)" in col and row == ["R", "R"])
+    assert m["producer"] in capsys.readouterr().out
+
+
 def test_add_node_constraint_defaults_to_batch_sharding(mesh22):
     with AutoParallel(_net(), _x, mesh22) as autop:
         mm = next(n for n in autop.gm.graph.nodes if n.op == "call_function")

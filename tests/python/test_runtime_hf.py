@@ -10,7 +10,10 @@ with the eager model at rtol 1e-5 / atol 1e-6:
   shards in the plan's layouts;
 - a convolution with its output channels split (DTensor's own rule splits the batch only, so
   ViT's planned channel split came out in the wrong layout): convolution and
-  convolution_backward run on local shards in the plan's layouts, strictly.
+  convolution_backward run on local shards in the plan's layouts, strictly;
+- a cache that starts as ``torch.tensor([])`` and grows by ``torch.cat`` (T5 under
+  transformers): the trace drops the empty input torch.cat skips (DTensor's cat rule failed
+  on it with 2 ranks).
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ def test_conv_on_one_rank_runs_locally_per_plan(mesh1, runtime):
 
 
 def test_hf_runtime_paths_on_two_ranks(tmp_path):
-    scenarios = ["custom", "conv"] + (["transformers"] if _has_transformers_op() else [])
+    scenarios = ["custom", "conv", "cache_cat"] + (["transformers"] if _has_transformers_op()
+                                                   else [])
     config = [{"name": f"{s}/{rt}", "scenario": s, "runtime": rt, "mesh": [2]}
               for s in scenarios for rt in ("program", "interpret")]
     results = run_torchrun("hf_runtime_worker.py", config, tmp_path, nproc=2)

@@ -142,6 +142,22 @@ def _conv_plan(step, ndim: int) -> dict:
     }}
 
 
+class CacheCat(nn.Module):
+    """Keys appended to a cache that starts as ``torch.tensor([])`` (transformers' DynamicLayer,
+    as T5 runs it): ``torch.cat`` skips the 1-D empty tensor, DTensor's cat rule did not, so
+    the step failed on 2 ranks with "Dimension out of range"."""
+
+    def __init__(self, dim: int = 8, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.k = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        keys = self.k(x).view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        return torch.cat([torch.tensor([]), keys], dim=-2).pow(2).mean()
+
+
 def build(name: str):
     """(model, example inputs, plan function or None: the C++ planner plans it)."""
     torch.manual_seed(0)
@@ -154,6 +170,8 @@ def build(name: str):
                 None)
     if name == "conv":
         return ConvNet(), (torch.randn(4, 3, 6, 6),), _conv_plan
+    if name == "cache_cat":
+        return CacheCat(), (torch.randn(4, 6, 8),), None
     raise ValueError(name)
 
 
