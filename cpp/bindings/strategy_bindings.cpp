@@ -4,7 +4,8 @@
 //
 // Result JSON:
 //   {"mesh": {"shape": [2, 2]},
-//    "nodes": {"mm": [{"inputs": [["S(0)","R"], ["R","R"]], "outputs": [["S(0)","R"]]}, ...]},
+//    "nodes": {"mm": [{"inputs": [["S(0)","R"], ["R","R"]], "outputs": [["S(0)","R"]],
+//                      "compute_us": 12.5}, ...]},
 //    "unsupported": [{"node": "x", "op": "aten.foo.default", "message": "..."}]}
 // Strategies keep enumerate_node_strategies' deterministic order (all-Replicate first); a None
 // output is `null`; each carries its compute estimate ("compute_us").
@@ -152,7 +153,8 @@ void register_strategies(nb::module_& m) {
       nb::arg("graph_json"), nb::arg("options_json"), nb::arg("allow_unsupported") = false,
       "Every node's sharding strategies on the options' mesh (options as for plan_graph; only "
       "mesh and hardware are used). Returns JSON {\"mesh\", \"nodes\": {name: [{\"inputs\": "
-      "[layout...], \"outputs\": [layout or null...]}]}, \"unsupported\": [...]}. Raises ValueError "
+      "[layout...], \"outputs\": [layout or null...], \"compute_us\": us}]}, \"unsupported\": [...]}. "
+      "Raises ValueError "
       "on bad input, or on ops without a sharding rule unless allow_unsupported=True.");
   m.def(
       "redistribution_costs",

@@ -169,7 +169,8 @@ def test_binding_lists_strategies_per_node():
     assert out["mesh"] == {"shape": [2]} and out["unsupported"] == []
     assert [s["outputs"] for s in out["nodes"]["x"]] == [[["R"]], [["S(0)"]], [["S(1)"]]]
     relu = {V.strategy_str(s) for s in out["nodes"]["y"]}
-    assert out["nodes"]["y"][0] == {"inputs": [["R"]], "outputs": [["R"]]}  # all-R first
+    first = out["nodes"]["y"][0]  # all-R first, with its compute estimate
+    assert (first["inputs"], first["outputs"]) == ([["R"]], [["R"]]) and first["compute_us"] >= 0
     assert {"S(0) -> S(0)", "S(1) -> S(1)", "P(max) -> P(max)"} <= relu
     assert "P(sum) -> P(sum)" not in relu
 
