@@ -17,17 +17,11 @@
 #include "autoshard/rules.h"
 
 #include "test_data_paths.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 
 namespace {
-
-PlannerOptions options(std::vector<int64_t> mesh) {
-  PlannerOptions o;
-  o.mesh.shape = std::move(mesh);
-  o.time_limit_s = 3;  // the problems are tiny; keep the suite fast whatever the solver does
-  return o;
-}
 
 const Layout& output_layout(const PlanningResult& r, const std::string& name) {
   const Graph& g = *r.sharding.graph;
@@ -67,7 +61,7 @@ class PlannerMlp : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(PlannerMlp, DefaultParameterMemoryShardsEveryWeight) {
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlanningResult r = run_planner(g, options(GetParam()));
+  PlanningResult r = run_planner(g, planner_options(GetParam(), 3));
   const Mesh& mesh = r.model->mesh;
   for (const char* w : {"primals_1", "primals_2"}) {
     const Layout& l = output_layout(r, w);
@@ -83,7 +77,7 @@ TEST_P(PlannerMlp, DefaultParameterMemoryShardsEveryWeight) {
 
 TEST_P(PlannerMlp, NoParameterBudgetReplicatesWeights) {
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options(GetParam());
+  PlannerOptions o = planner_options(GetParam(), 3);
   o.parameter_memory_default = false;
   o.parameter_memory = std::make_pair(0.0, 1.0);
   PlanningResult r = run_planner(g, o);
@@ -108,7 +102,7 @@ TEST(PlannerBruteForce, PlanCostEqualsBestOfAllCombinations) {
   Graph g = read_graph_file(test_data("linear_fwd.json"));
   for (auto mesh : {std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}}) {
     for (bool budget : {false, true}) {
-      PlannerOptions o = options(mesh);
+      PlannerOptions o = planner_options(mesh, 3);
       o.parameter_memory_default = budget;
       PlanningResult r = run_planner(g, o);
       const auto& st = r.sharding.strategies;
@@ -124,7 +118,7 @@ TEST(PlannerBruteForce, PlanCostEqualsBestOfAllCombinations) {
           for (c[2] = 0; c[2] < (int)st[2].size(); ++c[2])
             for (c[3] = 0; c[3] < (int)st[3].size(); ++c[3]) {
               ++combos;
-              ChoiceCost cc = evaluate_choice(r.sharding, c, cache);
+              ChoiceCost cc = evaluate_choice(r.sharding, c, cache, r.lowered.overlap);
               if (budget && cc.parameter_bytes_per_gpu * 4 > wm.bytes()) continue;
               best = std::min(best, cc.total_us);
             }
@@ -244,7 +238,7 @@ int64_t independent_peak(const PlanningResult& r) {
 
 TEST(PlannerMemory, MemoryLimitBoundsThePeakOfThePlan) {
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({4});
+  PlannerOptions o = planner_options({4}, 3);
   o.parameter_memory_default = false;  // no budget: the memory limit alone must shape the plan
   o.memory_limit_bytes = int64_t{1} << 50;
   PlanningResult loose = run_planner(g, o);
@@ -270,7 +264,7 @@ TEST(PlannerReport, ModuleGroupsAndFolding) {
   EXPECT_EQ(module_group("encoder.blocks.0.mlp"), "encoder.blocks.0");
   EXPECT_EQ(module_group(""), "(other)");
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({2, 2});
+  PlannerOptions o = planner_options({2, 2}, 3);
   o.parameter_memory_default = false;
   PlanningResult r = run_planner(g, o);
   // The loss tangent is pinned to R (one strategy): folded into a constant, not a solver node.
@@ -290,7 +284,7 @@ TEST(PlannerBruteForce, GradientSinkAndTangentPinOnAForwardBackwardLinear) {
   // tangent gy arrives in y's (replicated) layout. Every combination on a 4-GPU mesh.
   Graph g = read_graph_file(test_data("linear_fwd_bwd.json"));
   for (bool budget : {false, true}) {
-    PlannerOptions o = options({4});
+    PlannerOptions o = planner_options({4}, 3);
     o.parameter_memory_default = budget;
     PlanningResult r = run_planner(g, o);
     const auto& st = r.sharding.strategies;
@@ -301,7 +295,7 @@ TEST(PlannerBruteForce, GradientSinkAndTangentPinOnAForwardBackwardLinear) {
     std::vector<int32_t> c(g.nodes.size(), 0);
     std::function<void(size_t)> walk = [&](size_t i) {
       if (i == c.size()) {
-        ChoiceCost cc = evaluate_choice(r.sharding, c, cache);
+        ChoiceCost cc = evaluate_choice(r.sharding, c, cache, r.lowered.overlap);
         if (!budget || cc.parameter_bytes_per_gpu * 4 <= wbytes) best = std::min(best, cc.total_us);
         return;
       }

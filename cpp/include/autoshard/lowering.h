@@ -13,6 +13,7 @@
 
 #include "autoshard/build_limits.h"
 #include "autoshard/graph.h"
+#include "autoshard/overlap_model.h"
 #include "autoshard/problem.h"
 #include "autoshard/redistribute.h"
 #include "autoshard/strategy.h"
@@ -80,6 +81,8 @@ struct LoweredProblem {
   // small to split that far): their share is raised to the least they reach, as AutoParallel
   // does; listed so the report says so instead of relaxing the budget silently.
   std::vector<std::string> budget_raised_for;
+  // Which redistributions the costs charge at their exposed part, and at what factor.
+  OverlapModel overlap;
 };
 
 LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options,
@@ -99,6 +102,8 @@ struct ChoiceCost {
   std::vector<Layout> output_layouts;   // per graph output: the layout it leaves in
   int64_t parameter_bytes_per_gpu = 0;  // max local bytes of every parameter
 };
-ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache);
+// `overlap`: the factors the lowered problem was charged with (LoweredProblem::overlap).
+ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache,
+                           const OverlapModel& overlap);
 
 }  // namespace autoshard

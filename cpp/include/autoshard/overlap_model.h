@@ -23,12 +23,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
-#include "autoshard/lowering.h"
 #include "autoshard/redistribute.h"
 
 namespace autoshard {
+
+struct ShardingModel;  // lowering.h, which holds the OverlapModel its costs were charged with
 
 struct OverlapModel {
   // Per graph node, per tensor input (node.tensor_inputs() order): the factor the input's

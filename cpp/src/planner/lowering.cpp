@@ -28,7 +28,7 @@ class Lowerer {
 
   LoweredProblem run() {
     const size_t n = g_.nodes.size();
-    overlap_ = model_overlap(sm_, cache_);
+    lp_.overlap = model_overlap(sm_, cache_);
     const bool memlimit = opt_.memory_limit_bytes >= 0;
     const bool budget = opt_.parameter_memory.has_value();
     lp_.solver_node.assign(n, -1);
@@ -68,7 +68,6 @@ class Lowerer {
   const LoweringOptions& opt_;
   RedistributionCache& cache_;
   LoweredProblem lp_;
-  OverlapModel overlap_;
   std::map<std::pair<int32_t, int32_t>, std::vector<Cost>> edges_;
 
   // Adds the cost of moving a tensor between a layout chosen by graph node `gu` (lu[su]) and
@@ -151,7 +150,7 @@ class Lowerer {
         for (const auto& s : sm_.strategies[c]) in.push_back(&s.inputs[a]);
         const bool local = std::find(node.local_inputs.begin(), node.local_inputs.end(), int32_t(a)) != node.local_inputs.end();
         add_pair(r.node, static_cast<int32_t>(c), g_.meta(r), output_layouts(r.node, r.output), in, true,
-                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, overlap_.input_factor[c][a], local);
+                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, lp_.overlap.input_factor[c][a], local);
       }
     }
   }
@@ -178,7 +177,7 @@ class Lowerer {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.
         const int32_t q = o.grad_of, p = o.ref.node;
         add_pair(q, p, meta, output_layouts(q, 0), output_layouts(p, o.ref.output), false,
-                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")", overlap_.output_factor[j]);
+                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")", lp_.overlap.output_factor[j]);
       }
     }
   }
@@ -289,12 +288,12 @@ std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& s
   return choice;
 }
 
-ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache) {
+ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache,
+                           const OverlapModel& overlap) {
   const Graph& g = *sm.graph;
   const Mesh& mesh = sm.model->mesh;
   if (choice.size() != g.nodes.size()) throw std::invalid_argument("evaluate_choice: one choice per graph node");
   auto strat = [&](int32_t node) -> const Strategy& { return sm.strategies[node].at(choice[node]); };
-  const OverlapModel overlap = model_overlap(sm, cache);
   ChoiceCost r;
   r.node_comm_us.assign(g.nodes.size(), 0.0);
   for (size_t c = 0; c < g.nodes.size(); ++c) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "autoshard/layout.h"
+#include "autoshard/lowering.h"
 #include "autoshard/rules.h"
 
 namespace autoshard {
