@@ -59,6 +59,9 @@ bool is_integral(DType d);  // integers and bool
 ShardingRow replicate_row(const RuleContext& ctx);
 // A row with every output and every input set to `p`.
 ShardingRow uniform_row(const RuleContext& ctx, Placement p);
+// For an op linear in its first input: per linear reduce op (sum, avg), a row with input 0
+// and output 0 Partial(op) and the rest Replicate.
+void add_partial_first_input_rows(std::vector<ShardingRow>& rows, const RuleContext& ctx);
 // Removes exact duplicates and the all-Replicate row (added by the framework), keeping order.
 std::vector<ShardingRow> dedup_rows(std::vector<ShardingRow> rows);
 

@@ -155,12 +155,7 @@ std::vector<ShardingRow> index_rows(const RuleContext& ctx) {
     }
     rows.push_back(r);
   }
-  for (ReduceOp op : kLinearReduceOps) {
-    ShardingRow r = replicate_row(ctx);
-    r.outputs[0] = P(op);
-    r.inputs[0] = P(op);
-    rows.push_back(r);
-  }
+  add_partial_first_input_rows(rows, ctx);
   return dedup_rows(std::move(rows));
 }
 

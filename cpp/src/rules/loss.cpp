@@ -137,12 +137,7 @@ std::vector<ShardingRow> elementwise_loss_backward_rows(const RuleContext& ctx) 
   std::vector<ShardingRow> rows;
   // grad_self has self's shape; grad_out is either that shape (none) or a scalar (R)
   if (reduction != kReductionMean) rows = elementwise_rows(ctx, 1, R(), true);
-  for (ReduceOp op : kLinearReduceOps) {
-    ShardingRow r = replicate_row(ctx);
-    r.outputs[0] = P(op);
-    r.inputs[0] = P(op);
-    rows.push_back(r);
-  }
+  add_partial_first_input_rows(rows, ctx);
   return dedup_rows(std::move(rows));
 }
 

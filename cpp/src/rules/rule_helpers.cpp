@@ -165,6 +165,15 @@ ShardingRow uniform_row(const RuleContext& ctx, Placement p) {
   return r;
 }
 
+void add_partial_first_input_rows(std::vector<ShardingRow>& rows, const RuleContext& ctx) {
+  for (ReduceOp op : kLinearReduceOps) {
+    ShardingRow r = replicate_row(ctx);
+    r.outputs[0] = Placement::partial(op);
+    r.inputs[0] = Placement::partial(op);
+    rows.push_back(r);
+  }
+}
+
 std::vector<ShardingRow> dedup_rows(std::vector<ShardingRow> rows) {
   std::vector<ShardingRow> out;
   for (auto& r : rows) {
