@@ -19,6 +19,7 @@
 
 #include "test_cli_run.h"
 #include "test_data_paths.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 namespace fs = std::filesystem;
@@ -46,15 +47,6 @@ std::string gzip_bytes(const std::string& text) {
   ss << in.rdbuf();
   std::remove(path.c_str());
   return ss.str();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool is_ascii(const std::string& s) {

@@ -8,6 +8,7 @@
 #include "autoshard/strategy.h"
 
 #include "test_data_paths.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 
@@ -93,10 +94,7 @@ TEST(OverlapModel, LessOverlapOnHardwareThatHidesLess) {
 }
 
 TEST(OverlapModel, PlansAreCostedWithExposedCommunication) {
-  PlannerOptions o;
-  o.mesh.shape = {4};
-  o.time_limit_s = 3;
-  const PlanningResult r = run_planner(two_block_mlp(), o);
+  const PlanningResult r = run_planner(two_block_mlp(), planner_options({4}, 3));
   const ChoiceCost& c = r.plan.cost;
   EXPECT_LT(c.exposed_comm_us, c.comm_us);  // FSDP-like: the weight gathers hide in part
   EXPECT_GT(c.exposed_comm_us, 0.0);

@@ -4,15 +4,12 @@
 
 #include "autoshard/layout.h"
 
+#include "test_layout_util.h"
+
 using namespace autoshard;
 
 namespace {
 Mesh mesh(std::vector<int64_t> shape) { return Mesh{std::move(shape), {}}; }
-Layout L(std::initializer_list<const char*> ps) {
-  Layout l;
-  for (const char* p : ps) l.push_back(Placement::parse(p));
-  return l;
-}
 }  // namespace
 
 TEST(Placement, ParseAndPrintRoundTrip) {

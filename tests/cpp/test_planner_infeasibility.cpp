@@ -9,23 +9,12 @@
 #include "autoshard/planner.h"
 
 #include "test_data_paths.h"
+#include "test_layout_util.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 
 namespace {
-
-PlannerOptions options(std::vector<int64_t> mesh) {
-  PlannerOptions o;
-  o.mesh.shape = std::move(mesh);
-  o.time_limit_s = 2;
-  return o;
-}
-
-Layout layout(std::initializer_list<const char*> ps) {
-  Layout l;
-  for (const char* p : ps) l.push_back(Placement::parse(p));
-  return l;
-}
 
 // The planner's InfeasiblePlanError message ("" when it planned or threw something else).
 std::string infeasible_message(const Graph& g, const PlannerOptions& o) {
@@ -52,9 +41,9 @@ TEST(PlannerInfeasibility, SolverProvenConflictNamesExactlyTheConflictingConstra
   // The output pinned Partial forces mm's output unsharded (Shard -> Partial is impossible),
   // which the memory limit does not hold; the input constraint agrees with both.
   Graph g = read_graph_file(test_data("linear_fwd.json"));
-  PlannerOptions o = options({4});
-  o.constraints.inputs["x"] = layout({"S(1)"});
-  o.constraints.outputs[0] = layout({"P(sum)"});
+  PlannerOptions o = planner_options({4});
+  o.constraints.inputs["x"] = L({"S(1)"});
+  o.constraints.outputs[0] = L({"P(sum)"});
   o.memory_limit_bytes = 1572864;
   std::string e = infeasible_message(g, o);
   EXPECT_TRUE(has(e, "no feasible plan exists (proven by the solver")) << e;
@@ -90,9 +79,9 @@ TEST(PlannerInfeasibility, SolverProvenConflictNamesExactlyTheConflictingConstra
 TEST(PlannerInfeasibility, ObviousMemoryConflictWithAPinNamesThePinAndItsSourceLine) {
   // mlp2: mm [65536,1024] float32 is 256 MiB unsharded; pinned Replicate it cannot fit.
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({4});
-  o.constraints.inputs["primals_3"] = layout({"S(0)"});  // what the plan would choose anyway
-  o.constraints.nodes["mm"] = layout({"R"});
+  PlannerOptions o = planner_options({4});
+  o.constraints.inputs["primals_3"] = L({"S(0)"});  // what the plan would choose anyway
+  o.constraints.nodes["mm"] = L({"R"});
   o.memory_limit_bytes = 300'000'000;
   std::string e = infeasible_message(g, o);
   // The cheap check's own message stays first, then the constraints behind it.
@@ -111,7 +100,7 @@ TEST(PlannerInfeasibility, ParameterLowBoundAgainstMemoryLimitIsProvenBeforeSolv
   // Replicated parameters (low = high = 1, DDP-like) take 6 MiB more per GPU than sharded
   // ones; the limit leaves 3 MiB. The solver's search alone cannot prove this in its time.
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({4});
+  PlannerOptions o = planner_options({4});
   o.parameter_memory_default = false;
   o.parameter_memory = std::make_pair(1.0, 1.0);
   o.memory_limit_bytes = 274'581'188;
@@ -129,9 +118,9 @@ TEST(PlannerInfeasibility, ParameterLowBoundAgainstMemoryLimitIsProvenBeforeSolv
 TEST(PlannerInfeasibility, ImpossibleRedistributionBetweenPinsNamesBothPins) {
   // mm pinned Shard(0) and its output pinned Partial: Shard -> Partial does not exist.
   Graph g = read_graph_file(test_data("linear_fwd.json"));
-  PlannerOptions o = options({4});
-  o.constraints.nodes["mm"] = layout({"S(0)"});
-  o.constraints.outputs[0] = layout({"P(sum)"});
+  PlannerOptions o = planner_options({4});
+  o.constraints.nodes["mm"] = L({"S(0)"});
+  o.constraints.outputs[0] = L({"P(sum)"});
   std::string e = infeasible_message(g, o);
   EXPECT_TRUE(has(e, "needs a redistribution that is impossible")) << e;
   const std::string cause = cause_of(e);
@@ -144,7 +133,7 @@ TEST(PlannerInfeasibility, SingleCauseMessagesStayAsTheyWere) {
   // Only the memory limit is to blame (the default parameter bound is not): the cheap check's
   // message already names it, and nothing is added.
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({4});
+  PlannerOptions o = planner_options({4});
   o.memory_limit_bytes = 1000;
   std::string e = infeasible_message(g, o);
   EXPECT_TRUE(has(e, "memory_limit_bytes=1000 is below the smallest possible peak of 271581188 bytes per GPU")) << e;
@@ -154,9 +143,9 @@ TEST(PlannerInfeasibility, SingleCauseMessagesStayAsTheyWere) {
 
 TEST(PlannerInfeasibility, DiagnosisReportsWhatItEstablishedWhenItsTimeRunsOut) {
   Graph g = read_graph_file(test_data("linear_fwd.json"));
-  PlannerOptions o = options({4});
-  o.constraints.inputs["x"] = layout({"S(1)"});
-  o.constraints.outputs[0] = layout({"P(sum)"});
+  PlannerOptions o = planner_options({4});
+  o.constraints.inputs["x"] = L({"S(1)"});
+  o.constraints.outputs[0] = L({"P(sum)"});
   o.memory_limit_bytes = 1572864;
   DiagnosisOptions none;
   none.budget_s = 0;  // no time at all: nothing is removed, the whole request stays
@@ -183,9 +172,9 @@ TEST(PlannerInfeasibility, WhenTheSolverRanOutOfTimeTheDiagnosisCanProveInfeasib
   // As if the solver had stopped at its time limit: the first probe (without the input
   // constraint) is proven infeasible, which proves the whole request infeasible too.
   Graph g = read_graph_file(test_data("linear_fwd.json"));
-  PlannerOptions o = options({4});
-  o.constraints.inputs["x"] = layout({"S(1)"});
-  o.constraints.outputs[0] = layout({"P(sum)"});
+  PlannerOptions o = planner_options({4});
+  o.constraints.inputs["x"] = L({"S(1)"});
+  o.constraints.outputs[0] = L({"P(sum)"});
   o.memory_limit_bytes = 1572864;
   DiagnosisOptions dopt;
   dopt.budget_s = 5;
@@ -202,8 +191,8 @@ TEST(PlannerInfeasibility, WithoutAProofItSaysWhichRemovalsGiveAPlan) {
   // A request the solver did not decide in time (here: one that has plans): each constraint
   // is removed in turn and those whose removal gives a plan are named, as not proven.
   Graph g = read_graph_file(test_data("linear_fwd.json"));
-  PlannerOptions o = options({4});
-  o.constraints.inputs["x"] = layout({"S(1)"});
+  PlannerOptions o = planner_options({4});
+  o.constraints.inputs["x"] = L({"S(1)"});
   DiagnosisOptions dopt;
   dopt.budget_s = 5;
   InfeasibilityDiagnosis d = diagnose_infeasibility(g, o, false, dopt);

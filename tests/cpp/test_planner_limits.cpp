@@ -15,26 +15,11 @@
 
 #include "test_cli_run.h"
 #include "test_data_paths.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 
 namespace {
-
-PlannerOptions options(std::vector<int64_t> mesh) {
-  PlannerOptions o;
-  o.mesh.shape = std::move(mesh);
-  o.time_limit_s = 2;
-  return o;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 
 }  // namespace
@@ -42,7 +27,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(PlannerLimits, ParameterMemoryBelowOneOverMeshSizeIsRefused) {
   Graph g = read_graph_file(test_data("linear_fwd.json"));
   for (double high : {0.0, 1e-9, 0.1}) {
-    PlannerOptions o = options({4});
+    PlannerOptions o = planner_options({4});
     o.parameter_memory_default = false;
     o.parameter_memory = std::make_pair(0.0, high);
     std::string e = error_of([&] { run_planner(g, o); });
@@ -60,7 +45,7 @@ TEST(PlannerLimits, ParameterMemoryBelowOneOverMeshSizeIsRefused) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("high=0 is below 0.25 = 1/4"), std::string::npos) << r.err;
   // Exactly 1/mesh size is what full sharding reaches: allowed, and honoured.
-  PlannerOptions o = options({4});
+  PlannerOptions o = planner_options({4});
   o.parameter_memory_default = false;
   o.parameter_memory = std::make_pair(0.0, 0.25);
   PlanningResult plan = run_planner(g, o);
@@ -79,7 +64,7 @@ TEST(PlannerLimits, NonPositiveMemoryLimitsAreRefused) {
     });
     EXPECT_NE(e.find("for no limit leave it out (or null)"), std::string::npos) << e;
   }
-  PlannerOptions o = options({4});
+  PlannerOptions o = planner_options({4});
   o.memory_limit_bytes = 0;
   EXPECT_NE(error_of([&] { run_planner(read_graph_file(test_data("linear_fwd.json")), o); }).find("must be > 0 bytes"),
             std::string::npos);
@@ -95,7 +80,7 @@ TEST(PlannerLimits, TimeLimitsAreCheckedWhereTheyEnterAndHugeOnesCapped) {
   EXPECT_NE(e.find("options.time_limit_s must be a finite number of seconds > 0"), std::string::npos) << e;
   // 1e10 s used to overflow the clock (a deadline in the past) and return a poor plan.
   Graph g = read_graph_file(test_data("linear_fwd.json"));
-  PlannerOptions o = options({2, 2});
+  PlannerOptions o = planner_options({2, 2});
   PlanningResult normal = run_planner(g, o);
   o.time_limit_s = 1e10;
   PlanningResult huge = run_planner(g, o);
@@ -105,7 +90,7 @@ TEST(PlannerLimits, TimeLimitsAreCheckedWhereTheyEnterAndHugeOnesCapped) {
 
 TEST(PlannerLimits, MeshTooLargeForMemoryIsRefusedBeforeBuilding) {
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({2, 2, 2, 2, 2});
+  PlannerOptions o = planner_options({2, 2, 2, 2, 2});
   o.max_problem_bytes = 1'000'000'000;
   const auto t0 = std::chrono::steady_clock::now();
   std::string e = error_of([&] { run_planner(g, o); });
@@ -129,7 +114,7 @@ TEST(PlannerLimits, MeshTooLargeForMemoryIsRefusedBeforeBuilding) {
 
 TEST(PlannerLimits, TimeLimitHoldsWhileBuildingTheProblem) {
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
-  PlannerOptions o = options({2, 2, 2, 2, 2});
+  PlannerOptions o = planner_options({2, 2, 2, 2, 2});
   o.max_problem_bytes = int64_t{1} << 50;  // let it try: the clock must stop it
   o.time_limit_s = 0.3;
   const auto t0 = std::chrono::steady_clock::now();

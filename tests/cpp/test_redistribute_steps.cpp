@@ -8,14 +8,11 @@
 #include "autoshard/layout.h"
 #include "autoshard/redistribute.h"
 
+#include "test_layout_util.h"
+
 using namespace autoshard;
 
 namespace {
-Layout L(std::initializer_list<const char*> ps) {
-  Layout l;
-  for (const char* p : ps) l.push_back(Placement::parse(p));
-  return l;
-}
 TensorMeta f32(std::vector<int64_t> shape) { return TensorMeta{std::move(shape), DType::Float32}; }
 
 struct Redistribute : ::testing::Test {

@@ -14,6 +14,7 @@
 #include "autoshard/json.h"
 #include "autoshard/rule_helpers.h"
 #include "autoshard/rules.h"
+#include "test_layout_util.h"
 
 namespace autoshard::testing_rules {
 
@@ -100,10 +101,6 @@ inline std::set<std::string> row_set(const std::vector<ShardingRow>& rows) {
   return s;
 }
 
-inline Layout L(std::initializer_list<const char*> ps) {
-  Layout l;
-  for (const char* p : ps) l.push_back(Placement::parse(p));
-  return l;
-}
+using ::L;
 
 }  // namespace autoshard::testing_rules
