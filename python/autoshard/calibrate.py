@@ -20,6 +20,7 @@ import torch.distributed as dist
 _MATMUL_N = 256          # square fp32 matmul: large enough to run at full speed, ~1 ms
 _BANDWIDTH_BYTES = 4 << 20
 _REPEATS = 7
+_BURST_S = 2e-3          # compute before each timed collective, as between a step's syncs
 
 
 def _median_seconds(fn, repeats: int = _REPEATS) -> float:
@@ -43,9 +44,22 @@ def measure_cpu_profile(group=None) -> dict:
     one = torch.ones(1)
     op_s = _median_seconds(lambda: [one.add(1) for _ in range(100)]) / 100
     world = dist.get_world_size(group)
-    latency_s = _median_seconds(lambda: dist.all_reduce(one, group=group))
+    # A collective in a step follows compute, and its cost there includes waiting for the
+    # slowest rank: ranks that share cores are descheduled mid-compute and arrive late (4
+    # gloo ranks on 2 cores: ~0.8 ms per scalar all-reduce in a tight loop, 3-6 ms after a
+    # few ms of compute). So each collective is timed after a burst of compute, minus the
+    # compute alone.
+    burst = max(1, round(_BURST_S / max(matmul_s, 1e-6)))
+
+    def compute():
+        for _ in range(burst):
+            torch.mm(a, b)
+
+    compute_s = _median_seconds(compute)
+    latency_s = _median_seconds(lambda: (compute(), dist.all_reduce(one, group=group)))
     big = torch.ones(_BANDWIDTH_BYTES // 4)
-    big_s = _median_seconds(lambda: dist.all_reduce(big, group=group), repeats=3)
+    big_s = _median_seconds(lambda: (compute(), dist.all_reduce(big, group=group)), repeats=3)
+    latency_s, big_s = max(latency_s - compute_s, 1e-6), max(big_s - compute_s, 1e-6)
     figures = torch.tensor([matmul_s, op_s, latency_s, big_s], dtype=torch.float64)
     dist.all_reduce(figures, op=dist.ReduceOp.MAX, group=group)
     matmul_s, op_s, latency_s, big_s = figures.tolist()

@@ -34,7 +34,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .program import PARAM_KEY, is_collective, is_wait, op_name, strip_views
+from .program import OUTSIDE, PARAM_KEY, is_collective, is_wait, op_name, strip_views
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
@@ -246,7 +246,7 @@ def _split(members: list, size_of, limit) -> list[list]:
 def _label_bucket(coll: fx.Node, members: list[fx.Node]) -> None:
     """A bucket names the joint-graph nodes of the collectives it replaces."""
     coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
-        (c.meta.get("custom") or {}).get("autoshard_node", "?") for c in members)}
+        (c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c in members)}
 
 
 def _erase(g: fx.Graph, pairs) -> None:
@@ -257,13 +257,13 @@ def _erase(g: fx.Graph, pairs) -> None:
 
 def _finish(gm: fx.GraphModule, merged: list[list]) -> dict:
     if merged:
-        _propagate_meta(gm)
+        propagate_meta(gm)
     gm.graph.lint()
     gm.recompile()
     return {"buckets": len(merged), "merged": sum(len(b) for b in merged)}
 
 
-def _propagate_meta(gm: fx.GraphModule) -> None:
+def propagate_meta(gm: fx.GraphModule) -> None:
     """Fill meta["val"] of new nodes (fake tensors) so later passes can size them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp

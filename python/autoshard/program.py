@@ -96,8 +96,10 @@ class LocalProgram:
                 if is_collective(n):
                     custom = n.meta.get("custom") or {}
                     src = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
-                    out.append({"phase": phase, "op": op_name(n),
-                                "where": custom.get("autoshard_node", OUTSIDE),
+                    where = custom.get("autoshard_node", OUTSIDE)
+                    out.append({"phase": phase, "op": op_name(n), "where": where,
+                                # the joint-graph nodes of the collectives a fused one replaced
+                                "members": custom.get("autoshard_members") or [where],
                                 "numel": int(src.numel()) if src is not None else -1,
                                 "node": n.name})
         return out
@@ -135,6 +137,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from .fuse_reductions import coalesce_small_reductions, split_normalised_reductions
     from .overlap import bucket_gathers, bucket_reductions, schedule_collectives
 
     n_params, n_buffers = len(param_locals), len(buffer_locals)
@@ -223,12 +226,16 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     _mark_parameters(fwd_gm, bwd_gm, [runner.step.param_fqns[n] for n in runner.param_names],
                      n_out)
     if overlap:
+        info["split_normalised_reductions"] = sum(
+            split_normalised_reductions(gm) for gm in (fwd_gm, bwd_gm))
         info["forward_gather_buckets"] = bucket_gathers(fwd_gm, bucket_bytes)
         info["backward_gather_buckets"] = bucket_gathers(bwd_gm, bucket_bytes)
         # backward output k is the gradient of flat input tensor_pos[k]: params come first
         grad_of = [runner.step.param_fqns[runner.param_names[i]] if i < n_params else None
                    for i in tensor_pos]
         info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes, grad_of)
+        info["coalesced_small_reductions"] = sum(
+            coalesce_small_reductions(gm) for gm in (fwd_gm, bwd_gm))
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
         for gm in (fwd_gm, bwd_gm):

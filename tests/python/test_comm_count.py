@@ -35,7 +35,9 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
 def test_collectives_issued_are_exactly_the_planned_redistributions(results, name):
     for rank, r in enumerate(ok_on_every_rank(results, name)):
-        issued = Counter((c["where"], c["kind"]) for c in r["collectives"])
+        # a fused collective (fuse_reductions.py) stands for the planned ones it replaced
+        issued = Counter((m, c["kind"]) for c in r["collectives"]
+                         for m in c.get("members", [c["where"]]))
         planned = Counter((p["where"], p["kind"]) for p in r["planned"])
         assert issued == planned, (f"rank {rank}: issued {r['collectives']}\nplanned "
                                    f"{r['planned']}\n{r['report']}")
@@ -49,9 +51,19 @@ def test_the_backward_reuses_the_loss_normaliser_the_forward_reduced(results):
     backward needs the same replicated scalar and takes the forward's instead of reducing it
     again (a blocking round trip at the start of the backward)."""
     for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy")):
-        scalars = [c for c in r["collectives"] if c["numel"] == 1]
+        scalars = [c for c in r["collectives"] if c["numel"] <= 2]
         assert scalars and all(c["phase"] == "forward" for c in scalars), \
             f"rank {rank}: {r['collectives']}"
+
+
+def test_the_loss_sum_and_its_normaliser_are_reduced_in_one_round_trip(results):
+    """The lowered program all-reduces the loss sum and the target count together
+    (fuse_reductions.py): one blocking scalar collective per step instead of two."""
+    for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy")):
+        scalars = [c for c in r["collectives"] if c["numel"] <= 2]
+        assert len(scalars) == 1 and scalars[0]["numel"] == 2, \
+            f"rank {rank}: {r['collectives']}"
+        assert len(scalars[0]["members"]) == 2
 
 
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])

@@ -207,7 +207,8 @@ def run(sc: dict, rank: int) -> dict:
         in_program = parallel._autoshard_program.collectives()
         executed = sorted((c["op"], c["numel"]) for c in recorder.calls)
         calls = [{"where": c["where"], "kind": _KIND_OF_OP[c["op"]], "op": c["op"],
-                  "numel": c["numel"], "phase": c["phase"]} for c in in_program]
+                  "numel": c["numel"], "phase": c["phase"], "members": c["members"]}
+                 for c in in_program]
         return _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
                        executed == sorted((c["op"], c["numel"]) for c in in_program))
     original = StepRunner.run_node
