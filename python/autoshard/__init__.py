@@ -19,6 +19,7 @@ _LAZY = {
     "ForwardInputs": "trace",
     "autoparallel_backend": "compat",
     "with_sharding_constraint": "sharding_constraint",
+    "register_sharding": "user_rules",
 }
 
 __all__ = sorted(_LAZY)

@@ -266,11 +266,33 @@ class AutoParallel:
         name = node.name if isinstance(node, torch.fx.Node) else str(node)
         if name not in self._graph_node_names():
             raise ValueError(f"add_node_constraint: autop.gm has no node named {name!r}")
+        name = self._planner_node_name(name)
         if placements is None:
             from torch.distributed.tensor import Shard
 
             placements = (Shard(0),) + (Replicate(),) * (self.mesh.ndim - 1)
         self._node_constraints[name] = self._layout_strs(placements, None, f"node {name}")
+
+    def _planner_node_name(self, name: str) -> str:
+        """The planner node a constraint on ``name`` pins. The planner's graph has no
+        getitem nodes (an op's outputs are its own, graph_export.tensor_ref), and a pin holds
+        a node's first tensor output: a getitem of that output pins its producer; one of
+        another output cannot be pinned, which is said here rather than at planning."""
+        import operator
+
+        n = next(x for x in self.step.gm.graph.nodes if x.name == name)
+        if n.op != "call_function" or n.target is not operator.getitem:
+            return name
+        src, idx = n.args
+        vals = src.meta.get("val")
+        first = next((k for k, v in enumerate(vals) if isinstance(v, torch.Tensor)), None) \
+            if isinstance(vals, (tuple, list)) else 0
+        if idx != first:
+            raise ValueError(f"add_node_constraint: {name!r} is output {idx} of {src.name!r} "
+                             f"({src.target}); a node constraint pins a node's first tensor "
+                             f"output (output {first}) only. Pin {src.name!r} for that output, or "
+                             f"pin a node that reads {name!r}")
+        return src.name
 
     def _graph_node_names(self) -> set[str]:
         return {n.name for n in self.step.gm.graph.nodes if n.op != "output"}
@@ -280,7 +302,7 @@ class AutoParallel:
         self._check_entered()
         from .graph_export import graph_json
 
-        return graph_json(self.step, free_outputs=self._free_outputs())
+        return graph_json(self.step, free_outputs=self._free_outputs(), mesh=self.mesh)
 
     def _free_outputs(self) -> list[int]:
         """Forward outputs without an output constraint: the planner chooses their layout
@@ -394,13 +416,14 @@ class AutoParallel:
         keep the training step's layouts, which met it)."""
         base = self.options()
         cache_setting = self.plan_cache
+        mesh = self.mesh
 
         def plan_variant(step: TracedStep, pins: dict, output_pins: dict) -> dict:
             from .graph_export import graph_json
 
             opts = dict(base, input_constraints={}, node_constraints=pins,
                         output_constraints=output_pins, parameter_memory=None)
-            graph = graph_json(step)
+            graph = graph_json(step, mesh=mesh)
             return _same_plan_on_every_rank(lambda: plan_traced_step(step, opts, graph),
                                             *_cache_and_key(cache_setting, graph, opts))
 

@@ -14,6 +14,7 @@ import torch.fx as fx
 
 from .trace import TracedStep
 from .user_frames import parse_stack_trace, user_frame
+from .user_rules import node_strategies
 
 
 def dtype_str(dtype: torch.dtype) -> str:
@@ -117,12 +118,14 @@ def node_phase(node: fx.Node, backward: set[str]) -> str:
     return "backward" if node.name in backward else "forward"
 
 
-def graph_dict(step: TracedStep, free_outputs: Collection[int] = ()) -> dict:
+def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) -> dict:
     """``free_outputs``: forward output indices the planner may leave in any layout. Each is
     written as tied to its tangent (role "grad" of the tangent placeholder: the output leaves
     in the layout its gradient arrives in, as a parameter's gradient leaves in the
     parameter's), so the tangent is planned with it instead of both being pinned to
-    Replicate. Outputs without a tangent (no gradient flows) stay pinned (all-Replicate)."""
+    Replicate. Outputs without a tangent (no gradient flows) stay pinned (all-Replicate).
+    ``mesh``: the plan's DeviceMesh, needed only where an op has a user sharding rule
+    (user_rules.py), which is evaluated for it into the node's ``strategies``."""
     gm = step.gm
     tangent_of_output = {idx: name for name, idx in step.tangent_of.items()}
     backward = tangent_dependent(gm, set(step.tangent_of))
@@ -154,6 +157,9 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = ()) -> dict:
             src = source_line(n)
             if src:
                 entry["source"] = src
+            user_rows = node_strategies(n, mesh, src)
+            if user_rows is not None:
+                entry["strategies"] = user_rows
             if n.name in step.local_inputs:
                 entry["local_inputs"] = list(step.local_inputs[n.name])
             mod = module_path(n)
@@ -189,5 +195,5 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = ()) -> dict:
 
 
 def graph_json(step: TracedStep, indent: int | None = None,
-               free_outputs: Collection[int] = ()) -> str:
-    return json.dumps(graph_dict(step, free_outputs), indent=indent, allow_nan=False)
+               free_outputs: Collection[int] = (), mesh=None) -> str:
+    return json.dumps(graph_dict(step, free_outputs, mesh), indent=indent, allow_nan=False)

@@ -194,6 +194,31 @@ def test_add_node_constraint_defaults_to_batch_sharding(mesh22):
             autop.add_node_constraint("no_such_node", (Replicate(), Replicate()))
 
 
+class MaxNet(Net):
+    def forward(self, x):
+        values, idx = self.a(x).max(dim=-1)
+        return values.sum() + idx.float().sum()
+
+
+def test_node_constraint_on_an_ops_output_pins_the_op_or_says_why_not(mesh22):
+    """The planner has no getitem nodes: a pin of an op's first output pins the op; a pin
+    of another output is refused when it is added, naming what to pin instead."""
+    import operator
+
+    with torch.device("meta"):
+        net = MaxNet()
+    with AutoParallel(net, _x, mesh22) as autop:
+        gets = [n for n in autop.gm.graph.nodes if n.target is operator.getitem
+                and str(n.args[0].target) == "aten.max.dim"]
+        first, second = sorted(gets, key=lambda n: n.args[1])
+        autop.add_node_constraint(first, (Shard(0), Replicate()))
+        assert autop.options()["node_constraints"] == {first.args[0].name: ["S(0)", "R"]}
+        with pytest.raises(ValueError, match=f"output 1 of '{second.args[0].name}'"):
+            autop.add_node_constraint(second, (Shard(0), Replicate()))
+        placement = autop.optimize_placement()
+    assert placement[first.args[0]].output_specs[0].placements == (Shard(0), Replicate())
+
+
 def test_with_sharding_constraint_pins_the_node_and_its_gradient(mesh22):
     with AutoParallel(_net(pin=True), _x, mesh22) as autop:
         pins = autop.step.sharding_pins

@@ -11,6 +11,7 @@
 
 #include "autoshard/cost_model.h"
 #include "autoshard/json.h"
+#include "autoshard/placement.h"
 
 namespace autoshard {
 
@@ -49,6 +50,15 @@ struct ArgValue {
   std::vector<int64_t> as_int_list(const char* what) const;  // List of Int (or a single Int)
 };
 
+// One single-mesh-dim strategy row: the placements an op's tensors take on ONE mesh dim.
+// `inputs` is aligned with Node::tensor_inputs() (one entry per tensor reference, None tensors
+// excluded); `outputs` with Node::outputs (an entry for a None output is ignored). Rules
+// (rules.h) return them, and a node may carry its own (Node::strategies).
+struct ShardingRow {
+  std::vector<Placement> outputs;
+  std::vector<Placement> inputs;
+};
+
 struct Node {
   std::string name;
   std::string op;            // "placeholder" or e.g. "aten.mm.default"
@@ -66,6 +76,11 @@ struct Node {
   // layout, with no communication on the way: mixed precision asks for collectives on the
   // other side of a dtype cast (all-gather after the down-cast, reduce after the up-cast).
   std::vector<int32_t> local_inputs;
+  // Strategies given with the node instead of a C++ rule: a user's sharding rule
+  // (torch's register_sharding) evaluated by the tracer on this node's arguments. When set,
+  // they replace the op's rule, expanded to the mesh like a rule's rows (no all-Replicate
+  // row added: the user's list is what DTensor runs, so it is taken as it is).
+  std::optional<std::vector<ShardingRow>> strategies;
 
   // Tensor references among args then kwargs, depth-first (the order plan "inputs" use).
   std::vector<TensorRef> tensor_inputs() const;

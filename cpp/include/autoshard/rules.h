@@ -16,13 +16,7 @@
 
 namespace autoshard {
 
-// One single-mesh-dim strategy row. `inputs` is aligned with Node::tensor_inputs() (one
-// entry per tensor reference, None tensors excluded); `outputs` with Node::outputs (an entry
-// for a None output is ignored).
-struct ShardingRow {
-  std::vector<Placement> outputs;
-  std::vector<Placement> inputs;
-};
+// ShardingRow (one single-mesh-dim strategy row) is defined in graph.h: nodes carry them too.
 
 // What a rule sees: the node, the graph (for argument metadata) and convenient metadata.
 struct RuleContext {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "autoshard/graph.h"
+#include "strategies_json.h"
 
 namespace autoshard {
 
@@ -133,6 +134,10 @@ class GraphReader {
                           std::to_string(num_refs) + " tensor input(s)");
         n.local_inputs.push_back(static_cast<int32_t>(pos));
       }
+    }
+    if (const Json* st = j.find("strategies"); st && !st->is_null()) {
+      if (n.op == "placeholder") throw JsonError(at + ": field 'strategies': a placeholder takes no strategies");
+      n.strategies = read_explicit_strategies(*st, g_, n, at);
     }
     g_.index_by_name.emplace(n.name, static_cast<int32_t>(g_.nodes.size()));
     g_.nodes.push_back(std::move(n));

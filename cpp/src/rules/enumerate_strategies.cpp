@@ -25,12 +25,14 @@ std::string node_label(const Node& n) {
   return s;
 }
 
-// What a user can do about ops without a rule. Rules are compiled into autoshard and cannot
-// be added from Python yet, so the options are to ask for the op or to keep it out of the
-// traced step.
+// What a user can do about ops without a rule. The direct fix is a rule of their own through
+// torch's register_sharding: the tracer evaluates it into the node's explicit strategies and
+// DTensor runs the op with it, so no rebuild of autoshard is needed.
 const char* kMissingRuleAdvice =
-    "Sharding rules are built into autoshard; there is no way to add one from Python yet. "
-    "To proceed: ask for the op (open an issue naming it and the model), and meanwhile keep it "
+    "To give an op a sharding rule from Python, register one before tracing with "
+    "torch.distributed.tensor.experimental.register_sharding(op) (or autoshard.register_sharding, "
+    "the same decorator): autoshard plans the op with it and DTensor runs it (docs/rules.md, "
+    "\"User rules\"). Otherwise ask for the op (open an issue naming it and the model), or keep it "
     "out of the traced step: write that line with other ops (docs/rules.md lists the supported "
     "ones), pick another implementation where the model offers one (transformers: "
     "attn_implementation=..., experts_implementation=...), or compute the value outside "
@@ -125,6 +127,24 @@ int64_t reserve_worst_case(BuildLimits* limits, double combos, int64_t per, cons
   return static_cast<int64_t>(bytes);
 }
 
+// A rule's rows with the all-Replicate row first (every op can run on full tensors).
+std::vector<ShardingRow> rule_rows(const OpRule& rule, const RuleContext& ctx, size_t num_inputs) {
+  std::vector<ShardingRow> rows(1);
+  rows[0].outputs.assign(ctx.outputs.size(), Placement::replicate());
+  rows[0].inputs.assign(num_inputs, Placement::replicate());
+  for (auto& row : rule.rows(ctx)) rows.push_back(std::move(row));
+  return rows;
+}
+
+std::string no_valid_user_strategy(const Node& n, size_t rows, const Mesh& mesh) {
+  std::string shape;
+  for (int64_t s : mesh.shape) shape += (shape.empty() ? "" : "x") + std::to_string(s);
+  return "none of the " + std::to_string(rows) + " strategies that the user sharding rule of op '" + n.op +
+         "' gives for " + node_label(n) + " can run on the " + shape +
+         " mesh: each shards a tensor dim smaller than the mesh dims splitting it, or mixes Partial kinds. "
+         "Include a strategy that fits (all-Replicate always does) in the rule's list.";
+}
+
 }  // namespace
 
 std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t index, const MeshModel& model,
@@ -142,7 +162,9 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
 
   register_all_rules();
   const OpRule* rule = RuleRegistry::instance().find(n.op);
-  if (!rule)
+  // Strategies carried by the node (a user's rule) win over the op's C++ rule.
+  const bool user_rows = n.strategies.has_value();
+  if (!rule && !user_rows)
     throw UnsupportedOpError(std::string("no sharding rule for op '")
                                  .append(n.op)
                                  .append("' at ")
@@ -154,19 +176,14 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   RuleContext ctx{graph, n, {}, n.outputs, mesh};
   for (const auto& r : refs) ctx.inputs.push_back(graph.meta(r));
 
-  std::vector<ShardingRow> rows;
-  ShardingRow all_r;
-  all_r.outputs.assign(n.outputs.size(), Placement::replicate());
-  all_r.inputs.assign(refs.size(), Placement::replicate());
-  rows.push_back(all_r);
-  for (auto& row : rule->rows(ctx)) {
+  std::vector<ShardingRow> rows = user_rows ? *n.strategies : rule_rows(*rule, ctx, refs.size());
+  for (const auto& row : rows)
     if (row.outputs.size() != n.outputs.size() || row.inputs.size() != refs.size())
-      throw std::logic_error("the rule of op '" + n.op + "' returned a row with " + std::to_string(row.outputs.size()) +
-                             " outputs and " + std::to_string(row.inputs.size()) + " inputs, but " + node_label(n) +
-                             " has " + std::to_string(n.outputs.size()) + " outputs and " +
-                             std::to_string(refs.size()) + " tensor inputs");
-    rows.push_back(std::move(row));
-  }
+      throw std::invalid_argument(std::string(user_rows ? "the explicit strategies (user sharding rule)" : "the rule") +
+                                  " of op '" + n.op + "' give a row with " + std::to_string(row.outputs.size()) +
+                                  " outputs and " + std::to_string(row.inputs.size()) + " inputs, but " +
+                                  node_label(n) + " has " + std::to_string(n.outputs.size()) + " outputs and " +
+                                  std::to_string(refs.size()) + " tensor inputs");
 
   const int64_t per = strategy_bytes(n.outputs.size() + refs.size(), nd);
   const int64_t worst = reserve_worst_case(limits, std::pow(double(rows.size()), nd), per, n, nd);
@@ -190,8 +207,10 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
       ok = ok && layout_ok(ctx.inputs[a], l, mesh);
       s.inputs.push_back(std::move(l));
     }
-    if (!ok) ok = keeps_uneven_layout(s, ctx, mesh);
-    if (ok && rule->accept) {
+    // DTensor keeps a user rule's strategies only where every input is shardable (no uneven
+    // exception), and it is DTensor that runs them.
+    if (!ok && !user_rows) ok = keeps_uneven_layout(s, ctx, mesh);
+    if (ok && !user_rows && rule->accept) {
       std::vector<Layout> outs;
       for (const auto& o : s.outputs) outs.push_back(o ? *o : replicate_layout(nd));
       ok = rule->accept(ctx, outs, s.inputs);
@@ -203,10 +222,14 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   }
 
   if (limits) limits->release(worst - static_cast<int64_t>(out.size()) * per);
+  if (out.empty() && user_rows) throw std::invalid_argument(no_valid_user_strategy(n, rows.size(), mesh));
 
-  // Compute cost on local shapes (views move no data).
+  // Compute cost on local shapes (views move no data, whoever gives the strategies). A user
+  // rule says nothing about FLOPs: an op autoshard has a rule for keeps that rule's FLOP
+  // count (it depends on local shapes only); a custom op is costed as memory-bound.
+  const bool is_view = rule && rule->is_view;
   for (auto& s : out) {
-    if (rule->is_view) { s.compute_us = 0; continue; }
+    if (is_view) { s.compute_us = 0; continue; }
     std::vector<TensorMeta> li, lo;
     double bytes = 0;
     for (size_t a = 0; a < refs.size(); ++a) {
@@ -218,7 +241,7 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
       lo.push_back(local_meta(*n.outputs[k], *s.outputs[k], mesh));
       bytes += static_cast<double>(lo.back().bytes());
     }
-    double flops = rule->flops ? rule->flops(ctx, li, lo) : 0.0;
+    double flops = rule && rule->flops ? rule->flops(ctx, li, lo) : 0.0;
     DType dt = !li.empty() ? li[0].dtype : (!lo.empty() && n.outputs[0] ? lo[0].dtype : DType::Float32);
     s.compute_us = (flops == 0 && bytes == 0) ? 0.0 : compute_time_us(model.hw, flops, bytes, dt);
   }
