@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
@@ -13,7 +14,7 @@ import torch
 import torch.fx as fx
 
 from .trace import TracedStep
-from .user_frames import parse_stack_trace, user_frame
+from .user_frames import user_frame_of_trace
 from .user_rules import node_strategies
 
 
@@ -26,7 +27,7 @@ def source_line(node: fx.Node) -> str | None:
     frame of the user's model, not of torch or of library helpers (user_frames.py: the line
     in ``modeling_llama.py`` that calls the loss, not the ``F.pad`` inside transformers' loss
     helper, nor torch's export wrapper)."""
-    frame = user_frame(parse_stack_trace(node.meta.get("stack_trace")))
+    frame = user_frame_of_trace(node.meta.get("stack_trace"))
     if frame is None:
         return None
     where = f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
@@ -39,7 +40,13 @@ def module_path(node: fx.Node) -> str | None:
     stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
     if not stack:
         return None
-    path = list(stack.values())[-1][0]
+    return _dotted_module_path(list(stack.values())[-1][0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _dotted_module_path(path: str) -> str | None:
+    """``L['self'].layers[0]._modules['wq']`` -> ``layers.0.wq``; remembered, since the
+    nodes of one module (forward and backward) share its path."""
     path = re.sub(r"^L\['self'\]\.?", "", path)
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"\[(\d+)\]", r".\1", path)

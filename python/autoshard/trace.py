@@ -319,6 +319,16 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     Constructs one static graph cannot hold (data-dependent branches, in-place buffer
     updates) raise UnsupportedModelError naming the construct and the workaround.
     """
+    with _gc_paused():
+        return _trace_training_step(model, input_fn, device, capture=capture,
+                                    decompositions=decompositions, mp_policy=mp_policy,
+                                    training=training, joint=joint)
+
+
+def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
+                         device: torch.device | str | None, *, capture: str,
+                         decompositions: dict | None, mp_policy: Any,
+                         training: bool | dict | None, joint: bool) -> TracedStep:
     from .binding import forward_signature
     from .mixed_precision import canonical_policy, collective_free_inputs
 
@@ -472,7 +482,7 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
         try:
             from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
 
-            with fake_mode:
+            with fake_mode, _export_guard_check_skipped():
                 traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
                                                                      **inputs.kwargs)
             source_captured = True
@@ -488,6 +498,43 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
                                                    dict(inputs.kwargs),
                                                    decompositions=decomps)
     return traced_mod, source_captured, jd
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's cyclic garbage collector off while tracing. Tracing allocates millions of
+    objects that stay alive (nodes, fake tensors, metadata), and every full collection walks
+    all of them again, so collections cost more the bigger the model (10 % of tracing
+    Llama-3-8B). The garbage left is collected when the collector is back on."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _export_guard_check_skipped():
+    """Dynamo's export capture builds the guards of the captured frame only to report
+    violations of ``dynamic_shapes`` constraints. We capture with static shapes, pass no
+    constraints and never run the guards, so the check can only cost time (8 % of tracing
+    Llama-3-8B: guards for every parameter). Other torch versions without this hook trace
+    unchanged."""
+    from torch._dynamo import functional_export
+
+    check = getattr(functional_export, "_suggest_or_raise_constraint_violation", None)
+    if check is None:
+        yield
+        return
+    functional_export._suggest_or_raise_constraint_violation = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        functional_export._suggest_or_raise_constraint_violation = check
 
 
 class UnsupportedModelError(ValueError):

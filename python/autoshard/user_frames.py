@@ -16,6 +16,7 @@ The innermost frame of the lowest rank present wins; a stack of torch frames onl
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Iterable, NamedTuple
@@ -73,3 +74,11 @@ def parse_stack_trace(trace: str | None) -> list[Frame]:
             code = lines[i + 1].strip()
         frames.append(Frame(m.group(1), int(m.group(2)), m.group(3), code))
     return frames
+
+
+@functools.lru_cache(maxsize=4096)
+def user_frame_of_trace(trace: str | None) -> Frame | None:
+    """``user_frame(parse_stack_trace(trace))``, remembered per trace text: a graph has few
+    distinct traces (every layer of a repeated block runs the same lines, and backward nodes
+    carry their forward node's trace), so most nodes need no parsing."""
+    return user_frame(parse_stack_trace(trace))

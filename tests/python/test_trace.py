@@ -104,6 +104,47 @@ def test_phases_sources_and_modules(llama_step):
                if n["phase"] == "backward")
 
 
+def test_remembered_source_lines_are_the_parsed_ones(llama_step):
+    """source_line remembers the user frame per stack-trace text (user_frames.py); it must be
+    the frame parsing each node's own trace gives."""
+    from autoshard.graph_export import source_line
+    from autoshard.user_frames import parse_stack_trace, user_frame
+
+    nodes = [n for n in llama_step.gm.graph.nodes if n.op == "call_function"]
+    assert any(source_line(n) for n in nodes)
+    for n in nodes:
+        frame = user_frame(parse_stack_trace(n.meta.get("stack_trace")))
+        line = source_line(n)
+        assert (line is None) == (frame is None)
+        if frame is not None:
+            assert line.startswith(f"models.py:{frame.lineno} in {frame.name}")
+
+
+def test_tracing_restores_the_collector_and_dynamos_check():
+    """Tracing pauses the garbage collector and skips Dynamo's constraint check (both only
+    cost time, trace.py); both are back afterwards, also when tracing fails."""
+    import gc
+
+    from torch._dynamo import functional_export
+
+    check = functional_export._suggest_or_raise_constraint_violation
+    with torch.device("meta"):
+        model = MLP(dim=16, hidden=32, layers=1)
+    trace_training_step(model, lambda: (torch.empty(8, 16), torch.empty(8, 16)))
+    assert gc.isenabled()
+    assert functional_export._suggest_or_raise_constraint_violation is check
+    with pytest.raises(Exception):
+        trace_training_step(model, lambda: (torch.empty(8, 15), torch.empty(8, 16)))
+    assert gc.isenabled()
+    assert functional_export._suggest_or_raise_constraint_violation is check
+    gc.disable()  # a caller that turned the collector off keeps it off
+    try:
+        trace_training_step(model, lambda: (torch.empty(8, 16), torch.empty(8, 16)))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_addmm_is_split_into_mm_and_add(mlp_step):
     ops = {str(n.target) for n in mlp_step.gm.graph.nodes if n.op == "call_function"}
     assert "aten.addmm.default" not in ops and "aten.mm.default" in ops
