@@ -88,7 +88,7 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
         param = grad_of[outs[0]] if grad_of and outs and outs[0] < len(grad_of) else None
         keyed.append(((name, *c.args[1:], src.dtype, block_of(param)), (c, w, tail)))
     buckets = []
-    for members in _runs(keyed):
+    for members in _per_key_within_blocks(keyed):
         # the very first bucket of the graph is the small one
         buckets += _split(members, lambda m: _bytes(m[0].args[0]),
                           lambda k: min(cap, FIRST_BUCKET_BYTES) if not buckets and k == 0
@@ -172,11 +172,13 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
         if op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
                 or not isinstance(src, torch.Tensor):
             continue
-        block = block_of(strip_views(c.args[0]).meta.get(PARAM_KEY))
+        block = block_of(_input_source(c.args[0]).meta.get(PARAM_KEY))
         keyed.append(((*c.args[1:], src.dtype, block), (c, w)))
     merged = [b for run in _runs(keyed)
               for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap) if len(b) > 1]
     last_input = [n for n in g.nodes if n.op == "placeholder"][-1]
+    _hoist_copy_chains(last_input, [c.args[0] for b in merged for c, _ in b])
+    position = _position(gm)
     for bucket in merged:
         first_use = min((u for _, w in bucket for u in w.users), key=position)
         c0 = bucket[0][0]
@@ -216,15 +218,65 @@ def block_of(fqn: str | None) -> str | None:
     return ""
 
 
+# one-input ops that only re-lay or convert their input: DTensor gathers a transposed weight
+# (x @ w.t() with w sharded) or a down-cast one (mixed precision) from such a copy
+_COPY_OPS = {"t", "transpose", "permute", "clone", "contiguous", "_to_copy", "reshape"}
+
+
+def _input_source(n: fx.Node) -> fx.Node:
+    """The node ``n`` is a view, transpose, copy or cast of (through any chain of them)."""
+    while True:
+        n = strip_views(n)
+        if op_name(n) not in _COPY_OPS or not isinstance(n.args[0], fx.Node):
+            return n
+        n = n.args[0]
+
+
+def _hoist_copy_chains(last_input: fx.Node, values: list[fx.Node]) -> None:
+    """Move the views, transposes, copies and casts that make each of ``values`` from a graph
+    input to the top of the graph (right after the inputs), so that a bucket of gathers of
+    such values can be issued at once rather than after the last member's copy, which the
+    trace placed next to that member's use. They read graph inputs only, so any earlier
+    place is valid; the copies are of local shards."""
+    anchor, seen = last_input, set()
+    for v in values:
+        chain, n = [], v
+        while n.op != "placeholder":
+            chain.append(n)
+            n = n.args[0]
+        for n in reversed(chain):
+            if n not in seen:
+                seen.add(n)
+                anchor.append(n)
+                anchor = n
+
+
 def _reads_an_input(n: fx.Node) -> bool:
-    """``n`` is a graph input (a parameter's local shard, a saved value) or a view of one."""
-    return strip_views(n).op == "placeholder"
+    """``n`` is a graph input (a parameter's local shard, a saved value) or a view, transpose,
+    copy or cast of one: it exists before the step needs it, so its gather can be bucketed
+    with the block's others (the cost model charges such gathers a share of a launch)."""
+    return _input_source(n).op == "placeholder"
 
 
 def _runs(keyed: list[tuple]) -> list[list]:
     """The members of consecutive (key, member) pairs with equal keys, run by run: a
     bucket only merges collectives that follow one another with the same key."""
     return [[m for _, m in run] for _, run in itertools.groupby(keyed, key=lambda km: km[0])]
+
+
+def _per_key_within_blocks(keyed: list[tuple]) -> list[list]:
+    """Like _runs, but a block's reductions of different kinds may alternate (a weight's
+    gradient all-reduced, the next norm scale's reduce-scattered): within each run of one
+    block, the members of each key form one group, in traced order, so the alternation does
+    not leave every small reduction a call of its own. Terminal reductions only feed the
+    outputs, so issuing one later (with its group's last member) is always valid."""
+    groups = []
+    for run in itertools.groupby(keyed, key=lambda km: km[0][-1]):  # the block
+        by_key: dict = {}
+        for key, member in run[1]:
+            by_key.setdefault(key, []).append(member)
+        groups += by_key.values()
+    return groups
 
 
 def _split(members: list, size_of, limit) -> list[list]:

@@ -101,3 +101,26 @@ TEST(OverlapModel, PlansAreCostedWithExposedCommunication) {
   EXPECT_NEAR(c.total_us, c.compute_us + c.exposed_comm_us, 1e-9 * c.total_us);
   EXPECT_NEAR(r.plan.solver_objective_us, c.total_us, 1e-9 * c.total_us);
 }
+
+TEST(OverlapModel, BucketedCollectivesShareTheirLaunch) {
+  // The runtime gathers (and reduces) each block's weights in one call: a single collective
+  // of those kinds pays 1/k of a launch, k = weights per block. Two blocks of one weight:
+  // k = 1 (also with overlap off: bucketing does not depend on it).
+  const Modelled m = model(two_block_mlp(), R"({"base": "CPU", "comm_overlap": 0})");
+  const size_t t = static_cast<size_t>(m.graph.index_by_name.at("t"));
+  const size_t mm = static_cast<size_t>(m.graph.index_by_name.at("mm"));
+  EXPECT_DOUBLE_EQ(m.overlap.launch_us, 150.0);  // the CPU profile's fixed cost per call
+  EXPECT_DOUBLE_EQ(m.overlap.input_launch_share[t][0], 1.0);
+  EXPECT_DOUBLE_EQ(m.overlap.input_launch_share[mm][0], 1.0);        // an activation: its own call
+  for (size_t j = 0; j < m.graph.outputs.size(); ++j)
+    if (m.graph.outputs[j].role == GraphOutput::Role::Grad) EXPECT_DOUBLE_EQ(m.overlap.output_launch_share[j], 1.0);
+  // one block holding both weights: each call is shared by two
+  const Modelled one = model(read_graph_file(test_data("mlp2_fwd_bwd.json")), "CPU");
+  EXPECT_DOUBLE_EQ(one.overlap.input_launch_share[t][0], 0.5);
+  // charged: a single collective pays its share of the launch, a chain of two pays both
+  EXPECT_DOUBLE_EQ(charged_time_us(400, 1, 150, 0.5, 1.0), 325);
+  EXPECT_DOUBLE_EQ(charged_time_us(400, 1, 150, 0.5, 0.5), 162.5);
+  EXPECT_DOUBLE_EQ(charged_time_us(400, 2, 150, 0.5, 1.0), 400);
+  EXPECT_DOUBLE_EQ(charged_time_us(400, 0, 150, 0.5, 1.0), 400);
+  EXPECT_GE(charged_time_us(kInfeasibleCost * 2, 1, 150, 0.5, 0.5), kInfeasibleCost);
+}

@@ -160,6 +160,35 @@ def test_parameter_gathers_and_gradient_reductions_are_bucketed():
 
 
 @needs_planner
+def test_gathers_of_cast_weight_shards_are_bucketed_per_block():
+    """Mixed precision gathers each weight after its down-cast (FSDP2's order): the gathered
+    values are copies of graph inputs, not the inputs themselves. Their casts are moved to
+    the top of the graph and the gathers bucketed per block like plain shards (the cost
+    model charges them a share of a launch, docs/cost_model.md 5a)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    with fake_world((4,), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = MLP(dim=16, hidden=32, layers=3)
+        with AutoParallel(model, lambda: (torch.empty(4096, 16), torch.empty(4096, 16)), mesh,
+                          hardware="CPU", capture="direct", time_limit_s=5.0,
+                          mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)) as autop:
+            autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+            autop.add_parameter_memory_constraint()
+            par = autop.apply_placement(autop.optimize_placement())
+        par.to_empty(device="cpu")
+        fwd = par.parallel_gm
+    assert par._autoshard_program.info["forward_gather_buckets"]["buckets"] == 3
+    buckets = [n for n in fwd.graph.nodes if is_collective(n) and "all_gather" in str(n.target)
+               and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")]
+    assert len(buckets) == 3
+    assert all(n.args[0].meta["val"].dtype == torch.bfloat16 for n in buckets)
+    order = _order(fwd)
+    first_mm = min(order[n] for n in fwd.graph.nodes if op_name(n) in ("mm", "addmm"))
+    assert order[buckets[1]] < first_mm  # the second block's bucket is prefetched
+
+
+@needs_planner
 def test_gradient_all_reduces_are_bucketed_per_block():
     """DDP-like plan: one all-reduce bucket per block, issued when that block's gradients
     exist (before the earlier blocks' backward compute), not one bucket at the end."""

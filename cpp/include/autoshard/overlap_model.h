@@ -20,6 +20,13 @@
 // of a pass is comm_overlap * min(1, compute / communication), and the first block's
 // prefetch (or the last block's reduction) can never hide: with L blocks at least 1/L stays
 // exposed. A pass with no such collectives keeps factor 1.
+//
+// The same two kinds are bucketed by the runtime (one collective call per block for its
+// parameters' gathers, one per block for its gradients' reductions), so the fixed launch cost
+// of a call is shared by the tensors of a bucket: such a redistribution, when it is one
+// collective, is charged 1/k of its launch, k being the parameters per block. Without it, a plan that gathers every small
+// norm weight on its own would look dearer than it runs, and the launch cost (gloo's is a
+// few hundred microseconds) would push plans away from FSDP/DDP layouts they run well in.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +52,21 @@ struct OverlapModel {
   double forward_compute_us = 0, backward_compute_us = 0;
   double forward_comm_us = 0, backward_comm_us = 0;  // the fully sharded reference
   int blocks = 1;  // repeated blocks (numbered modules such as layers.3) + the rest
+  // Per graph node, per tensor input, and per entry of graph.outputs: the share of the
+  // redistribution's collective launch costs charged (1: each call pays its own; 1/k for
+  // what the runtime buckets, k = parameters per block).
+  std::vector<std::vector<double>> input_launch_share;
+  std::vector<double> output_launch_share;
+  double launch_us = 0;  // the hardware's fixed cost per collective call
 };
 
-// All factors are 1 when the hardware's comm_overlap is 0.
+// The time charged for a redistribution taking `us` with `collectives` collective calls:
+// a single call pays `launch_share` of its launch (a chain of calls over several mesh dims
+// pays every launch), and `exposed` of the rest is charged.
+// An infeasible redistribution (us >= kInfeasibleCost) stays as it is.
+double charged_time_us(double us, int collectives, double launch_us, double launch_share, double exposed);
+
+// All factors are 1 when the hardware's comm_overlap is 0; launch shares do not depend on it.
 OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache);
 
 // The number of prefetch/reduction groups among parameter names: one per distinct prefix up

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -48,6 +49,7 @@ struct Redistribution {
   std::string reason;  // why it is infeasible
   std::vector<RedistStep> steps;
   double time_us = 0;  // sum of step comm + copy times (infinity when infeasible)
+  int collectives = 0;  // steps that call a collective (each pays the link's launch cost)
 };
 
 // Steps from `from` to `to`, ordered like DTensor's planner: mesh dims inner to outer first
@@ -66,6 +68,9 @@ class RedistributionCache {
   int32_t intern(const TensorMeta& global);
   int32_t intern(const Layout& layout);
   double time_us(int32_t meta_id, int32_t from_id, int32_t to_id);
+  // How many collectives the redistribution calls (0 when infeasible or local).
+  int collectives(int32_t meta_id, int32_t from_id, int32_t to_id);
+  int collectives(const TensorMeta& global, const Layout& from, const Layout& to);
   size_t size() const { return computed_; }
 
  private:
@@ -74,8 +79,13 @@ class RedistributionCache {
   std::unordered_map<std::string, int32_t> meta_ids_;
   std::vector<Layout> layouts_;
   std::unordered_map<uint64_t, int32_t> layout_ids_;
-  // times_[meta][from] is a row indexed by `to`, grown on demand; NaN = not computed yet.
-  std::vector<std::vector<std::vector<double>>> times_;
+  struct Entry {
+    double time_us = std::numeric_limits<double>::quiet_NaN();  // NaN: not computed yet
+    int collectives = 0;
+  };
+  const Entry& entry(int32_t meta_id, int32_t from_id, int32_t to_id);
+  // times_[meta][from] is a row indexed by `to`, grown on demand.
+  std::vector<std::vector<std::vector<Entry>>> times_;
   size_t computed_ = 0;
 };
 

@@ -111,6 +111,7 @@ class Planner {
       return;
     }
     result.time_us += s.comm_us + s.copy_us;
+    if (s.comm_us > 0) ++result.collectives;
     result.steps.push_back(s);
     cur_[i] = to;
   }
@@ -177,19 +178,35 @@ int32_t RedistributionCache::intern(const Layout& layout) {
   return it->second;
 }
 
-double RedistributionCache::time_us(int32_t meta_id, int32_t from_id, int32_t to_id) {
-  if (from_id == to_id) return 0.0;
+const RedistributionCache::Entry& RedistributionCache::entry(int32_t meta_id, int32_t from_id, int32_t to_id) {
   if (times_.size() <= static_cast<size_t>(meta_id)) times_.resize(meta_id + 1);
   auto& rows = times_[meta_id];
   if (rows.size() <= static_cast<size_t>(from_id)) rows.resize(from_id + 1);
   auto& row = rows[from_id];
-  if (row.size() <= static_cast<size_t>(to_id)) row.resize(to_id + 1, std::numeric_limits<double>::quiet_NaN());
-  double& t = row[to_id];
-  if (std::isnan(t)) {
-    t = plan_redistribution(metas_.at(meta_id), layouts_.at(from_id), layouts_.at(to_id), model_).time_us;
+  if (row.size() <= static_cast<size_t>(to_id)) row.resize(to_id + 1);
+  Entry& e = row[to_id];
+  if (std::isnan(e.time_us)) {
+    Redistribution r = plan_redistribution(metas_.at(meta_id), layouts_.at(from_id), layouts_.at(to_id), model_);
+    e.time_us = r.time_us;
+    e.collectives = r.feasible ? r.collectives : 0;
     ++computed_;
   }
-  return t;
+  return e;
+}
+
+double RedistributionCache::time_us(int32_t meta_id, int32_t from_id, int32_t to_id) {
+  if (from_id == to_id) return 0.0;
+  return entry(meta_id, from_id, to_id).time_us;
+}
+
+int RedistributionCache::collectives(int32_t meta_id, int32_t from_id, int32_t to_id) {
+  if (from_id == to_id) return 0;
+  return entry(meta_id, from_id, to_id).collectives;
+}
+
+int RedistributionCache::collectives(const TensorMeta& global, const Layout& from, const Layout& to) {
+  if (from == to) return 0;
+  return collectives(intern(global), intern(from), intern(to));
 }
 
 double RedistributionCache::time_us(const TensorMeta& global, const Layout& from, const Layout& to) {

@@ -18,9 +18,6 @@ namespace {
 
 Cost clamp_cost(double c) { return c < kInfeasibleCost ? c : kInfeasibleCost; }
 
-// The part of a redistribution's time not hidden behind compute; impossible stays impossible.
-double exposed_time(double us, double exposed) { return us < kInfeasibleCost ? us * exposed : us; }
-
 class Lowerer {
  public:
   Lowerer(const ShardingModel& sm, const LoweringOptions& opt, RedistributionCache& cache)
@@ -75,7 +72,7 @@ class Lowerer {
   // fraction of the time charged (overlap_model.h).
   void add_pair(int32_t gu, int32_t gv, const TensorMeta& meta, const std::vector<const Layout*>& lu,
                 const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what, double exposed,
-                bool same_layout_only = false) {
+                double launch_share, bool same_layout_only = false) {
     // Distinct layouts on each side: most strategies share a handful of them.
     auto distinct = [&](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<int32_t>& reps) {
       std::unordered_map<int32_t, int> seen;
@@ -94,10 +91,14 @@ class Lowerer {
     const int32_t meta_id = cache_.intern(meta);
     for (size_t a = 0; a < ru.size(); ++a) {
       if (opt_.limits && a % 64 == 63) opt_.limits->check_time("building the cost table of " + what);
-      for (size_t b = 0; b < rv.size(); ++b)
-        table[a * rv.size() + b] = same_layout_only && ru[a] != rv[b] ? kInfeasibleCost
-                                   : exposed_time(u_to_v ? cache_.time_us(meta_id, ru[a], rv[b])
-                                                         : cache_.time_us(meta_id, rv[b], ru[a]), exposed);
+      for (size_t b = 0; b < rv.size(); ++b) {
+        const int32_t from = u_to_v ? ru[a] : rv[b], to = u_to_v ? rv[b] : ru[a];
+        table[a * rv.size() + b] =
+            same_layout_only && ru[a] != rv[b]
+                ? kInfeasibleCost
+                : charged_time_us(cache_.time_us(meta_id, from, to), cache_.collectives(meta_id, from, to),
+                                  lp_.overlap.launch_us, launch_share, exposed);
+      }
     }
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
@@ -150,7 +151,8 @@ class Lowerer {
         for (const auto& s : sm_.strategies[c]) in.push_back(&s.inputs[a]);
         const bool local = std::find(node.local_inputs.begin(), node.local_inputs.end(), int32_t(a)) != node.local_inputs.end();
         add_pair(r.node, static_cast<int32_t>(c), g_.meta(r), output_layouts(r.node, r.output), in, true,
-                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, lp_.overlap.input_factor[c][a], local);
+                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, lp_.overlap.input_factor[c][a],
+                 lp_.overlap.input_launch_share[c][a], local);
       }
     }
   }
@@ -177,7 +179,8 @@ class Lowerer {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.
         const int32_t q = o.grad_of, p = o.ref.node;
         add_pair(q, p, meta, output_layouts(q, 0), output_layouts(p, o.ref.output), false,
-                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")", lp_.overlap.output_factor[j]);
+                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")", lp_.overlap.output_factor[j],
+                 lp_.overlap.output_launch_share[j]);
       }
     }
   }
@@ -304,7 +307,9 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
       const Layout& from = *strat(refs[a].node).outputs[refs[a].output];
       const double us = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
       r.node_comm_us[c] += us;
-      r.exposed_comm_us += exposed_time(us, overlap.input_factor[c][a]);
+      r.exposed_comm_us += charged_time_us(us, cache.collectives(g.meta(refs[a]), from, s.inputs[a]),
+                                           overlap.launch_us, overlap.input_launch_share[c][a],
+                                           overlap.input_factor[c][a]);
     }
     if (g.nodes[c].role == NodeRole::Parameter)
       r.parameter_bytes_per_gpu += local_meta(*g.nodes[c].outputs[0], *s.outputs[0], mesh).bytes();
@@ -315,7 +320,8 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
     Layout to = o.role == GraphOutput::Role::Output ? sm.output_targets[j] : *strat(o.grad_of).outputs[0];
     const double us = cache.time_us(g.meta(o.ref), from, to);
     r.node_comm_us[o.ref.node] += us;
-    r.exposed_comm_us += exposed_time(us, overlap.output_factor[j]);
+    r.exposed_comm_us += charged_time_us(us, cache.collectives(g.meta(o.ref), from, to), overlap.launch_us,
+                                         overlap.output_launch_share[j], overlap.output_factor[j]);
     r.output_layouts.push_back(to);
   }
   for (double c : r.node_comm_us) r.comm_us += c;

@@ -74,46 +74,36 @@ int count_blocks(const std::vector<std::string>& parameter_fqns) {
   return static_cast<int>(groups.size()) + (outside ? 1 : 0);
 }
 
+double charged_time_us(double us, int collectives, double launch_us, double launch_share, double exposed) {
+  if (!(us < kInfeasibleCost)) return us;
+  // Only a single collective joins a bucket: the steps of a chained redistribution (one per
+  // mesh dim) each wait for the previous one, and the runtime buckets none of them.
+  const double shared = collectives == 1 ? launch_us * (1.0 - launch_share) : 0.0;
+  return std::max(0.0, us - shared) * exposed;
+}
+
 OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) {
   const Graph& g = *sm.graph;
   const Mesh& mesh = sm.model->mesh;
   const size_t n = g.nodes.size();
   OverlapModel m;
   m.input_factor.resize(n);
-  for (size_t c = 0; c < n; ++c) m.input_factor[c].assign(g.nodes[c].tensor_inputs().size(), 1.0);
-  m.output_factor.assign(g.outputs.size(), 1.0);
-  const double overlap = sm.model->hw.comm_overlap;
-  if (!(overlap > 0) || mesh.size() <= 1) return m;
-  register_all_rules();
-
-  // The reference: compute at the cheapest strategies, communication of a fully sharded plan.
-  std::vector<std::string> fqns;
-  const Layout replicated = replicate_layout(mesh.ndim());
-  Layout partial(static_cast<size_t>(mesh.ndim()), Placement::partial());
-  for (size_t i = 0; i < n; ++i) {
-    const Node& node = g.nodes[i];
-    if (node.role == NodeRole::Compute && !sm.strategies[i].empty()) {
-      double cheapest = std::numeric_limits<double>::infinity();
-      for (const Strategy& s : sm.strategies[i]) cheapest = std::min(cheapest, s.compute_us);
-      (node.phase == Phase::Backward ? m.backward_compute_us : m.forward_compute_us) += cheapest;
-    }
-    if (node.role != NodeRole::Parameter || node.outputs.empty() || !node.outputs[0]) continue;
-    fqns.push_back(node.fqn);
-    const TensorMeta& meta = *node.outputs[0];
-    const Layout sharded = most_sharded(meta, mesh);
-    if (num_shards(sharded, mesh) <= 1) continue;
-    const double gather = cache.time_us(meta, sharded, replicated);
-    m.forward_comm_us += gather;
-    m.backward_comm_us += gather + cache.time_us(meta, partial, sharded);
+  m.input_launch_share.resize(n);
+  for (size_t c = 0; c < n; ++c) {
+    m.input_factor[c].assign(g.nodes[c].tensor_inputs().size(), 1.0);
+    m.input_launch_share[c].assign(g.nodes[c].tensor_inputs().size(), 1.0);
   }
-  m.blocks = count_blocks(fqns);
-  m.forward_factor = pass_factor(overlap, m.forward_compute_us, m.forward_comm_us, m.blocks);
-  m.backward_factor = pass_factor(overlap, m.backward_compute_us, m.backward_comm_us, m.blocks);
+  m.output_factor.assign(g.outputs.size(), 1.0);
+  m.output_launch_share.assign(g.outputs.size(), 1.0);
+  m.launch_us = sm.model->hw.collective_launch_us;
+  if (mesh.size() <= 1) return m;
+  register_all_rules();
 
   // Which values exist before the step needs them, and which only feed gradient outputs.
   std::vector<char> prefetchable(n, 0), feeds_grads_only(n, 0);
   std::vector<std::vector<int32_t>> users(n);
   std::vector<int> grad_uses(n, 0), other_output(n, 0);
+  std::vector<std::string> fqns;
   for (size_t c = 0; c < n; ++c) {
     const Node& node = g.nodes[c];
     const std::vector<TensorRef> refs = node.tensor_inputs();
@@ -123,6 +113,7 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
     } else if (node.role == NodeRole::Compute && !refs.empty()) {
       prefetchable[c] = std::all_of(refs.begin(), refs.end(), [&](const TensorRef& r) { return prefetchable[r.node]; });
     }
+    if (node.role == NodeRole::Parameter && !node.outputs.empty() && node.outputs[0]) fqns.push_back(node.fqn);
   }
   for (const GraphOutput& o : g.outputs) (o.role == GraphOutput::Role::Grad ? grad_uses : other_output)[o.ref.node] += 1;
   for (size_t k = n; k-- > 0;) {
@@ -131,17 +122,54 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
     if (other_output[k] || (users[k].empty() && grad_uses[k] == 0)) continue;
     feeds_grads_only[k] = std::all_of(users[k].begin(), users[k].end(), [&](int32_t u) { return feeds_grads_only[u]; });
   }
+  m.blocks = count_blocks(fqns);
+  const double share = fqns.empty() ? 1.0 : std::min(1.0, static_cast<double>(m.blocks) / fqns.size());
+
+  // The reference: compute at the cheapest strategies, communication of a fully sharded plan
+  // (bucketed as the runtime buckets it).
+  const Layout replicated = replicate_layout(mesh.ndim());
+  Layout partial(static_cast<size_t>(mesh.ndim()), Placement::partial());
+  auto bucketed_us = [&](const TensorMeta& meta, const Layout& from, const Layout& to) {
+    return charged_time_us(cache.time_us(meta, from, to), cache.collectives(meta, from, to), m.launch_us, share, 1.0);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.role == NodeRole::Compute && !sm.strategies[i].empty()) {
+      double cheapest = std::numeric_limits<double>::infinity();
+      for (const Strategy& s : sm.strategies[i]) cheapest = std::min(cheapest, s.compute_us);
+      (node.phase == Phase::Backward ? m.backward_compute_us : m.forward_compute_us) += cheapest;
+    }
+    if (node.role != NodeRole::Parameter || node.outputs.empty() || !node.outputs[0]) continue;
+    const TensorMeta& meta = *node.outputs[0];
+    const Layout sharded = most_sharded(meta, mesh);
+    if (num_shards(sharded, mesh) <= 1) continue;
+    const double gather = bucketed_us(meta, sharded, replicated);
+    m.forward_comm_us += gather;
+    m.backward_comm_us += gather + bucketed_us(meta, partial, sharded);
+  }
+  const double overlap = sm.model->hw.comm_overlap;
+  m.forward_factor = pass_factor(overlap, m.forward_compute_us, m.forward_comm_us, m.blocks);
+  m.backward_factor = pass_factor(overlap, m.backward_compute_us, m.backward_comm_us, m.blocks);
+
   for (size_t c = 0; c < n; ++c) {
     const Node& node = g.nodes[c];
     const double pass = node.phase == Phase::Backward ? m.backward_factor : m.forward_factor;
     const std::vector<TensorRef> refs = node.tensor_inputs();
     for (size_t a = 0; a < refs.size(); ++a) {
-      if (prefetchable[refs[a].node]) m.input_factor[c][a] = pass;
-      else if (feeds_grads_only[c]) m.input_factor[c][a] = m.backward_factor;
+      if (prefetchable[refs[a].node]) {
+        m.input_factor[c][a] = pass;
+        m.input_launch_share[c][a] = share;
+      } else if (feeds_grads_only[c]) {
+        m.input_factor[c][a] = m.backward_factor;
+        m.input_launch_share[c][a] = share;
+      }
     }
   }
   for (size_t j = 0; j < g.outputs.size(); ++j)
-    if (g.outputs[j].role == GraphOutput::Role::Grad) m.output_factor[j] = m.backward_factor;
+    if (g.outputs[j].role == GraphOutput::Role::Grad) {
+      m.output_factor[j] = m.backward_factor;
+      m.output_launch_share[j] = share;
+    }
   return m;
 }
 
