@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Score `autoshard solve` on the derived instances of bench/derive_instances.py (issue 12).
+
+Two steps, both on the folder the derive script wrote (default /tmp/autoshard_derived):
+
+    python3 bench/derived.py --refs                  # references -> DIR/refs.json (long runs)
+    python3 bench/derived.py --time-scale 0.25       # score runs at 25% of each time limit
+
+Reference per instance: up to --exact-nodes nodes, `solve --exact` for --exact-limit s (a
+proven optimum when it finishes); otherwise, or when that proves nothing, the best cost of
+a run at --ref-scale x the instance's time limit. The best lower bound seen by any run is
+kept too, so "gap" (cost / lower bound - 1) is a reference-free measure. Reruns only
+improve refs.json (best cost, highest bound); a score run that beats the reference updates
+it as well and shows a score above 1 (the reference was weak).
+
+Every plan is checked here, independently of the solver: the solution file is re-evaluated
+(cost, every strategy in range and finite, memory at every time point); a plan failing that
+scores 0 and is flagged INVALID.
+"""
+
+import argparse
+import fnmatch
+import gzip
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from iopddl import field, find_cli, run_one  # noqa: E402
+
+INF = 10**18
+DEFAULT_DIR = Path("/tmp/autoshard_derived")
+
+
+def load(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)["problem"]
+
+
+def evaluate(p, sol):
+    """(cost, None) for a valid plan, else (None, reason). Budgets (planner problems) are
+    checked too: low <= sum of the chosen per-node bytes <= high."""
+    costs, usages, iv = p["nodes"]["costs"], p["nodes"]["usages"], p["nodes"]["intervals"]
+    if len(sol) != len(costs):
+        return None, f"{len(sol)} entries for {len(costs)} nodes"
+    total = 0
+    delta = {}
+    for i, s in enumerate(sol):
+        if not 0 <= s < len(costs[i]) or costs[i][s] >= INF:
+            return None, f"node {i}: strategy {s} out of range or infeasible"
+        total += costs[i][s]
+        a, b = iv[i]
+        if a < b and usages[i][s]:
+            delta[a] = delta.get(a, 0) + usages[i][s]
+            delta[b] = delta.get(b, 0) - usages[i][s]
+    for (u, v), m in zip(p["edges"]["nodes"], p["edges"]["costs"]):
+        c = m[sol[u] * len(costs[v]) + sol[v]]
+        if c >= INF:
+            return None, f"edge ({u},{v}): infeasible pair"
+        total += c
+    cur = 0
+    for t in sorted(delta):
+        cur += delta[t]
+        if cur > p["usage_limit"]:
+            return None, f"memory {cur} > {p['usage_limit']} at t={t}"
+    for b in p.get("budgets", []) or []:
+        # Same shape as docs/formats.md section 4; skipped silently if it differs.
+        try:
+            used = sum(b["usages"][i][sol[i]] for i in range(len(sol)) if b["usages"][i])
+            if used < b.get("low", 0) or ("high" in b and b["high"] is not None and used > b["high"]):
+                return None, f"budget {used} outside [{b.get('low')}, {b.get('high')}]"
+        except (KeyError, TypeError, IndexError):
+            pass
+    return total, None
+
+
+def solve(cli, path, limit, extra):
+    """Runs the solver with --out; returns dict(cost, lb, wall, status, invalid)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sol.json"
+        rc, stdout, err, wall, _ = run_one(cli, path, limit, extra + ["--out", str(out)])
+        lb_s = field(stdout, "lower bound")
+        res = {"wall": wall, "lb": float(lb_s) if lb_s not in (None, "none") else None,
+               "cost": None, "status": field(stdout, "status") or "", "invalid": None}
+        if "proven optimal" in stdout:
+            res["status"] = "proven optimal"
+        if rc != 0 or not out.exists():
+            res["status"] = f"rc={rc} " + (err.strip().splitlines()[-1] if err.strip() else "no plan")
+            return res
+        sol = json.loads(out.read_text())["solution"]
+    cost, why = evaluate(load(path), sol)
+    if cost is None:
+        res["invalid"] = why
+        res["status"] = "INVALID: " + why
+        return res
+    reported = field(stdout, "cost")
+    if reported is not None and abs(float(reported) - cost) > 0.5:
+        res["status"] += f" (solver said {reported}, recomputed {cost})"
+    res["cost"] = cost
+    return res
+
+
+def merge_ref(refs, name, res, kind):
+    """Keeps the best cost and the highest lower bound over all runs."""
+    r = refs.setdefault(name, {"cost": None, "lb": None, "kind": None})
+    if res["cost"] is not None and (r["cost"] is None or res["cost"] < r["cost"]):
+        r["cost"], r["kind"] = res["cost"], kind
+    if res["lb"] is not None and (r["lb"] is None or res["lb"] > r["lb"]):
+        r["lb"] = res["lb"]
+    if r["cost"] is not None and r["lb"] is not None and r["lb"] >= r["cost"] - 0.25:
+        r["kind"] = "optimal"
+
+
+def select(manifest, only, max_nodes):
+    names = sorted(manifest)
+    if only:
+        pats = [s.strip() for s in only.split(",") if s.strip()]
+        names = [n for n in names if any(fnmatch.fnmatch(n, p if "*" in p else f"*{p}*") for p in pats)]
+    return [n for n in names if manifest[n]["nodes"] <= max_nodes]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default=str(DEFAULT_DIR), help="folder of derive_instances.py")
+    ap.add_argument("--only", help="comma list of name substrings or globs, e.g. B-,sub500")
+    ap.add_argument("--max-nodes", type=int, default=10**9, help="skip instances with more nodes")
+    ap.add_argument("--cli", help="autoshard-cli path (default as bench/iopddl.py)")
+    ap.add_argument("--extra", action="append", default=[], help="extra option passed to solve (repeatable)")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="multiply every time limit")
+    ap.add_argument("--refs", action="store_true", help="compute references instead of scoring")
+    ap.add_argument("--exact-nodes", type=int, default=5000, help="--refs: try --exact up to this many nodes")
+    ap.add_argument("--exact-limit", type=float, default=120, help="--refs: seconds for the exact run")
+    ap.add_argument("--ref-scale", type=float, default=2.0, help="--refs: long run at this x the time limit")
+    ap.add_argument("--json-out", help="also write the per-instance results there")
+    args = ap.parse_args(argv)
+    d = Path(args.dir)
+    manifest = json.loads((d / "manifest.json").read_text())
+    refs_path = d / "refs.json"
+    refs = json.loads(refs_path.read_text()) if refs_path.exists() else {}
+    cli = find_cli(args.cli)
+    names = select(manifest, args.only, args.max_nodes)
+
+    if args.refs:
+        for name in names:
+            m = manifest[name]
+            if m["nodes"] <= args.exact_nodes:
+                res = solve(cli, d / name, args.exact_limit, ["--exact"])
+                merge_ref(refs, name, res, f"exact {args.exact_limit:g}s")
+                print(f"{name}: exact -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)", flush=True)
+            if refs.get(name, {}).get("kind") != "optimal":
+                limit = m["time_limit"] * args.ref_scale
+                res = solve(cli, d / name, limit, [])
+                merge_ref(refs, name, res, f"run {limit:g}s")
+                print(f"{name}: long run -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)", flush=True)
+            refs_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
+        return 0
+
+    print(f"solver: {' '.join(cli)}   time scale: {args.time_scale:g}   extra: {' '.join(args.extra) or '-'}")
+    hdr = (f"{'instance':22} {'nodes':>6} {'S':>4} {'limit':>6} {'cost':>18} {'reference':>18} {'ref':>8} "
+           f"{'score':>7} {'gap':>8} {'time':>6}  status")
+    print(hdr)
+    print("-" * len(hdr))
+    total, rows = 0.0, []
+    for name in names:
+        m = manifest[name]
+        limit = m["time_limit"] * args.time_scale
+        res = solve(cli, d / name, limit, args.extra)
+        r = refs.get(name, {})
+        ref = r.get("cost")
+        score = 0.0
+        if res["cost"] is not None:
+            score = (ref / res["cost"] if res["cost"] > 0 else 1.0) if ref is not None else float("nan")
+        lb = max([x for x in (res["lb"], r.get("lb")) if x is not None], default=None)
+        gap = (res["cost"] / lb - 1) if res["cost"] is not None and lb else None
+        total += 0.0 if score != score else score
+        kind = {"optimal": "optimum"}.get(r.get("kind"), "best run" if ref is not None else "none")
+        cost_txt = f"{res['cost']:,}" if res["cost"] is not None else "-"
+        ref_txt = f"{ref:,}" if ref is not None else "-"
+        gap_txt = f"{100 * gap:.3f}%" if gap is not None else "-"
+        print(f"{name:22} {m['nodes']:6} {m['max_strategies']:4} {limit:6.1f} {cost_txt:>18} {ref_txt:>18} "
+              f"{kind:>8} {score:7.4f} {gap_txt:>8} {res['wall']:6.1f}  {res['status']}", flush=True)
+        rows.append(dict(name=name, limit=limit, score=score, gap=gap, ref=ref, ref_kind=kind, **res))
+        merge_ref(refs, name, res, f"score run {limit:g}s")
+    refs_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
+    print(f"total score: {total:.4f} / {len(names)}   below 0.99: "
+          f"{sum(1 for r in rows if r['score'] < 0.99)}   invalid: {sum(1 for r in rows if r['invalid'])}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
