@@ -19,17 +19,15 @@ Usage: torchrun --standalone --nproc-per-node 4 comm_count_worker.py CONFIG.json
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import traceback
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Partial, Shard
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from scenario_runner import run_scenarios
 
 from autoshard.placements import layout_to_strs
 from autoshard.runtime import StepRunner
@@ -254,22 +252,5 @@ def _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
             "report": plan.get("report", "")}
 
 
-def main() -> None:
-    cfg_path, out_dir = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    results = []
-    for sc in json.load(open(cfg_path)):
-        try:
-            results.append(run(sc, rank))
-        except Exception as e:  # reported to the pytest side with the traceback
-            results.append({"name": sc["name"], "ok": False, "error": repr(e),
-                            "traceback": traceback.format_exc()})
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit(run_scenarios(run))

@@ -8,18 +8,16 @@ scenario (errors included, so the pytest side can report them).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import sys
 import time
-import traceback
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
+
+from scenario_runner import run_scenarios
 
 from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
 from autoshard.models import MLP, Llama, LlamaConfig
@@ -204,25 +202,8 @@ def run_scenario(sc: dict, rank: int) -> dict:
 
 
 def main() -> int:
-    config_path, out_dir = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
     logging.getLogger("torch").setLevel(logging.ERROR)
-    with open(config_path) as f:
-        scenarios = json.load(f)
-    results = []
-    for sc in scenarios:
-        try:
-            results.append(run_scenario(sc, rank))
-        except Exception as e:  # recorded for the pytest side; other scenarios still run
-            results.append({"name": sc["name"], "ok": False,
-                            "error": f"{type(e).__name__}: {e}",
-                            "traceback": traceback.format_exc()})
-        dist.barrier()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    dist.destroy_process_group()
-    return 0
+    return run_scenarios(run_scenario)
 
 
 if __name__ == "__main__":

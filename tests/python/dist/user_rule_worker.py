@@ -9,19 +9,16 @@ Each scenario: {"name", "mesh", "pin": node names to pin to Shard(0) on every me
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # user_rule_ops
 from user_rule_ops import RowScaleMLP, init_reference  # noqa: E402
+from scenario_runner import run_scenarios  # noqa: E402
 
 from autoshard import AutoParallel  # noqa: E402
 from autoshard.apply import load_full_state_dict, local_inputs  # noqa: E402
@@ -70,25 +67,5 @@ def run_scenario(sc: dict) -> dict:
             "warnings": dict(parallel._autoshard_runner.warnings)}
 
 
-def main() -> int:
-    config_path, out_dir = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    with open(config_path) as f:
-        scenarios = json.load(f)
-    results = []
-    for sc in scenarios:
-        try:
-            results.append(run_scenario(sc))
-        except Exception as e:  # recorded for the pytest side; other scenarios still run
-            results.append({"name": sc["name"], "ok": False, "error": f"{type(e).__name__}: {e}",
-                            "traceback": traceback.format_exc()})
-        dist.barrier()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    dist.destroy_process_group()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_scenarios(lambda sc, rank: run_scenario(sc)))
