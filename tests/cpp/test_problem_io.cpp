@@ -185,3 +185,15 @@ TEST(Evaluate, InfeasibleChoicesBudgetsAndMalformedPlans) {
   EXPECT_FALSE(evaluate(p, {0, 3}).well_formed);
   EXPECT_FALSE(evaluate(p, {-1, 0}).valid);
 }
+
+TEST(ProblemIo, IntegerCostsProveOptimalityOnceTheRoundedUpBoundMeetsTheCost) {
+  // The optimum of an integer problem is an integer >= the bound: a bound 0.6 below the
+  // cost leaves no cheaper plan; a whole unit below does.
+  EXPECT_TRUE(bound_proves_optimal(532844, 532843.4, true));
+  EXPECT_TRUE(bound_proves_optimal(532844, 532844, true));
+  EXPECT_FALSE(bound_proves_optimal(532844, 532843, true));
+  EXPECT_FALSE(bound_proves_optimal(532844, 532843.2, true));  // within the noise allowance of a unit
+  // fractional costs: only floating-point noise is forgiven
+  EXPECT_FALSE(bound_proves_optimal(532844, 532843.4, false));
+  EXPECT_TRUE(bound_proves_optimal(532844, 532844 - 1e-6, false));
+}

@@ -35,6 +35,14 @@ inline Cost optimality_tolerance(Cost cost, bool integer_costs) {
   return integer_costs && rel > 0.25 ? 0.25 : rel;
 }
 
+// Whether a lower bound proves a plan of `cost` optimal. With integer costs the optimum is an
+// integer at or above the bound, so a gap of less than one unit (less the noise allowed
+// above) leaves no cheaper plan: the bound, rounded up, meets the cost.
+inline bool bound_proves_optimal(Cost cost, Cost lower_bound, bool integer_costs) {
+  if (integer_costs) return cost - lower_bound < 1 - optimality_tolerance(1e300, true);
+  return cost - lower_bound <= optimality_tolerance(cost, false);
+}
+
 struct Interval {
   int64_t start = 0;  // inclusive
   int64_t end = 0;    // exclusive; end == start means never live

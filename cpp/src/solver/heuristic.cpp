@@ -136,7 +136,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     detail::MemoryProfile memory(g, red.reduced.usage_limit);
     memory.reset(o.best);
     result.peak_usage = memory.peak();
-    result.proven_optimal = result.cost - result.lower_bound <= optimality_tolerance(result.cost, integer_costs);
+    result.proven_optimal = bound_proves_optimal(result.cost, result.lower_bound, integer_costs);
     result.status = result.proven_optimal ? "optimal" : o.stopped_by;
   } else {
     result.status = "no valid plan found within the time limit";

@@ -330,7 +330,7 @@ SearchOutcome Search::run() {
       std::fprintf(stderr, "\n");
     }
     if (!out_.best.empty() &&
-        out_.best_cost - out_.lower_bound <= optimality_tolerance(out_.best_cost, config_.integer_costs)) {
+        bound_proves_optimal(out_.best_cost, out_.lower_bound, config_.integer_costs)) {
       out_.stopped_by = "proven optimal";
       if (stop_.proven) stop_.proven->store(true);
       break;

@@ -171,7 +171,7 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
   }
   if (best.found) {
     best.lower_bound = std::min(best.lower_bound, best.cost);
-    if (best.lower_bound >= best.cost) best.proven_optimal = true;
+    if (bound_proves_optimal(best.cost, best.lower_bound, has_integer_costs(problem))) best.proven_optimal = true;
     if (best.proven_optimal) { best.status = "optimal"; best.lower_bound = best.cost; }
     else if (within_gap(best, options.gap_tolerance)) best.status = "gap tolerance";
     // A later stage that found nothing must not label the plan an earlier stage found.
