@@ -5,17 +5,13 @@
 #include "autoshard/graph.h"
 
 #include "test_data_paths.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 
 namespace {
 std::string parse_error(const std::string& text) {
-  try {
-    parse_graph(parse_json(text));
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return error_of([&] { parse_graph(parse_json(text)); });
 }
 
 const char* kHead = R"({"version": 1, "nodes": [

@@ -8,6 +8,7 @@
 #include "autoshard/layout.h"
 #include "autoshard/rules.h"
 #include "autoshard/strategy.h"
+#include "test_planner_util.h"
 
 using namespace autoshard;
 
@@ -30,12 +31,7 @@ const char* kBatchRows = R"J([{"outputs": ["R"], "inputs": ["R", "R"]},
                              {"outputs": ["S(0)"], "inputs": ["S(0)", "R"]}])J";
 
 std::string parse_error(const std::string& text) {
-  try {
-    parse_graph(parse_json(text));
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return error_of([&] { parse_graph(parse_json(text)); });
 }
 
 std::set<std::string> strategy_strs(const std::vector<Strategy>& s) {
