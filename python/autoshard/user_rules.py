@@ -189,15 +189,19 @@ def _row(returned: Any, index: int, outs: list, ins: list, what: str) -> dict:
 
 
 def _placement_str(p: Any, tensor: torch.Tensor, what: str) -> str:
+    """The planner's string of ``p`` (placements.placement_to_str) once it is checked
+    against the tensor it places: a Shard dim in range (negative ones counted from the end),
+    and only the placements autoshard plans with."""
+    from .placements import placement_to_str
+
     if type(p) is Shard:
         d = p.dim + tensor.ndim if p.dim < 0 else p.dim
         if not 0 <= d < tensor.ndim:
             raise ValueError(f"{what}: Shard({p.dim}) is out of range for a tensor with "
                              f"{tensor.ndim} dim(s) (shape {list(tensor.shape)})")
-        return f"S({d})"
-    if type(p) is Replicate:
-        return "R"
-    if type(p) is Partial and p.reduce_op in ("sum", "avg", "max", "min"):
-        return f"P({p.reduce_op})"
+        return placement_to_str(Shard(d))
+    if type(p) is Replicate or (type(p) is Partial
+                                and p.reduce_op in ("sum", "avg", "max", "min")):
+        return placement_to_str(p)
     raise ValueError(f"{what}: {p!r} is not supported by autoshard (only Shard(d), Replicate() "
                      "and Partial with sum, avg, max or min)")
