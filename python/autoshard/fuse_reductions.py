@@ -29,7 +29,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .program import OUTSIDE, is_collective, is_wait, op_name
+from .program import OUTSIDE, is_collective, is_wait, op_name, wait_of
 
 # all-reduces at most this many elements are merged: for them the fixed cost of a round
 # trip dominates (larger ones are gradient buckets, merged by overlap.bucket_reductions)
@@ -45,13 +45,6 @@ def _sum_all_reduce(n: fx.Node) -> bool:
 def _val(n: fx.Node):
     v = n.meta.get("val") if isinstance(n, fx.Node) else None
     return v if isinstance(v, torch.Tensor) else None
-
-
-def _wait_of(c: fx.Node) -> fx.Node | None:
-    if len(c.users) != 1:
-        return None
-    w = next(iter(c.users))
-    return w if is_wait(w) else None
 
 
 def _reduced_scalar(t: fx.Node) -> fx.Node | None:
@@ -86,7 +79,7 @@ def split_normalised_reductions(gm: fx.GraphModule) -> int:
     g = gm.graph
     done = 0
     for c2 in [n for n in g.nodes if _sum_all_reduce(n)]:
-        w2, d = _wait_of(c2), c2.args[0]
+        w2, d = wait_of(c2), c2.args[0]
         if w2 is None or not isinstance(d, fx.Node) or len(d.users) != 1:
             continue
         found = _linear_operand(d, tuple(c2.args[1:]))
@@ -146,7 +139,7 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list
         cur.clear()
 
     for c in [n for n in gm.graph.nodes if is_collective(n)]:
-        w, v = _wait_of(c), _val(c.args[0])
+        w, v = wait_of(c), _val(c.args[0])
         small = (_sum_all_reduce(c) and w is not None and v is not None
                  and v.numel() <= small_numel)
         if not small:

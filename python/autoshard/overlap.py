@@ -34,7 +34,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .program import OUTSIDE, PARAM_KEY, is_collective, is_wait, op_name, strip_views
+from .program import OUTSIDE, PARAM_KEY, op_name, strip_views, wait_of
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
@@ -51,13 +51,7 @@ def _bytes(node: fx.Node) -> int:
 
 def _pairs(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node]]:
     """(collective, wait) pairs where the wait is the collective's only user."""
-    out = []
-    for n in gm.graph.nodes:
-        if is_collective(n) and len(n.users) == 1:
-            w = next(iter(n.users))
-            if is_wait(w):
-                out.append((n, w))
-    return out
+    return [(n, w) for n in gm.graph.nodes if (w := wait_of(n)) is not None]
 
 
 def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,

@@ -61,6 +61,15 @@ def is_wait(node: fx.Node) -> bool:
     return _is_functional_c10d(node) and op_name(node) == "wait_tensor"
 
 
+def wait_of(node: fx.Node) -> fx.Node | None:
+    """The wait of collective ``node`` when that wait is its only user (the form the passes
+    move and merge), else None."""
+    if not is_collective(node) or len(node.users) != 1:
+        return None
+    w = next(iter(node.users))
+    return w if is_wait(w) else None
+
+
 @dataclass
 class _SavedSpec:
     """How to turn a saved local tensor back into the value the backward nodes read."""
