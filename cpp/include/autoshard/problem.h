@@ -30,16 +30,20 @@ inline constexpr Cost kMaxExactCost = 9007199254740992.0;
 // How far a lower bound may sit below a plan's cost and still prove the plan optimal. It only
 // absorbs floating-point noise in the bound: with integer costs never a whole unit, since a
 // plan one unit cheaper would otherwise be missed while "optimal" is claimed.
+inline constexpr Cost kIntegerNoise = 0.25;  // the most noise forgiven with integer costs
 inline Cost optimality_tolerance(Cost cost, bool integer_costs) {
   const Cost rel = 1e-9 * (cost < 0 ? -cost : cost);
-  return integer_costs && rel > 0.25 ? 0.25 : rel;
+  return integer_costs && rel > kIntegerNoise ? kIntegerNoise : rel;
 }
 
-// Whether a lower bound proves a plan of `cost` optimal. With integer costs the optimum is an
-// integer at or above the bound, so a gap of less than one unit (less the noise allowed
-// above) leaves no cheaper plan: the bound, rounded up, meets the cost.
+// With integer costs the optimum is an integer at or above any lower bound, so a bound less
+// than one unit (less the noise allowed above) below a plan's cost leaves no cheaper plan.
+inline constexpr Cost kIntegerProofGap = 1 - kIntegerNoise;
+
+// Whether a lower bound proves a plan of `cost` optimal: with integer costs, the bound rounded
+// up meets the cost; otherwise it is within floating-point noise of it.
 inline bool bound_proves_optimal(Cost cost, Cost lower_bound, bool integer_costs) {
-  if (integer_costs) return cost - lower_bound < 1 - optimality_tolerance(1e300, true);
+  if (integer_costs) return cost - lower_bound < kIntegerProofGap;
   return cost - lower_bound <= optimality_tolerance(cost, false);
 }
 

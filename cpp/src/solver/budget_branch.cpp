@@ -132,7 +132,7 @@ class Brancher {
   // (a quarter unit with integer costs, where a better plan is a whole unit cheaper;
   // floating-point noise otherwise) or the gap tolerance.
   Cost proof_margin() const {
-    return cfg_.integer_costs ? 0.75 : 1e-9 * std::max(1.0, total(best_cost_));
+    return cfg_.integer_costs ? kIntegerProofGap : 1e-9 * std::max(1.0, total(best_cost_));
   }
   Cost margin() const {
     return std::isfinite(best_cost_) ? std::max(proof_margin(), cfg_.gap_tolerance * total(best_cost_)) : 0.0;

@@ -146,7 +146,7 @@ class BranchAndBound {
   // such bound is what the search proves then.
   bool cannot_improve(double lb) {
     if (std::isinf(*best_cost_)) return std::isinf(lb);
-    const bool proof = m_.integer_costs ? lb > *best_cost_ - 1 + optimality_tolerance(1e300, true)
+    const bool proof = m_.integer_costs ? bound_proves_optimal(*best_cost_, lb, true)
                                         : lb >= *best_cost_ - 1e-9 * std::max(1.0, std::fabs(*best_cost_));
     if (proof) return true;
     if (gap_tolerance_ > 0 && lb >= *best_cost_ - gap_tolerance_ * std::fabs(*best_cost_ + cost_offset_)) {
