@@ -24,11 +24,10 @@ Both keep every rank's collectives in the same order (they depend on the graph o
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx as fx
 
+from .overlap import merge_collectives, propagate_meta
 from .program import OUTSIDE, is_collective, is_wait, op_name, wait_of
 
 # all-reduces at most this many elements are merged: for them the fixed cost of a round
@@ -100,28 +99,13 @@ def split_normalised_reductions(gm: fx.GraphModule) -> int:
 
 def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL) -> int:
     """Rewrite 2 in place; returns how many all-reduces were merged into others."""
-    aten = torch.ops.aten
     g = gm.graph
     merged = 0
     for run in _runs_of_small_reductions(gm, small_numel):
-        last_c = run[-1][0]
-        with g.inserting_before(last_c):
-            flats = [g.call_function(aten.reshape.default, (c.args[0], [-1])) for c, _ in run]
-            coll = g.call_function(last_c.target, (g.call_function(aten.cat.default, (flats,)),
-                                                   *last_c.args[1:]))
-            wait = g.call_function(run[-1][1].target, (coll,))
-            sizes = [int(_val(c.args[0]).numel()) for c, _ in run]
-            split = g.call_function(aten.split_with_sizes.default, (wait, sizes))
-            for k, (c, w) in enumerate(run):
-                piece = g.call_function(operator.getitem, (split, k))
-                w.replace_all_uses_with(g.call_function(
-                    aten.reshape.default, (piece, list(_val(w).shape))))
         members = [(c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c, _ in run]
+        coll = merge_collectives(g, run)
         coll.meta["custom"] = {"autoshard_node": "merged " + ", ".join(map(str, members)),
                                "autoshard_members": members}
-        for c, w in run:
-            g.erase_node(w)
-            g.erase_node(c)
         merged += len(run) - 1
     return _finish(gm, merged)
 
@@ -156,8 +140,6 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list
 
 def _finish(gm: fx.GraphModule, changed: int) -> int:
     if changed:
-        from .overlap import propagate_meta
-
         propagate_meta(gm)
         gm.graph.lint()
         gm.recompile()

@@ -63,7 +63,6 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
     blocks (block_of), so a block's gradients are reduced while earlier blocks' backward
     runs (DDP's and FSDP2's overlap), not all at the end."""
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
-    aten = torch.ops.aten
     output = next(n for n in gm.graph.nodes if n.op == "output")
     out_args = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) \
         else [output.args[0]]
@@ -89,36 +88,42 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
                           else cap)
     merged = [b for b in buckets if len(b) > 1]
     for bucket in merged:
-        last_c = bucket[-1][0]
-        name = op_name(last_c)
-        scatter = name == "reduce_scatter_tensor"
-        group_size = last_c.args[2] if scatter else 1
-        g = gm.graph
-        with g.inserting_before(last_c):
-            # a reduce-scatter splits dim 0 into group_size chunks: each member is laid out as
-            # [group_size, -1] and the bucket concatenated on dim 1, so rank r's chunk of
-            # every member lands in rank r's row
-            flat_shape = [group_size, -1] if scatter else [-1]
-            flats = [g.call_function(aten.reshape.default, (c.args[0], flat_shape))
-                     for c, _, _ in bucket]
-            cat = g.call_function(aten.cat.default, (flats, 1 if scatter else 0))
-            coll = g.call_function(last_c.target, (cat, *last_c.args[1:]))
-            wait = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
+        coll = merge_collectives(gm.graph, [(c, w) for c, w, _ in bucket], split_before=output)
         _label_bucket(coll, [c for c, _, _ in bucket])
-        with g.inserting_before(output):
-            sizes = [int(c.args[0].meta["val"].numel()) // group_size for c, _, _ in bucket]
-            split = g.call_function(aten.split_with_sizes.default,
-                                    (wait, sizes, 1 if scatter else 0))
-            for k, (c, w, _) in enumerate(bucket):
-                piece = g.call_function(operator.getitem, (split, k))
-                shape = list(w.meta["val"].shape)
-                w.replace_all_uses_with(
-                    g.call_function(aten.reshape.default, (piece, shape)))
         # the views between each result and the output now follow the split
         for n in sorted({t for _, _, tail in bucket for t in tail}, key=_position(gm)):
             output.prepend(n)
-        _erase(g, [(c, w) for c, w, _ in bucket])
     return _finish(gm, merged)
+
+
+def merge_collectives(g: fx.Graph, pairs: list, split_before: fx.Node | None = None) -> fx.Node:
+    """One collective in place of the reductions ``pairs`` ((collective, wait), same op and
+    group, in traced order): their inputs flattened and concatenated where the last one was
+    issued, its result split back right after its wait (or just before ``split_before``) and
+    each piece reshaped to what its old wait held; the old pairs are erased. Returns the new
+    collective."""
+    aten = torch.ops.aten
+    last_c = pairs[-1][0]
+    scatter = op_name(last_c) == "reduce_scatter_tensor"
+    group_size = last_c.args[2] if scatter else 1
+    with g.inserting_before(last_c):
+        # a reduce-scatter splits dim 0 into group_size chunks: each member is laid out as
+        # [group_size, -1] and the bucket concatenated on dim 1, so rank r's chunk of every
+        # member lands in rank r's row
+        flat_shape = [group_size, -1] if scatter else [-1]
+        flats = [g.call_function(aten.reshape.default, (c.args[0], flat_shape)) for c, _ in pairs]
+        cat = g.call_function(aten.cat.default, (flats, 1 if scatter else 0))
+        coll = g.call_function(last_c.target, (cat, *last_c.args[1:]))
+        wait = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
+    with g.inserting_before(split_before if split_before is not None else last_c):
+        sizes = [int(c.args[0].meta["val"].numel()) // group_size for c, _ in pairs]
+        split = g.call_function(aten.split_with_sizes.default, (wait, sizes, 1 if scatter else 0))
+        for k, (_, w) in enumerate(pairs):
+            piece = g.call_function(operator.getitem, (split, k))
+            w.replace_all_uses_with(
+                g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape))))
+    _erase(g, pairs)
+    return coll
 
 
 # ops that only reshape, copy or slice a gradient on its way out (a partial gradient reduced
