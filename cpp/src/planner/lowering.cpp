@@ -93,11 +93,13 @@ class Lowerer {
       if (opt_.limits && a % 64 == 63) opt_.limits->check_time("building the cost table of " + what);
       for (size_t b = 0; b < rv.size(); ++b) {
         const int32_t from = u_to_v ? ru[a] : rv[b], to = u_to_v ? rv[b] : ru[a];
+        // the call count only matters where a launch is shared (most edges pay it in full)
+        const int calls = launch_share < 1 ? cache_.collectives(meta_id, from, to) : 0;
         table[a * rv.size() + b] =
             same_layout_only && ru[a] != rv[b]
                 ? kInfeasibleCost
-                : charged_time_us(cache_.time_us(meta_id, from, to), cache_.collectives(meta_id, from, to),
-                                  lp_.overlap.launch_us, launch_share, exposed);
+                : charged_time_us(cache_.time_us(meta_id, from, to), calls, lp_.overlap.launch_us, launch_share,
+                                  exposed);
       }
     }
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
