@@ -236,23 +236,25 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
     binder: InputBinder = module._autoshard_binder
     flat = binder.flatten(args, kwargs)
     check_inputs(module._autoshard_runner, flat, binder.labels())
-    param_locals, buffer_locals = _state_locals(module)
+    buffer_locals = _buffer_locals(module)
     _warn_if_uninitialised(module)
     runner, get_program, joint = step_for_current_mode(module, flat)
     step = runner.step
     if not joint:  # eval / no_grad / inference_mode: the forward alone, no autograd graph
         with torch.no_grad():
             if module._autoshard_runtime == "interpret":
-                outs = runner.run_forward(param_locals, buffer_locals, flat)[0]
+                outs = runner.run_forward(_param_locals(module), buffer_locals, flat)[0]
             else:
                 program = get_program()
                 check_random_states_once(program, runner)
-                tensors = [v for v in (*param_locals, *buffer_locals, *flat)
+                params = [p._local_tensor for p in _state_params(module)]
+                tensors = [v for v in (*params, *buffer_locals, *flat)
                            if isinstance(v, torch.Tensor)]
                 local_outs = program.fwd(*tensors)[:program.n_outputs]
                 outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
                         for s in program.output_slots]
     elif module._autoshard_runtime == "interpret":
+        param_locals = _param_locals(module)
         outs = _StepFunction.apply(runner, len(param_locals), len(buffer_locals),
                                    *param_locals, *buffer_locals, *flat)
     else:
@@ -260,9 +262,17 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
 
         program = get_program()
         check_random_states_once(program, runner)
-        tensors = [v for v in (*param_locals, *buffer_locals, *flat)
-                   if isinstance(v, torch.Tensor)]
-        local_outs = ProgramFunction.apply(program, *tensors)
+        # Eager: the parameters go in as DTensors; ProgramFunction unwraps them and wraps
+        # their gradients itself, cheaper than an autograd to_local / from_local pair per
+        # parameter. Under torch.compile (Dynamo cannot pass DTensor specs through an
+        # autograd.Function), their local shards.
+        if torch.compiler.is_compiling():
+            params, n_dtensors = _param_locals(module), 0
+        else:
+            params = _state_params(module)
+            n_dtensors = len(params)
+        tensors = [v for v in (*params, *buffer_locals, *flat) if isinstance(v, torch.Tensor)]
+        local_outs = ProgramFunction.apply(program, n_dtensors, *tensors)
         outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
                 for s in program.output_slots]
     if len(outs) == step.num_forward_outputs:
@@ -277,20 +287,31 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
     return tuple(outs)
 
 
-def _state_locals(module: nn.Module) -> tuple[list, list]:
-    """The local shards of the parameters and buffers, in the traced order."""
+def _state_params(module: nn.Module) -> list[DTensor]:
+    """The parameters (DTensors) in the traced order."""
     params = dict(module.named_parameters(remove_duplicate=False))
-    buffers = dict(module.named_buffers(remove_duplicate=False))
-    param_locals = []
-    for fqn in module._autoshard_param_order:
-        p = params[fqn]
+    out = [params[fqn] for fqn in module._autoshard_param_order]
+    for fqn, p in zip(module._autoshard_param_order, out):
         if p.device.type == "meta":
             raise RuntimeError(f"parameter {fqn} is still on the meta device: call "
                                "module.to_empty(device=...) and initialise or load the "
                                "weights before running the module")
-        param_locals.append(p.to_local())
-    buffer_locals = [buffers[f].to_local() for f in module._autoshard_buffer_order]
-    return param_locals, buffer_locals
+    return out
+
+
+def _param_locals(module: nn.Module) -> list[torch.Tensor]:
+    """The parameters' local shards, differentiable (gradients reach the DTensor ``.grad``)."""
+    return [p.to_local() for p in _state_params(module)]
+
+
+def _buffer_locals(module: nn.Module) -> list[torch.Tensor]:
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    return [buffers[f].to_local() for f in module._autoshard_buffer_order]
+
+
+def _state_locals(module: nn.Module) -> tuple[list, list]:
+    """The local shards of the parameters and buffers, in the traced order."""
+    return _param_locals(module), _buffer_locals(module)
 
 
 def _program(module: nn.Module, flat_inputs: list | None = None):

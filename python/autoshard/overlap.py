@@ -39,6 +39,7 @@ from .program import OUTSIDE, PARAM_KEY, op_name, strip_views, wait_of
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
 FIRST_BUCKET_BYTES = 1 << 20      # DDP's first bucket: small, so reductions start early
+SMALL_GROUP_BYTES = 1 << 20       # a block's collectives below this join the next block's
 _PREFETCHED = {"all_gather_into_tensor", "all_to_all_single",
                "all_gather_into_tensor_coalesced"}
 
@@ -80,11 +81,13 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
         outs = [k for k, a in enumerate(out_args) if a is w or a in tail]
         param = grad_of[outs[0]] if grad_of and outs and outs[0] < len(grad_of) else None
         keyed.append(((name, *c.args[1:], src.dtype, block_of(param)), (c, w, tail)))
+    groups = _join_small(_per_key_within_blocks(keyed), lambda m: _bytes(m[0].args[0]))
     buckets = []
-    for members in _per_key_within_blocks(keyed):
-        # the very first bucket of the graph is the small one
+    for members in groups:
+        # with no blocks to overlap with, the graph's first bucket is a small one (DDP's
+        # first bucket), so that some reduction starts before the whole backward is done
         buckets += _split(members, lambda m: _bytes(m[0].args[0]),
-                          lambda k: min(cap, FIRST_BUCKET_BYTES) if not buckets and k == 0
+                          lambda k: min(cap, FIRST_BUCKET_BYTES) if len(groups) == 1 and k == 0
                           else cap)
     merged = [b for b in buckets if len(b) > 1]
     for bucket in merged:
@@ -98,15 +101,19 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
 
 def merge_collectives(g: fx.Graph, pairs: list, split_before: fx.Node | None = None) -> fx.Node:
     """One collective in place of the reductions ``pairs`` ((collective, wait), same op and
-    group, in traced order): their inputs flattened and concatenated where the last one was
-    issued, its result split back right after its wait (or just before ``split_before``) and
+    group, in traced order): their inputs flattened and concatenated right after the last
+    one is computed, the merged collective issued there, its result split back right after its wait (or just before ``split_before``) and
     each piece reshaped to what its old wait held; the old pairs are erased. Returns the new
     collective."""
     aten = torch.ops.aten
     last_c = pairs[-1][0]
     scatter = op_name(last_c) == "reduce_scatter_tensor"
     group_size = last_c.args[2] if scatter else 1
-    with g.inserting_before(last_c):
+    # the flattening and concatenation go right after the last input is computed, so that
+    # the scheduler can start the merged collective there (it moves collectives, not these)
+    order = {n: i for i, n in enumerate(g.nodes)}
+    last_input = max((c.args[0] for c, _ in pairs), key=order.__getitem__)
+    with g.inserting_before(last_input.next):
         # a reduce-scatter splits dim 0 into group_size chunks: each member is laid out as
         # [group_size, -1] and the bucket concatenated on dim 1, so rank r's chunk of every
         # member lands in rank r's row
@@ -173,7 +180,7 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
             continue
         block = block_of(_input_source(c.args[0]).meta.get(PARAM_KEY))
         keyed.append(((*c.args[1:], src.dtype, block), (c, w)))
-    merged = [b for run in _runs(keyed)
+    merged = [b for run in _join_small(_runs(keyed), lambda m: _bytes(m[0]))
               for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap) if len(b) > 1]
     last_input = [n for n in g.nodes if n.op == "placeholder"][-1]
     _hoist_copy_chains(last_input, [c.args[0] for b in merged for c, _ in b])
@@ -257,13 +264,14 @@ def _reads_an_input(n: fx.Node) -> bool:
     return _input_source(n).op == "placeholder"
 
 
-def _runs(keyed: list[tuple]) -> list[list]:
-    """The members of consecutive (key, member) pairs with equal keys, run by run: a
+def _runs(keyed: list[tuple]) -> list[tuple]:
+    """(key, members) of each run of consecutive (key, member) pairs with equal keys: a
     bucket only merges collectives that follow one another with the same key."""
-    return [[m for _, m in run] for _, run in itertools.groupby(keyed, key=lambda km: km[0])]
+    return [(key, [m for _, m in run]) for key, run in itertools.groupby(keyed,
+                                                                        key=lambda km: km[0])]
 
 
-def _per_key_within_blocks(keyed: list[tuple]) -> list[list]:
+def _per_key_within_blocks(keyed: list[tuple]) -> list[tuple]:
     """Like _runs, but a block's reductions of different kinds may alternate (a weight's
     gradient all-reduced, the next norm scale's reduce-scattered): within each run of one
     block, the members of each key form one group, in traced order, so the alternation does
@@ -274,8 +282,23 @@ def _per_key_within_blocks(keyed: list[tuple]) -> list[list]:
         by_key: dict = {}
         for key, member in run[1]:
             by_key.setdefault(key, []).append(member)
-        groups += by_key.values()
+        groups += by_key.items()
     return groups
+
+
+def _join_small(groups: list[tuple], size_of) -> list[list]:
+    """The members of each group ((key, members), key = (..., block)), where a group of
+    fewer than SMALL_GROUP_BYTES joins the next group of the same kind (key with the block
+    left out), so a small model's or a small block's collectives do not each pay a call's
+    fixed cost: a few hundred microseconds on gloo, more than sending that little data."""
+    out: list[tuple] = []
+    for key, members in groups:
+        if out and out[-1][0] == key[:-1] \
+                and sum(size_of(m) for m in out[-1][1]) < SMALL_GROUP_BYTES:
+            out[-1] = (key[:-1], out[-1][1] + members)
+        else:
+            out.append((key[:-1], list(members)))
+    return [members for _, members in out]
 
 
 def _split(members: list, size_of, limit) -> list[list]:

@@ -25,6 +25,7 @@ in their parameters' layouts (tests compare these with the plan's redistribution
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -277,30 +278,10 @@ def _mark_parameters(fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, fqns: list[
             node.meta[PARAM_KEY] = fqn
 
 
-_IDENTITY_CANDIDATES = ("view", "reshape", "_unsafe_view", "alias", "detach")
-
-
 def _tidy(gm: fx.GraphModule) -> None:
-    _drop_identity_views(gm)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
+    from .simplify import simplify
 
-
-def _drop_identity_views(gm: fx.GraphModule) -> None:
-    """Remove views that change nothing (same shape and strides as their input: DTensor's
-    to_local / from_local leave one per tensor per use, ~2 per parameter per step) and
-    detaches (the graphs run without autograd); each is a dispatched op at run time. A
-    graph output that was such a view becomes its source."""
-    for n in list(gm.graph.nodes):
-        if op_name(n) not in _IDENTITY_CANDIDATES or not isinstance(n.args[0], fx.Node):
-            continue
-        src, val = n.args[0].meta.get("val"), n.meta.get("val")
-        if not isinstance(src, torch.Tensor) or not isinstance(val, torch.Tensor):
-            continue
-        if op_name(n) != "detach" and (src.shape != val.shape or src.stride() != val.stride()):
-            continue
-        n.replace_all_uses_with(n.args[0])
-        gm.graph.erase_node(n)
+    simplify(gm)
 
 
 def _output_slots(outs: list) -> list:
@@ -332,15 +313,20 @@ def compile_program(program: LocalProgram) -> LocalProgram:
 
 
 class ProgramFunction(torch.autograd.Function):
-    """The step as one autograd node running the lowered program: inputs are the local
-    shards of parameters (``DTensor.to_local``, so gradients reach the DTensor ``.grad``),
-    buffers and the user's tensor inputs; outputs are the local module outputs."""
+    """The step as one autograd node running the lowered program. Inputs: the parameters
+    (the first ``n_dtensors`` as DTensors, or all as local shards), the buffers' local
+    shards and the user's tensor inputs; outputs are the local module outputs. The program
+    runs on the parameters' local shards; the gradients of DTensor inputs (already in the
+    parameters' layouts) go back as DTensors with the parameters' specs."""
 
     @staticmethod
-    def forward(ctx, program: LocalProgram, *tensors):
-        results = program.fwd(*tensors)
+    def forward(ctx, program: LocalProgram, n_dtensors: int, *tensors):
+        params = tensors[:n_dtensors]
+        local = [p._local_tensor for p in params]
+        results = program.fwd(*local, *tensors[n_dtensors:])
         outs, saved = results[:program.n_outputs], results[program.n_outputs:]
         ctx.program = program
+        ctx.param_specs = [p._spec for p in params]
         ctx.save_for_backward(*saved)
         mark_integer_outputs(ctx, outs)
         return tuple(outs)
@@ -349,6 +335,10 @@ class ProgramFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         program: LocalProgram = ctx.program
         grads = [g.contiguous() for g in grads]
-        results = program.bwd(*ctx.saved_tensors, *grads)
-        return (None, *results)
-
+        results = list(program.bwd(*ctx.saved_tensors, *grads))
+        for i, spec in enumerate(ctx.param_specs):
+            if results[i] is not None:
+                # the spec is copied so that sharding propagation on the gradient can never
+                # change the parameter's
+                results[i] = DTensor(results[i], copy.copy(spec), requires_grad=False)
+        return (None, None, *results)

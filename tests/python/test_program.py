@@ -40,12 +40,15 @@ def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0, budget=None, dim=16)
     return par, autop.step
 
 
-@pytest.fixture(scope="module", params=[0, None], ids=["unbucketed", "bucketed"])
+# bucketed: blocks of 4 MiB of weights, so that each block keeps its own bucket (a smaller
+# block's collectives join the next block's: overlap.SMALL_GROUP_BYTES)
+@pytest.fixture(scope="module", params=[(0, 16), (None, 512)], ids=["unbucketed", "bucketed"])
 def mlp_program(request):
     if not hasattr(_core, "plan_graph"):
         pytest.skip("the C++ planner (_core.plan_graph) is not built")
+    bucket_bytes, dim = request.param
     with fake_world((4,), device_type="cpu") as mesh:
-        par, step = _fsdp_module(mesh, bucket_bytes=request.param)
+        par, step = _fsdp_module(mesh, bucket_bytes=bucket_bytes, dim=dim)
         fwd, bwd = par.parallel_gm, par.parallel_bwd_gm  # lowered: no process group needed
     return par, step, fwd, bwd
 
@@ -141,11 +144,11 @@ def test_prefetch_budget_bounds_bytes_in_flight():
 @needs_planner
 def test_parameter_gathers_and_gradient_reductions_are_bucketed():
     """Default buckets: the forward's parameter gathers become one collective per block
-    (each block is far below the 25 MiB cap), as FSDP2 wrapping every block does.
+    (each block, 4 MiB, is far below the 25 MiB cap), as FSDP2 wrapping every block does.
     Numerics of bucketed programs (gathers and DDP-style gradient all-reduce buckets) are
     checked on gloo ranks (test_autoparallel_dist.py)."""
     with fake_world((4,), device_type="cpu") as mesh:
-        par, _ = _fsdp_module(mesh, bucket_bytes=None)
+        par, _ = _fsdp_module(mesh, bucket_bytes=None, dim=512)
         par.parallel_gm
     info = par._autoshard_program.info
     blocks = {block_of(n) for n, p in par.named_parameters()
@@ -160,6 +163,20 @@ def test_parameter_gathers_and_gradient_reductions_are_bucketed():
 
 
 @needs_planner
+def test_small_blocks_share_a_bucket():
+    """Blocks of a few KiB: a collective's fixed cost dwarfs sending their bytes, so a
+    block whose gathers or gradient reductions come to less than SMALL_GROUP_BYTES joins
+    the next block's bucket; here all three blocks' gathers go in one call."""
+    with fake_world((4,), device_type="cpu") as mesh:
+        par, _ = _fsdp_module(mesh, bucket_bytes=None, dim=16)
+        par.parallel_gm
+    assert par._autoshard_program.info["forward_gather_buckets"]["buckets"] == 1
+    gathers = [c for c in par._autoshard_program.collectives()
+               if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"]
+    assert len(gathers) == 1 and gathers[0]["where"].startswith("bucket of ")
+
+
+@needs_planner
 def test_gathers_of_cast_weight_shards_are_bucketed_per_block():
     """Mixed precision gathers each weight after its down-cast (FSDP2's order): the gathered
     values are copies of graph inputs, not the inputs themselves. Their casts are moved to
@@ -168,9 +185,9 @@ def test_gathers_of_cast_weight_shards_are_bucketed_per_block():
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     with fake_world((4,), device_type="cpu") as mesh:
-        with torch.device("meta"):
-            model = MLP(dim=16, hidden=32, layers=3)
-        with AutoParallel(model, lambda: (torch.empty(4096, 16), torch.empty(4096, 16)), mesh,
+        with torch.device("meta"):  # bf16 weights of 2 MiB per block: a bucket each
+            model = MLP(dim=512, hidden=1024, layers=3)
+        with AutoParallel(model, lambda: (torch.empty(4096, 512), torch.empty(4096, 512)), mesh,
                           hardware="CPU", capture="direct", time_limit_s=5.0,
                           mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)) as autop:
             autop.add_input_constraints([(Shard(0),), (Shard(0),)])
@@ -195,13 +212,14 @@ def test_gradient_all_reduces_are_bucketed_per_block():
     with fake_world((4,), device_type="cpu") as mesh:
         par, _ = _fsdp_module(mesh, bucket_bytes=None, budget=(1.0, 1.0), dim=256)
         bwd = par.parallel_bwd_gm
-    # 3 blocks; the first bucket is capped at 1 MiB (DDP's), which splits the last block
-    assert par._autoshard_program.info["backward_reduction_buckets"]["buckets"] == 4
+    # 3 blocks of 1 MiB of weights and biases: a bucket each (a small first bucket, DDP's,
+    # only when there are no blocks)
+    assert par._autoshard_program.info["backward_reduction_buckets"]["buckets"] == 3
     order = _order(bwd)
     buckets = [n for n in bwd.graph.nodes if is_collective(n) and op_name(n) == "all_reduce"
                and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")]
     mms = [order[n] for n in bwd.graph.nodes if op_name(n) in ("mm", "addmm")]
-    assert len(buckets) == 4
+    assert len(buckets) == 3
     assert order[buckets[0]] < max(mms)  # the last block's bucket overlaps earlier backward
 
 
