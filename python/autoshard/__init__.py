@@ -20,12 +20,19 @@ _LAZY = {
     "autoparallel_backend": "compat",
     "with_sharding_constraint": "sharding_constraint",
     "register_sharding": "user_rules",
+    "local_map": "local_map_region",
 }
 
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name):
+    if name == "collectives":  # autoshard.collectives: the wrappers for local_map regions
+        import importlib
+
+        value = importlib.import_module(".collectives", __name__)
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'autoshard' has no attribute {name!r}")

@@ -398,7 +398,7 @@ class StepRunner:
                 args = list(args)
                 args[arg_at] = list(local_shape(tuple(vals[out_k].shape), layout,
                                                 self.mesh.shape, coords))
-        out = node.target(*args, **kwargs)
+        out = _LOCAL_IMPLS.get(str(node.target), node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         wrapped = []
         for k, o in enumerate(outs):
@@ -542,6 +542,9 @@ _LOCAL_OPS = {
     "transformers.grouped_mm_fallback.default",
     "transformers.grouped_mm_fallback_backward.default",
 }
+# op -> the op that runs in its place on local shards (local_map.py: a region's global op,
+# whose fake kernel works on global shapes, runs as its local twin)
+_LOCAL_IMPLS: dict = {}
 
 
 # op -> (argument index, output index): the argument is that output's global shape, so a

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -377,6 +378,8 @@ def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     from .sharding_constraint import take_sharding_pins
 
     sharding_pins = take_sharding_pins(gm)  # with_sharding_constraint nodes -> pinned clones
+    if "autoshard.local_map_region" in sys.modules:  # local_map regions: one strategy each
+        sharding_pins.update(sys.modules["autoshard.local_map_region"].region_pins(gm))
 
     # Dynamo renames parameters (L__self___w1_weight); map them back through identity.
     names_in_traced = {n: id(p) for n, p in traced_mod.named_parameters(remove_duplicate=False)}
