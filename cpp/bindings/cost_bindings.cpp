@@ -8,7 +8,7 @@
 #include <string>
 
 #include "autoshard/cost_model.h"
-#include "autoshard/json.h"
+#include "io/hardware_json.h"
 #include "bindings.h"
 
 namespace nb = nanobind;

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "autoshard/planner.h"
+#include "io/plan_json.h"
 #include "bindings.h"
 
 namespace nb = nanobind;

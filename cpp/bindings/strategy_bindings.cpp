@@ -21,29 +21,20 @@
 #include <map>
 #include <stdexcept>
 
-#include "autoshard/layout.h"
 #include "autoshard/planner.h"
 #include "autoshard/redistribute.h"
 #include "autoshard/strategy.h"
 #include "bindings.h"
+#include "io/graph_json.h"
+#include "io/layout_json.h"
+#include "io/options_json.h"
+#include "io/strategies_json.h"
 
 namespace nb = nanobind;
 
 namespace autoshard::bindings {
 
 namespace {
-
-Json strategy_to_json(const Strategy& s) {
-  Json j = Json::object();
-  Json inputs = Json::array();
-  for (const auto& l : s.inputs) inputs.push_back(layout_to_json(l));
-  Json outputs = Json::array();
-  for (const auto& o : s.outputs) outputs.push_back(o ? layout_to_json(*o) : Json::null());
-  j.set("inputs", std::move(inputs));
-  j.set("outputs", std::move(outputs));
-  j.set("compute_us", Json::number(s.compute_us));
-  return j;
-}
 
 Json parse_named(const std::string& text, const char* what) {
   try {
@@ -69,25 +60,25 @@ std::string enumerate_strategies_json(const std::string& graph_json, const std::
       strategies = enumerate_node_strategies(graph, static_cast<int32_t>(i), model);
     } catch (const UnsupportedOpError& e) {
       Json u = Json::object();
-      u.set("node", Json::string(n.name));
-      u.set("op", Json::string(n.op));
-      u.set("message", Json::string(e.what()));
+      u["node"] = n.name;
+      u["op"] = n.op;
+      u["message"] = e.what();
       unsupported.push_back(std::move(u));
       continue;
     }
     Json list = Json::array();
     for (const auto& s : strategies) list.push_back(strategy_to_json(s));
-    nodes.set(n.name, std::move(list));
+    nodes[n.name] = std::move(list);
   }
   Json shape = Json::array();
-  for (int64_t d : options.mesh.shape) shape.push_back(Json::integer(d));
+  for (int64_t d : options.mesh.shape) shape.push_back(Json(d));
   Json mesh = Json::object();
-  mesh.set("shape", std::move(shape));
+  mesh["shape"] = std::move(shape);
   Json out = Json::object();
-  out.set("mesh", std::move(mesh));
-  out.set("nodes", std::move(nodes));
-  out.set("unsupported", std::move(unsupported));
-  return out.dump();
+  out["mesh"] = std::move(mesh);
+  out["nodes"] = std::move(nodes);
+  out["unsupported"] = std::move(unsupported);
+  return dump_json(out);
 }
 
 std::string redistribution_costs_json(const std::string& graph_json, const std::string& options_json,
@@ -115,15 +106,15 @@ std::string redistribution_costs_json(const std::string& graph_json, const std::
     const Layout& want = s.inputs[static_cast<size_t>(arg)];
     rows.push_back(layout_to_json(want));
     Json row = Json::array();
-    for (const Layout& c : cols) row.push_back(Json::number(cache.time_us(graph.meta(ref), c, want)));
+    for (const Layout& c : cols) row.push_back(json_number(cache.time_us(graph.meta(ref), c, want)));
     costs.push_back(std::move(row));
   }
   Json out = Json::object();
-  out.set("producer", Json::string(graph.nodes[static_cast<size_t>(ref.node)].name));
-  out.set("rows", std::move(rows));
-  out.set("cols", std::move(header));
-  out.set("costs_us", std::move(costs));
-  return out.dump();
+  out["producer"] = graph.nodes[static_cast<size_t>(ref.node)].name;
+  out["rows"] = std::move(rows);
+  out["cols"] = std::move(header);
+  out["costs_us"] = std::move(costs);
+  return dump_json(out);
 }
 
 // Runs `fn` without the GIL; C++ exceptions become ValueError.

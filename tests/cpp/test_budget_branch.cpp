@@ -9,7 +9,6 @@
 #include <random>
 
 #include "autoshard/exact.h"
-#include "autoshard/json.h"
 #include "autoshard/planner.h"
 #include "autoshard/problem_io.h"
 #include "autoshard/reduce.h"
@@ -20,6 +19,8 @@
 #include "test_cli_run.h"
 #include "test_data_paths.h"
 #include "test_heuristic_util.h"
+#include "io/json.h"
+#include "io/options_json.h"
 
 namespace autoshard {
 namespace {

@@ -5,7 +5,8 @@
 #include <string>
 
 #include "autoshard/cost_model.h"
-#include "autoshard/json.h"
+#include "io/json.h"
+#include "io/hardware_json.h"
 
 using namespace autoshard;
 

@@ -6,6 +6,8 @@
 
 #include "test_data_paths.h"
 #include "test_planner_util.h"
+#include "io/json.h"
+#include "io/graph_json.h"
 
 using namespace autoshard;
 

@@ -9,6 +9,8 @@
 
 #include "test_data_paths.h"
 #include "test_planner_util.h"
+#include "io/graph_json.h"
+#include "io/hardware_json.h"
 
 using namespace autoshard;
 
@@ -33,7 +35,7 @@ Modelled model(Graph graph, const std::string& hardware, int64_t ranks = 4) {
   register_all_rules();
   Mesh m;
   m.shape = {ranks};
-  Modelled r{std::move(graph), MeshModel::make(m, hardware), {}, {}};
+  Modelled r{std::move(graph), MeshModel::make(m, hardware_profile_from_text(hardware)), {}, {}};
   r.sm = build_sharding_model(r.graph, r.mesh, enumerate_strategies(r.graph, r.mesh), {});
   RedistributionCache cache(r.mesh);
   r.overlap = model_overlap(r.sm, cache);

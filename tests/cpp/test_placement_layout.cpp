@@ -5,6 +5,8 @@
 #include "autoshard/layout.h"
 
 #include "test_layout_util.h"
+#include "io/json.h"
+#include "io/layout_json.h"
 
 using namespace autoshard;
 

@@ -11,6 +11,7 @@
 #include "test_data_paths.h"
 #include "test_layout_util.h"
 #include "test_planner_util.h"
+#include "io/graph_json.h"
 
 using namespace autoshard;
 

@@ -16,6 +16,10 @@
 #include "test_cli_run.h"
 #include "test_data_paths.h"
 #include "test_planner_util.h"
+#include "io/json.h"
+#include "io/graph_json.h"
+#include "io/options_json.h"
+#include "io/plan_json.h"
 
 using namespace autoshard;
 
@@ -148,12 +152,12 @@ TEST(PlannerLimits, BudgetRaisedForPinnedParametersIsReported) {
   std::stringstream graph;
   graph << f.rdbuf();
   Json plan = parse_json(plan_graph_json(graph.str(), R"({"mesh": {"shape": [4]}, "input_constraints": {"w": ["R"]}})"));
-  const std::string& report = plan.at("report").as_string();
+  const std::string& report = json_string(plan.at("report"));
   EXPECT_NE(report.find("note: the parameter memory budget (high = 0.25 of each parameter) cannot be met by 1 "
                         "parameter(s), so their share was raised to the least any strategy reaches: w (pinned) at "
                         "least 1 of itself"),
             std::string::npos)
       << report;
   Json plain = parse_json(plan_graph_json(graph.str(), R"({"mesh": {"shape": [4]}})"));
-  EXPECT_EQ(plain.at("report").as_string().find("note:"), std::string::npos);
+  EXPECT_EQ(json_string(plain.at("report")).find("note:"), std::string::npos);
 }

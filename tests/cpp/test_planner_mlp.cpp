@@ -18,6 +18,10 @@
 
 #include "test_data_paths.h"
 #include "test_planner_util.h"
+#include "io/json.h"
+#include "io/graph_json.h"
+#include "io/plan_json.h"
+#include "io/read_file.h"
 
 using namespace autoshard;
 
@@ -155,26 +159,26 @@ TEST(PlannerJson, PlanDocumentFollowsTheFormat) {
       ss.str(), R"j({"mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "time_limit_s": 3,
                    "input_constraints": {"primals_3": ["S(0)", "S(0)"]}})j");
   Json plan = parse_json(plan_text);
-  EXPECT_EQ(plan.at("version").as_int(), 1);
-  EXPECT_EQ(plan.at("mesh").at("dim_names").as_array()[1].as_string(), "tp");
+  EXPECT_EQ(json_int(plan.at("version")), 1);
+  EXPECT_EQ(json_string(json_array(plan.at("mesh").at("dim_names"))[1]), "tp");
   const Json& nodes = plan.at("nodes");
   EXPECT_EQ(nodes.size(), 20u);
   EXPECT_EQ(nodes.at("primals_3").at("outputs").dump(), R"j([["S(0)","S(0)"]])j");
   const Json& mm = nodes.at("mm");
   EXPECT_EQ(mm.at("inputs").size(), 2u);
   EXPECT_EQ(mm.at("outputs").size(), 1u);
-  EXPECT_GT(mm.at("compute_us").as_double(), 0);
-  EXPECT_GT(mm.at("strategies").as_int(), 1);
+  EXPECT_GT(json_double(mm.at("compute_us")), 0);
+  EXPECT_GT(json_int(mm.at("strategies")), 1);
   EXPECT_FALSE(nodes.at("primals_1").contains("inputs"));
   EXPECT_EQ(plan.at("graph_outputs").size(), 3u);
-  EXPECT_EQ(plan.at("graph_outputs").as_array()[0].dump(), R"j(["R","R"])j");
-  EXPECT_EQ(plan.at("graph_outputs").as_array()[1].dump(), nodes.at("primals_1").at("outputs").as_array()[0].dump());
+  EXPECT_EQ(json_array(plan.at("graph_outputs"))[0].dump(), R"j(["R","R"])j");
+  EXPECT_EQ(json_array(plan.at("graph_outputs"))[1].dump(), json_array(nodes.at("primals_1").at("outputs"))[0].dump());
   const Json& sum = plan.at("summary");
-  double total = sum.at("total_us").as_double();
-  EXPECT_NEAR(total, sum.at("compute_us").as_double() + sum.at("exposed_comm_us").as_double(), 1e-9 * total);
-  EXPECT_LE(sum.at("exposed_comm_us").as_double(), sum.at("comm_us").as_double());
-  EXPECT_EQ(sum.at("parameter_bytes_per_gpu").as_int(), 2 * 1024 * 1024 * 4 / 4);
-  const std::string& report = plan.at("report").as_string();
+  double total = json_double(sum.at("total_us"));
+  EXPECT_NEAR(total, json_double(sum.at("compute_us")) + json_double(sum.at("exposed_comm_us")), 1e-9 * total);
+  EXPECT_LE(json_double(sum.at("exposed_comm_us")), json_double(sum.at("comm_us")));
+  EXPECT_EQ(json_int(sum.at("parameter_bytes_per_gpu")), 2 * 1024 * 1024 * 4 / 4);
+  const std::string& report = json_string(plan.at("report"));
   EXPECT_NE(report.find("w1 [5 nodes]"), std::string::npos) << report;
   EXPECT_NE(report.find("per module"), std::string::npos) << report;
 }

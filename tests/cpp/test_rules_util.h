@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "autoshard/graph.h"
-#include "autoshard/json.h"
 #include "autoshard/rule_helpers.h"
 #include "autoshard/rules.h"
 #include "test_layout_util.h"
+#include "io/json.h"
+#include "io/graph_json.h"
 
 namespace autoshard::testing_rules {
 

@@ -5,6 +5,8 @@
 #include "autoshard/layout.h"
 #include "autoshard/rules.h"
 #include "autoshard/strategy.h"
+#include "io/json.h"
+#include "io/graph_json.h"
 
 using namespace autoshard;
 

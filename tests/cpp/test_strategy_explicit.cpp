@@ -9,6 +9,8 @@
 #include "autoshard/rules.h"
 #include "autoshard/strategy.h"
 #include "test_planner_util.h"
+#include "io/json.h"
+#include "io/graph_json.h"
 
 using namespace autoshard;
 

@@ -73,17 +73,7 @@ std::vector<std::string> known_hardware();
 // rate is needed (peak bf16, HBM bandwidth, link bandwidths, gpus_per_node).
 void validate_hardware_profile(const HardwareProfile& hw);
 
-class Json;
-// A profile from JSON: either a known name ("H100") or an object of HardwareProfile fields,
-// optionally starting from a known profile: {"base": "H100", "gpus_per_node": 4,
-// "inter_node_bandwidth": 25e9}. Unknown keys and wrong types throw std::invalid_argument
-// naming the key; the result is validated (validate_hardware_profile).
-HardwareProfile hardware_profile_from_json(const Json& spec);
-// A profile named ("H100") or written as a JSON object's text ('{"base": "CPU", ...}'): how
-// options and bindings carry hardware that is not built in (e.g. one measured at run time).
-HardwareProfile hardware_profile_from_text(std::string_view text);
-// Every field as a JSON object (the inverse of hardware_profile_from_json).
-Json hardware_profile_to_json(const HardwareProfile& hw);
+// Profiles from their file form (a name or an object of fields): io/hardware_json.h.
 
 // Peak FLOP/s the roofline uses for a dtype; 0 for integer and bool dtypes (memory bound).
 double peak_flops(const HardwareProfile& hw, DType dtype);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "autoshard/cost_model.h"
-#include "autoshard/json.h"
 #include "autoshard/placement.h"
 
 namespace autoshard {
@@ -31,7 +30,7 @@ struct TensorRef {
 enum class NodeRole { Parameter, Buffer, Input, Tangent, Compute };
 enum class Phase { Forward, Backward, Unknown };
 
-// A non-tensor or tensor argument value, kept close to the JSON form.
+// A non-tensor or tensor argument value, kept close to its form in the graph file.
 struct ArgValue {
   enum class Kind { None, Int, Float, Bool, String, Tensor, List, DType, Device, Enum };
   Kind kind = Kind::None;
@@ -102,8 +101,6 @@ struct Graph {
   const TensorMeta& meta(const TensorRef& r) const;  // throws if the output is None
 };
 
-// Parses docs/formats.md section 1; throws JsonError naming the node and field on bad input.
-Graph parse_graph(const Json& doc);
-Graph read_graph_file(const std::string& path);
+// Read from its file format by io/graph_json.h.
 
 }  // namespace autoshard

@@ -1,6 +1,6 @@
 // What a layout means for one tensor: local shapes under torch.chunk semantics (ceil division,
 // several mesh dims sharding one tensor dim split it left to right, trailing ranks may be
-// empty), shardability, validity, and the JSON form of a layout.
+// empty), shardability and validity. (Its file form is in io/layout_json.h.)
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "autoshard/graph.h"
-#include "autoshard/json.h"
 #include "autoshard/placement.h"
 
 namespace autoshard {
@@ -43,10 +42,6 @@ int64_t num_shards(const Layout& layout, const Mesh& mesh);
 // Every layout made of R / S(d) per mesh dim that is shardable for `shape` (no Partial), in a
 // deterministic order: R first, then S(0), S(1)... on each mesh dim, mesh dim 0 slowest.
 std::vector<Layout> all_unpartial_layouts(const std::vector<int64_t>& shape, const Mesh& mesh);
-
-// JSON form: ["S(0)", "R"]. `where` names the value in errors.
-Layout parse_layout(const Json& j, const Mesh& mesh, const std::string& where);
-Json layout_to_json(const Layout& l);
 
 // "[2,16,64]"
 std::string shape_str(const std::vector<int64_t>& shape);

@@ -1,12 +1,11 @@
-// A plan: the chosen strategy of every graph node, its costs, and the plan JSON of
-// docs/formats.md section 3 that the Python runtime executes.
+// A plan: the chosen strategy of every graph node and its costs. io/plan_json.h writes it as
+// the plan file of docs/formats.md section 3 that the Python runtime executes.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "autoshard/json.h"
 #include "autoshard/lowering.h"
 
 namespace autoshard {
@@ -26,8 +25,5 @@ struct Plan {
   size_t solver_edges = 0;
   std::vector<std::string> notes;  // what the report must point out (e.g. a budget raised for some parameters)
 };
-
-// The plan JSON document (without the "report" field).
-Json plan_to_json(const ShardingModel& sm, const Plan& plan);
 
 }  // namespace autoshard

@@ -1,22 +1,6 @@
-// The planner's entry points: tensor graph JSON + options JSON -> plan JSON with a report.
-//
-// Options JSON (every field optional except mesh):
-//   {"mesh": {"shape": [8, 8], "dim_names": ["dp", "tp"]},
-//    "hardware": "H100",       (or an object of profile fields: {"base": "CPU", ...})
-//    "parameter_memory": {"low": 0.0, "high": 0.015625}   (absent: low 0, high 1/mesh size;
-//                                                          null: no constraint)
-//    "memory_limit_bytes": 80000000000,
-//    "input_constraints": {"primals_12": ["S(0)", "R"]},
-//    "output_constraints": {"0": ["R", "R"]},
-//    "node_constraints": {"mm_3": ["S(0)", "S(1)"]},
-//    "time_limit_s": 20,       (wall-clock budget of building the problem and solving it,
-//                               default 20; > 0, huge values mean no limit)
-//    "gap_tolerance": 0.001,   (stop once the plan is within this fraction of its lower
-//                               bound, default 0.1 %; 0: only a proof or the time limit)
-//    "max_problem_bytes": 8000000000,  (refuse meshes/graphs whose solver problem is
-//                               estimated to need more memory than this; absent or null:
-//                               8 GB, or 80% of the available memory / ulimit -v if less)
-//    "verbose": false}
+// The planner's entry point: a graph and plain options -> a plan (plan.h) with its sharding
+// model and solver problem. Options come from the command line, the Python API's options file
+// (io/options_json.h) or C++ callers; all are checked by validate_planner_options.
 #pragma once
 
 #include <memory>
@@ -24,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "autoshard/cost_model.h"
 #include "autoshard/graph.h"
 #include "autoshard/lowering.h"
 #include "autoshard/plan.h"
@@ -34,7 +19,7 @@ namespace autoshard {
 
 struct PlannerOptions {
   Mesh mesh;
-  std::string hardware = "H100";  // a profile name, or a JSON object of profile fields as text
+  HardwareProfile hardware = hardware_profile("H100");
   bool parameter_memory_default = true;  // low 0, high 1/mesh.size()
   std::optional<std::pair<double, double>> parameter_memory;  // used when !parameter_memory_default
   int64_t memory_limit_bytes = -1;  // per GPU; -1: no limit (users omit it, never pass <= 0)
@@ -50,10 +35,7 @@ struct PlannerOptions {
   bool verbose = false;
 };
 
-// Parses the options JSON; throws JsonError / std::invalid_argument naming the bad field.
-PlannerOptions parse_planner_options(const Json& doc);
-
-// Checks the options wherever they come from (JSON, command line, C++ callers): throws
+// Checks the options wherever they come from (options file, command line, C++ callers): throws
 // std::invalid_argument naming the option, why, and what to pass instead. run_planner calls it.
 void validate_planner_options(const PlannerOptions& options);
 
@@ -71,9 +53,5 @@ struct PlanningResult {
   Plan plan;
 };
 PlanningResult run_planner(const Graph& graph, const PlannerOptions& options);
-
-// The whole flow on a parsed graph; returns the plan JSON including "report".
-Json plan_graph(const Graph& graph, const PlannerOptions& options);
-std::string plan_graph_json(const std::string& graph_json, const std::string& options_json);
 
 }  // namespace autoshard

@@ -1,4 +1,5 @@
-// Reading and writing solver problems and solutions (IOPDDL JSON, optionally gzip).
+// Reading and writing solver problems and solutions (IOPDDL files, optionally gzip; the
+// format code is in cpp/src/io/problem_json.cpp).
 //
 // File shape (shared/bench/iopddl/README.md), with autoshard's optional extensions marked (+):
 //   {"problem": {
@@ -15,8 +16,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
-#include "autoshard/json.h"
 #include "autoshard/problem.h"
 
 namespace autoshard {
@@ -28,21 +29,17 @@ class ProblemError : public std::runtime_error {
 
 // Reads PATH (plain or gzip JSON) and validates it. Throws ProblemError.
 Problem read_problem(const std::string& path);
-// Parses JSON text; `source` names the input in messages (a path or "<string>").
-Problem parse_problem(std::string_view json_text, const std::string& source = "<string>");
-// Converts an already parsed document.
-Problem problem_from_json(const Json& doc, const std::string& source = "<json>");
+// Parses the text of a file; `source` names the input in messages (a path or "<string>").
+Problem parse_problem(std::string_view text, const std::string& source = "<string>");
 
 // Checks the invariants every solver relies on (sizes, ranges, usages >= 0, ...).
 // Throws ProblemError naming the first violation. read_problem calls it.
 void validate_problem(const Problem& problem, const std::string& source = "problem");
 
-// The IOPDDL document of a problem (extensions written only when used).
-Json problem_to_json(const Problem& problem);
+// Writes the IOPDDL file of a problem (extensions written only when used).
 void write_problem(const Problem& problem, const std::string& path);
 
 // Solutions: {"solution": [s0, s1, ...]}.
-Json solution_to_json(const Solution& solution);
 void write_solution(const Solution& solution, const std::string& path);
 // Reads a solution file and checks it against the problem (length, strategy ranges).
 Solution read_solution(const std::string& path, const Problem& problem);

@@ -21,7 +21,9 @@ struct MeshModel {
   HardwareProfile hw;
   std::vector<MeshDimLink> links;  // one per mesh dim
   // Validates the mesh (positive sizes, names unique and one per dim or none).
-  static MeshModel make(const Mesh& mesh, std::string_view hardware);
+  static MeshModel make(const Mesh& mesh, const HardwareProfile& hardware);
+  // The same with a built-in profile's name ("H100").
+  static MeshModel make(const Mesh& mesh, std::string_view profile_name);
 };
 
 enum class RedistStepKind {

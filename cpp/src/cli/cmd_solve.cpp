@@ -5,39 +5,21 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "autoshard/cli.h"
 #include "autoshard/evaluate.h"
 #include "autoshard/problem_io.h"
 #include "autoshard/solver.h"
+#include "cli_args.h"
 
 namespace autoshard {
 
 namespace {
-
-const char* kSolveUsage =
-    "usage: autoshard solve PROBLEM.json[.gz] [--time-limit SECONDS] [--threads N]\n"
-    "                       [--work-limit UNITS] [--gap-tolerance FRACTION] [--out SOLUTION.json]\n"
-    "                       [--exact] [--seed N] [--verbose]\n"
-    "  --time-limit SECONDS  wall-clock limit, including reading (default 60)\n"
-    "  --threads N           independent searches run in parallel, best plan kept (default 1)\n"
-    "  --work-limit UNITS    stop the search after this much counted work instead of at the\n"
-    "                        clock: the same plan on any machine (the time limit still holds;\n"
-    "                        each run prints the work it did)\n"
-    "  --gap-tolerance F     stop once the plan is within this fraction of the lower bound\n"
-    "                        (default 0: a proof of optimality or a limit; the planner uses 0.001)\n"
-    "  --out PATH            write {\"solution\": [...]} to PATH\n"
-    "  --exact               prove optimality (branch and bound) within the time limit\n"
-    "  --seed N              seed for randomised search (default 0)\n"
-    "  --verbose             progress on stderr\n";
-
-struct UsageError {
-  std::string message;
-};
 
 // Exact: integers in full, other values in the shortest form that reads back to the same
 // double (never rounded to 6 digits, which hid differences between plans).
@@ -54,89 +36,87 @@ double integral_bound(double lb, bool integer_costs) {
   return integer_costs ? std::ceil(lb - optimality_tolerance(lb, true)) : lb;
 }
 
-int64_t parse_int(const std::string& opt, const std::string& v) {
-  int64_t x = 0;
-  auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (r.ec != std::errc() || r.ptr != v.data() + v.size())
-    throw UsageError{opt + " expects an integer, got '" + v + "'"};
-  return x;
+struct SolveArgs {
+  std::string path, out_path;
+  std::string time_limit, threads, work_limit, gap_tolerance, seed;
+  SolveOptions opt;
+};
+
+void define(CLI::App& app, SolveArgs& a) {
+  cli::configure(app);
+  app.description("Solve a solver problem (IOPDDL JSON, optionally gzip) with the memory limit enforced at every\n"
+                  "time point; the plan is re-checked independently before it is reported.");
+  app.add_option("PROBLEM", a.path, "the problem file (PROBLEM.json or PROBLEM.json.gz)")->type_name("");
+  app.add_option("--time-limit", a.time_limit, "wall-clock limit, including reading (default 60)")
+      ->type_name("SECONDS");
+  app.add_option("--threads", a.threads, "independent searches run in parallel, best plan kept (default 1)")
+      ->type_name("N");
+  app.add_option("--work-limit", a.work_limit,
+                 "stop the search after this much counted work instead of at the clock:\n"
+                 "the same plan on any machine (the time limit still holds; each run prints\n"
+                 "the work it did)")
+      ->type_name("UNITS");
+  app.add_option("--gap-tolerance", a.gap_tolerance,
+                 "stop once the plan is within this fraction of the lower bound (default 0:\n"
+                 "a proof of optimality or a limit; the planner uses 0.001)")
+      ->type_name("F");
+  app.add_option("--out", a.out_path, "write {\"solution\": [...]} to PATH")->type_name("PATH");
+  app.add_flag("--exact", a.opt.exact, "prove optimality (branch and bound) within the time limit");
+  app.add_option("--seed", a.seed, "seed for randomised search (default 0)")->type_name("N");
+  app.add_flag("--verbose", a.opt.verbose, "progress on stderr");
+}
+
+// The option texts into SolveOptions; every error is a UsageError naming the option.
+void convert(const CLI::App& app, SolveArgs& a) {
+  cli::reject_extras(app, a.path, "problem file");
+  try {
+    if (!a.time_limit.empty())
+      a.opt.time_limit_s =
+          checked_time_limit(cli::to_double(a.time_limit, "--time-limit", "a number of seconds"), "--time-limit");
+    if (!a.threads.empty()) {
+      const int64_t t = cli::to_int(a.threads, "--threads");
+      if (t < 1 || t > 1024) throw std::invalid_argument("--threads must be between 1 and 1024");
+      a.opt.threads = static_cast<int>(t);
+    }
+    if (!a.work_limit.empty()) {
+      const int64_t w = cli::to_int(a.work_limit, "--work-limit");
+      if (w < 1) throw std::invalid_argument("--work-limit must be >= 1 (it counts units of search work)");
+      a.opt.work_limit = w;
+    }
+    if (!a.gap_tolerance.empty())
+      a.opt.gap_tolerance = checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"),
+                                                  "--gap-tolerance");
+    if (!a.seed.empty()) {
+      const int64_t s = cli::to_int(a.seed, "--seed");
+      if (s < 0) throw std::invalid_argument("--seed must be >= 0");
+      a.opt.seed = static_cast<uint64_t>(s);
+    }
+    if (a.path.empty()) throw std::invalid_argument("missing PROBLEM file");
+    if (!a.out_path.empty()) check_output_path(a.path, a.out_path, "--out");
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError{e.what()};
+  }
 }
 
 }  // namespace
 
 int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string path, out_path;
-  SolveOptions opt;
+  CLI::App app("", "autoshard solve");
+  SolveArgs a;
+  define(app, a);
   try {
-    for (size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      auto value = [&]() -> const std::string& {
-        if (i + 1 >= args.size()) throw UsageError{a + " needs a value"};
-        return args[++i];
-      };
-      if (a == "-h" || a == "--help") {
-        out << kSolveUsage;
-        return 0;
-      } else if (a == "--time-limit") {
-        const std::string& v = value();
-        double t = 0;
-        auto r = std::from_chars(v.data(), v.data() + v.size(), t);  // inf/nan: judged below
-        if (r.ec != std::errc() || r.ptr != v.data() + v.size())
-          throw UsageError{"--time-limit expects a number of seconds, got '" + v + "'"};
-        try {
-          opt.time_limit_s = checked_time_limit(t, "--time-limit");
-        } catch (const std::invalid_argument& e) {
-          throw UsageError{e.what()};
-        }
-      } else if (a == "--threads") {
-        int64_t t = parse_int(a, value());
-        if (t < 1 || t > 1024) throw UsageError{"--threads must be between 1 and 1024"};
-        opt.threads = static_cast<int>(t);
-      } else if (a == "--work-limit") {
-        const int64_t w = parse_int(a, value());
-        if (w < 1) throw UsageError{"--work-limit must be >= 1 (it counts units of search work)"};
-        opt.work_limit = w;
-      } else if (a == "--gap-tolerance") {
-        const std::string& v = value();
-        double f = 0;
-        auto r = std::from_chars(v.data(), v.data() + v.size(), f);
-        if (r.ec != std::errc() || r.ptr != v.data() + v.size())
-          throw UsageError{"--gap-tolerance expects a fraction, got '" + v + "'"};
-        try {
-          opt.gap_tolerance = checked_gap_tolerance(f, "--gap-tolerance");
-        } catch (const std::invalid_argument& e) {
-          throw UsageError{e.what()};
-        }
-      } else if (a == "--out") {
-        out_path = value();
-      } else if (a == "--exact") {
-        opt.exact = true;
-      } else if (a == "--seed") {
-        int64_t s = parse_int(a, value());
-        if (s < 0) throw UsageError{"--seed must be >= 0"};
-        opt.seed = static_cast<uint64_t>(s);
-      } else if (a == "--verbose") {
-        opt.verbose = true;
-      } else if (!a.empty() && a[0] == '-') {
-        throw UsageError{"unknown option '" + a + "'"};
-      } else if (path.empty()) {
-        path = a;
-      } else {
-        throw UsageError{"more than one problem file given ('" + path + "' and '" + a + "')"};
-      }
+    if (!cli::parse(app, args)) {
+      out << app.help();
+      return 0;
     }
-    if (path.empty()) throw UsageError{"missing PROBLEM file"};
-    if (!out_path.empty()) {
-      try {
-        check_output_path(path, out_path, "--out");
-      } catch (const std::invalid_argument& e) {
-        throw UsageError{e.what()};
-      }
-    }
-  } catch (const UsageError& e) {
-    err << "autoshard solve: " << e.message << "\n" << kSolveUsage;
+    convert(app, a);
+  } catch (const cli::UsageError& e) {
+    err << "autoshard solve: " << e.message << "\n" << app.help();
     return 2;
   }
+  const std::string& path = a.path;
+  const std::string& out_path = a.out_path;
+  SolveOptions& opt = a.opt;
 
   const auto started = std::chrono::steady_clock::now();
   Problem problem;
@@ -173,9 +153,7 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
     if (r.lower_bound > -kInfeasibleCost && r.lower_bound < kInfeasibleCost)
       out << " (lower bound " << format_cost(integral_bound(r.lower_bound, integer_costs)) << ")";
     out << "\n";
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3f", r.total_time_s);
-    out << "total time: " << buf << " s\n";
+    out << fmt::format("total time: {:.3f} s\n", r.total_time_s);
     err << "autoshard solve: no valid plan found for '" << path << "': ";
     if (r.found)
       err << "the solver's plan failed the independent check (" << ev.violation << "); this is a solver bug, please "
@@ -188,13 +166,12 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
           << "raise --time-limit\n";
     return 3;
   }
-  char buf[128];
   out << "status: " << r.status << "\n";
   out << "cost: " << format_cost(ev.cost) << "\n";
   if (problem.usage_limit >= 0) {
-    std::snprintf(buf, sizeof buf, " (%.1f%%)", 100.0 * static_cast<double>(ev.peak_usage) /
-                                                    static_cast<double>(std::max<int64_t>(1, problem.usage_limit)));
-    out << "peak memory: " << ev.peak_usage << " / limit " << problem.usage_limit << buf << "\n";
+    out << fmt::format("peak memory: {} / limit {} ({:.1f}%)\n", ev.peak_usage, problem.usage_limit,
+                       100.0 * static_cast<double>(ev.peak_usage) /
+                           static_cast<double>(std::max<int64_t>(1, problem.usage_limit)));
   } else {
     out << "peak memory: " << ev.peak_usage << " (no limit)\n";
   }
@@ -205,19 +182,12 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (lb > -kInfeasibleCost) {
     out << "lower bound: " << format_cost(lb) << "\n";
     double gap = ev.cost > 0 ? (ev.cost - lb) / ev.cost : 0.0;
-    std::snprintf(buf, sizeof buf, "%.4f%%", 100.0 * gap);
-    out << "gap: " << buf << "\n";
+    out << fmt::format("gap: {:.4f}%\n", 100.0 * gap);
   } else {
     out << "lower bound: none\n";
   }
-  std::snprintf(buf, sizeof buf, "%.3f", r.time_to_first_s);
-  out << "time to first valid plan: " << buf << " s\n";
-  std::snprintf(buf, sizeof buf, "%.3f", r.total_time_s);
-  out << "total time: " << buf << " s (reading " << [&] {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3f", read_s);
-    return std::string(b);
-  }() << " s)\n";
+  out << fmt::format("time to first valid plan: {:.3f} s\n", r.time_to_first_s);
+  out << fmt::format("total time: {:.3f} s (reading {:.3f} s)\n", r.total_time_s, read_s);
   if (r.work > 0) out << "search work: " << r.work << " units\n";
   if (r.proven_optimal) out << "proven optimal\n";
   if (!out_path.empty()) {

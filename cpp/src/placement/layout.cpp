@@ -108,30 +108,6 @@ std::vector<Layout> all_unpartial_layouts(const std::vector<int64_t>& shape, con
   return out;
 }
 
-Layout parse_layout(const Json& j, const Mesh& mesh, const std::string& where) {
-  if (!j.is_array())
-    throw JsonError(where + ": expected a layout like [\"S(0)\", \"R\"] (one placement per mesh dim)");
-  const auto& items = j.as_array();
-  if (static_cast<int>(items.size()) != mesh.ndim())
-    throw JsonError(where + ": layout has " + std::to_string(items.size()) + " placements but the mesh has " +
-                    std::to_string(mesh.ndim()) + " dims");
-  Layout l;
-  for (size_t i = 0; i < items.size(); ++i) {
-    try {
-      l.push_back(Placement::parse(items[i].as_string(where)));
-    } catch (const std::invalid_argument& e) {
-      throw JsonError(where + "[" + std::to_string(i) + "]: " + e.what());
-    }
-  }
-  return l;
-}
-
-Json layout_to_json(const Layout& l) {
-  Json a = Json::array();
-  for (const auto& p : l) a.push_back(Json::string(p.str()));
-  return a;
-}
-
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);

@@ -1,4 +1,4 @@
-// The planning flow: graph -> strategies -> solver problem -> solve -> plan JSON + report.
+// The planning flow: graph -> strategies -> solver problem -> solve -> plan.
 #include "autoshard/planner.h"
 
 #include <algorithm>
@@ -187,31 +187,6 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
     diagnosis = "\n(The diagnosis of which constraints conflict ran out of memory.)";
   }
   throw InfeasiblePlanError(failed->headline + diagnosis);
-}
-
-Json plan_graph(const Graph& graph, const PlannerOptions& options) {
-  PlanningResult r = run_planner(graph, options);
-  Json j = plan_to_json(r.sharding, r.plan);
-  j.set("report", Json::string(plan_report(r.sharding, r.plan, options.verbose)));
-  return j;
-}
-
-std::string plan_graph_json(const std::string& graph_json, const std::string& options_json) {
-  Json options_doc;
-  try {
-    options_doc = parse_json(options_json);
-  } catch (const JsonError& e) {
-    throw JsonError(std::string("options: ") + e.what());
-  }
-  PlannerOptions options = parse_planner_options(options_doc);
-  Json graph_doc;
-  try {
-    graph_doc = parse_json(graph_json);
-  } catch (const JsonError& e) {
-    throw JsonError(std::string("graph: ") + e.what());
-  }
-  Graph graph = parse_graph(graph_doc);
-  return plan_graph(graph, options).dump();
 }
 
 }  // namespace autoshard

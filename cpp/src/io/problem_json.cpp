@@ -1,11 +1,12 @@
-// IOPDDL problem reader/writer with validation that names the field and the fix.
-#include "autoshard/problem_io.h"
+// IOPDDL problem reader/writer: every error names the file, the field and the fix.
+#include "io/problem_json.h"
 
-#include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
+
+#include "autoshard/problem_io.h"
+#include "io/read_file.h"
 
 namespace autoshard {
 
@@ -29,15 +30,15 @@ auto guarded(const std::string& source, F&& f) -> decltype(f()) {
 }
 
 const Json& require(const Json& obj, const char* key, const std::string& where, const std::string& source) {
-  if (!obj.is_object()) fail(source, where + ": expected an object, found " + json_kind_name(obj.kind()));
-  const Json* v = obj.find(key);
+  if (!obj.is_object()) fail(source, where + ": expected an object, found " + json_kind_name(obj));
+  const Json* v = json_find(obj, key);
   if (!v) fail(source, where + ": missing key \"" + key + "\"");
   return *v;
 }
 
 const std::vector<Json>& array_of(const Json& v, const std::string& where, const std::string& source) {
-  if (!v.is_array()) fail(source, where + ": expected an array, found " + json_kind_name(v.kind()));
-  return v.as_array();
+  if (!v.is_array()) fail(source, where + ": expected an array, found " + json_kind_name(v));
+  return json_array(v);
 }
 
 // Costs: any finite number that fits a 64-bit integer range (IOPDDL costs are integers; the
@@ -45,19 +46,19 @@ const std::vector<Json>& array_of(const Json& v, const std::string& where, const
 // Integers are taken from the JSON text exactly: between 2^53 and 1e18 they would round in the
 // solver's doubles (999999999999999999 would become 1e18, "infeasible"), so they are refused.
 Cost read_cost(const Json& v, const std::string& where, const std::string& source) {
-  if (!v.is_number()) fail(source, where + ": expected a number, found " + json_kind_name(v.kind()));
+  if (!v.is_number()) fail(source, where + ": expected a number, found " + json_kind_name(v));
   const std::string fix =
       "; costs of 1e18 (1000000000000000000) and above mean 'infeasible', finite costs must stay within "
       "+-2^53 = 9007199254740992 (the solver works in doubles, exact for integers up to there): divide every "
       "cost by a common factor";
-  if (v.is_integer()) {
-    const int64_t c = v.as_int();
+  if (json_is_int64(v)) {
+    const int64_t c = json_int(v);
     if (c >= 1000000000000000000LL) return static_cast<Cost>(c);
     if (static_cast<Cost>(c < 0 ? -c : c) > kMaxExactCost)
       fail(source, where + ": cost " + std::to_string(c) + " cannot be represented exactly" + fix);
     return static_cast<Cost>(c);
   }
-  double d = v.as_double();
+  double d = json_double(v);
   char text[32];
   auto r = std::to_chars(text, text + sizeof text, d);
   const std::string shown(text, r.ptr);
@@ -69,7 +70,7 @@ Cost read_cost(const Json& v, const std::string& where, const std::string& sourc
 }
 
 int64_t read_int(const Json& v, const std::string& where, const std::string& source) {
-  return guarded(source, [&] { return v.as_int(where); });
+  return guarded(source, [&] { return json_int(v, where); });
 }
 
 int64_t read_usage(const Json& v, const std::string& where, const std::string& source) {
@@ -84,15 +85,15 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
   Problem p;
   if (!doc.is_object())
     fail(source, std::string("expected a JSON object {\"problem\": {...}} at the top level, found ") +
-                     json_kind_name(doc.kind()));
-  const Json* root = doc.find("problem");
+                     json_kind_name(doc));
+  const Json* root = json_find(doc, "problem");
   if (!root) fail(source, "missing top-level key \"problem\" (IOPDDL format: {\"problem\": {\"nodes\": ..., \"edges\": ...}})");
   const Json& pr = *root;
-  if (!pr.is_object()) fail(source, std::string("problem: expected an object, found ") + json_kind_name(pr.kind()));
+  if (!pr.is_object()) fail(source, std::string("problem: expected an object, found ") + json_kind_name(pr));
 
-  if (const Json* name = pr.find("name")) {
+  if (const Json* name = json_find(pr, "name")) {
     if (!name->is_string()) fail(source, "problem.name: expected a string");
-    p.name = name->as_string();
+    p.name = json_string(*name);
   }
   const Json& nodes = require(pr, "nodes", "problem", source);
   const auto& costs = array_of(require(nodes, "costs", "problem.nodes", source), "problem.nodes.costs", source);
@@ -106,13 +107,13 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
     for (size_t s = 0; s < row.size(); ++s) p.node_costs[i].push_back(read_cost(row[s], idx(w, s), source));
   }
 
-  const Json* limit = pr.find("usage_limit");
+  const Json* limit = json_find(pr, "usage_limit");
   if (limit && !limit->is_null()) {
     p.usage_limit = read_int(*limit, "problem.usage_limit", source);
     if (p.usage_limit < 0) fail(source, "problem.usage_limit: negative limit " + std::to_string(p.usage_limit) + "; omit the key for no limit");
   }
-  const Json* usages = nodes.find("usages");
-  const Json* intervals = nodes.find("intervals");
+  const Json* usages = json_find(nodes, "usages");
+  const Json* intervals = json_find(nodes, "intervals");
   if (p.usage_limit >= 0 && !usages) fail(source, "problem.nodes: missing key \"usages\" (required with \"usage_limit\")");
   if (p.usage_limit >= 0 && !intervals) fail(source, "problem.nodes: missing key \"intervals\" (required with \"usage_limit\")");
   p.node_usages.assign(n, {});
@@ -148,13 +149,13 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
                          std::to_string(p.intervals[i].start) + " (intervals are [start, end) with end >= start)");
     }
   }
-  if (const Json* names = nodes.find("names")) {
+  if (const Json* names = json_find(nodes, "names")) {
     const auto& rows = array_of(*names, "problem.nodes.names", source);
     if (rows.size() != n)
       fail(source, "problem.nodes.names: has " + std::to_string(rows.size()) + " entries, expected one per node (" + std::to_string(n) + ")");
     for (size_t i = 0; i < n; ++i) {
       if (!rows[i].is_string()) fail(source, idx("problem.nodes.names", i) + ": expected a string");
-      p.node_names.push_back(rows[i].as_string());
+      p.node_names.push_back(json_string(rows[i]));
     }
   }
 
@@ -190,14 +191,14 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
     for (size_t k = 0; k < m.size(); ++k) edge.costs.push_back(read_cost(m[k], idx(wc, k), source));
   }
 
-  if (const Json* budgets = pr.find("budgets")) {
+  if (const Json* budgets = json_find(pr, "budgets")) {
     const auto& list = array_of(*budgets, "problem.budgets", source);
     for (size_t b = 0; b < list.size(); ++b) {
       std::string w = idx("problem.budgets", b);
       GlobalBudget g;
-      if (const Json* nm = list[b].find("name")) {
+      if (const Json* nm = json_find(list[b], "name")) {
         if (!nm->is_string()) fail(source, w + ".name: expected a string");
-        g.name = nm->as_string();
+        g.name = json_string(*nm);
       }
       const auto& rows = array_of(require(list[b], "usages", w, source), w + ".usages", source);
       if (rows.size() != n)
@@ -211,8 +212,8 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
                            std::to_string(p.node_costs[i].size()) + " strategies (use [] for all zero)");
         for (size_t s = 0; s < row.size(); ++s) g.usage[i].push_back(read_usage(row[s], idx(wr, s), source));
       }
-      if (const Json* lo = list[b].find("low")) g.low = read_int(*lo, w + ".low", source);
-      if (const Json* hi = list[b].find("high")) g.high = read_int(*hi, w + ".high", source);
+      if (const Json* lo = json_find(list[b], "low")) g.low = read_int(*lo, w + ".low", source);
+      if (const Json* hi = json_find(list[b], "high")) g.high = read_int(*hi, w + ".high", source);
       if (g.low > g.high)
         fail(source, w + ": low " + std::to_string(g.low) + " > high " + std::to_string(g.high) + "; no plan can satisfy it");
       p.budgets.push_back(std::move(g));
@@ -220,87 +221,6 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
   }
   validate_problem(p, source);
   return p;
-}
-
-void validate_problem(const Problem& p, const std::string& source) {
-  const size_t n = p.num_nodes();
-  for (size_t i = 0; i < n; ++i) {
-    if (p.node_costs[i].empty()) fail(source, "node " + std::to_string(i) + " has no strategies; every node needs at least one");
-    for (size_t s = 0; s < p.node_costs[i].size(); ++s)
-      if (std::isnan(p.node_costs[i][s])) fail(source, "node " + std::to_string(i) + " strategy " + std::to_string(s) + ": cost is NaN");
-  }
-  if (p.node_usages.size() != n && !p.node_usages.empty())
-    fail(source, "node_usages has " + std::to_string(p.node_usages.size()) + " rows for " + std::to_string(n) + " nodes");
-  for (size_t i = 0; i < p.node_usages.size(); ++i) {
-    if (!p.node_usages[i].empty() && p.node_usages[i].size() != p.node_costs[i].size())
-      fail(source, "node " + std::to_string(i) + ": " + std::to_string(p.node_usages[i].size()) + " usages for " +
-                       std::to_string(p.node_costs[i].size()) + " strategies");
-    for (int64_t u : p.node_usages[i])
-      if (u < 0) fail(source, "node " + std::to_string(i) + ": negative usage " + std::to_string(u));
-  }
-  if (p.intervals.size() != n && !p.intervals.empty())
-    fail(source, "intervals has " + std::to_string(p.intervals.size()) + " entries for " + std::to_string(n) + " nodes");
-  for (size_t i = 0; i < p.intervals.size(); ++i)
-    if (p.intervals[i].end < p.intervals[i].start)
-      fail(source, "node " + std::to_string(i) + ": interval end " + std::to_string(p.intervals[i].end) + " < start " +
-                       std::to_string(p.intervals[i].start));
-  for (size_t e = 0; e < p.edges.size(); ++e) {
-    const Edge& ed = p.edges[e];
-    if (ed.u < 0 || static_cast<size_t>(ed.u) >= n || ed.v < 0 || static_cast<size_t>(ed.v) >= n)
-      fail(source, "edge " + std::to_string(e) + ": node id out of range (" + std::to_string(ed.u) + ", " +
-                       std::to_string(ed.v) + ") for " + std::to_string(n) + " nodes");
-    size_t want = p.node_costs[ed.u].size() * p.node_costs[ed.v].size();
-    if (ed.costs.size() != want)
-      fail(source, "edge " + std::to_string(e) + " (" + std::to_string(ed.u) + " -> " + std::to_string(ed.v) + "): " +
-                       std::to_string(ed.costs.size()) + " costs, expected " + std::to_string(p.node_costs[ed.u].size()) +
-                       " x " + std::to_string(p.node_costs[ed.v].size()) + " = " + std::to_string(want));
-  }
-  for (size_t b = 0; b < p.budgets.size(); ++b) {
-    const GlobalBudget& g = p.budgets[b];
-    if (g.usage.size() != n && !g.usage.empty())
-      fail(source, "budget " + std::to_string(b) + ": " + std::to_string(g.usage.size()) + " rows for " + std::to_string(n) + " nodes");
-    for (size_t i = 0; i < g.usage.size(); ++i) {
-      if (!g.usage[i].empty() && g.usage[i].size() != p.node_costs[i].size())
-        fail(source, "budget " + std::to_string(b) + " node " + std::to_string(i) + ": wrong number of usages");
-      for (int64_t u : g.usage[i])
-        if (u < 0) fail(source, "budget " + std::to_string(b) + " node " + std::to_string(i) + ": negative usage");
-    }
-    if (g.low > g.high) fail(source, "budget " + std::to_string(b) + ": low > high");
-  }
-  // Every partial sum of a plan's finite costs is at most this bound; at most 2^53 keeps them
-  // all exact, so plans are compared and printed exactly.
-  long double most = 0;
-  auto largest_finite = [](const std::vector<Cost>& row) {
-    Cost m = 0;
-    for (Cost c : row)
-      if (!is_infeasible(c)) m = std::max(m, std::fabs(c));
-    return m;
-  };
-  for (const auto& row : p.node_costs) most += largest_finite(row);
-  for (const Edge& e : p.edges) most += largest_finite(e.costs);
-  if (most > static_cast<long double>(kMaxExactCost)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.4Lg", most);
-    fail(source, std::string("the finite costs of one plan can add up to ") + buf +
-                     " (the largest finite cost of every node and edge), above 2^53 = 9007199254740992, where the "
-                     "solver's doubles stop being exact and plans could be ordered wrongly; divide every cost by a "
-                     "common factor");
-  }
-  if (!p.node_names.empty() && p.node_names.size() != n)
-    fail(source, "node_names has " + std::to_string(p.node_names.size()) + " entries for " + std::to_string(n) + " nodes");
-}
-
-bool has_integer_costs(const Problem& p) {
-  auto integral = [](const std::vector<Cost>& row) {
-    for (Cost c : row)
-      if (!is_infeasible(c) && std::nearbyint(c) != c) return false;
-    return true;
-  };
-  for (const auto& row : p.node_costs)
-    if (!integral(row)) return false;
-  for (const Edge& e : p.edges)
-    if (!integral(e.costs)) return false;
-  return true;
 }
 
 Problem parse_problem(std::string_view text, const std::string& source) {
@@ -324,13 +244,14 @@ Problem read_problem(const std::string& path) {
 }
 
 namespace {
+// Integral costs (IOPDDL's, and the 1e18 infeasible marker) as integers, the rest shortest.
 Json cost_json(Cost c) {
-  if (std::nearbyint(c) == c && std::fabs(c) < 9.2e18) return Json::integer(static_cast<int64_t>(c));
-  return Json::number(c);
+  if (std::nearbyint(c) == c && std::fabs(c) < 9.2e18) return Json(static_cast<int64_t>(c));
+  return json_number(c);
 }
 Json usage_row(const std::vector<int64_t>& row, size_t strategies) {
   Json a = Json::array();
-  for (size_t s = 0; s < strategies; ++s) a.push_back(Json::integer(row.empty() ? 0 : row[s]));
+  for (size_t s = 0; s < strategies; ++s) a.push_back(Json(row.empty() ? 0 : row[s]));
   return a;
 }
 }  // namespace
@@ -345,48 +266,48 @@ Json problem_to_json(const Problem& p) {
     costs.push_back(std::move(row));
     usages.push_back(usage_row(i < p.node_usages.size() ? p.node_usages[i] : std::vector<int64_t>{}, p.num_strategies(i)));
     Interval iv = i < p.intervals.size() ? p.intervals[i] : Interval{};
-    intervals.push_back(Json::array({Json::integer(iv.start), Json::integer(iv.end)}));
+    intervals.push_back(Json::array({Json(iv.start), Json(iv.end)}));
   }
-  nodes.set("costs", std::move(costs));
-  nodes.set("usages", std::move(usages));
-  nodes.set("intervals", std::move(intervals));
+  nodes["costs"] = std::move(costs);
+  nodes["usages"] = std::move(usages);
+  nodes["intervals"] = std::move(intervals);
   if (!p.node_names.empty()) {
     Json names = Json::array();
-    for (const auto& s : p.node_names) names.push_back(Json::string(s));
-    nodes.set("names", std::move(names));
+    for (const auto& s : p.node_names) names.push_back(Json(s));
+    nodes["names"] = std::move(names);
   }
   Json edges = Json::object();
   Json enodes = Json::array(), ecosts = Json::array();
   for (const Edge& e : p.edges) {
-    enodes.push_back(Json::array({Json::integer(e.u), Json::integer(e.v)}));
+    enodes.push_back(Json::array({Json(e.u), Json(e.v)}));
     Json m = Json::array();
     for (Cost c : e.costs) m.push_back(cost_json(c));
     ecosts.push_back(std::move(m));
   }
-  edges.set("nodes", std::move(enodes));
-  edges.set("costs", std::move(ecosts));
+  edges["nodes"] = std::move(enodes);
+  edges["costs"] = std::move(ecosts);
   Json pr = Json::object();
-  if (!p.name.empty()) pr.set("name", Json::string(p.name));
-  pr.set("nodes", std::move(nodes));
-  pr.set("edges", std::move(edges));
-  if (p.usage_limit >= 0) pr.set("usage_limit", Json::integer(p.usage_limit));
+  if (!p.name.empty()) pr["name"] = p.name;
+  pr["nodes"] = std::move(nodes);
+  pr["edges"] = std::move(edges);
+  if (p.usage_limit >= 0) pr["usage_limit"] = p.usage_limit;
   if (!p.budgets.empty()) {
     Json list = Json::array();
     for (const GlobalBudget& g : p.budgets) {
       Json b = Json::object();
-      b.set("name", Json::string(g.name));
+      b["name"] = g.name;
       Json rows = Json::array();
       for (size_t i = 0; i < n; ++i)
         rows.push_back(usage_row(i < g.usage.size() ? g.usage[i] : std::vector<int64_t>{}, p.num_strategies(i)));
-      b.set("usages", std::move(rows));
-      b.set("low", Json::integer(g.low));
-      b.set("high", Json::integer(g.high));
+      b["usages"] = std::move(rows);
+      b["low"] = g.low;
+      b["high"] = g.high;
       list.push_back(std::move(b));
     }
-    pr.set("budgets", std::move(list));
+    pr["budgets"] = std::move(list);
   }
   Json doc = Json::object();
-  doc.set("problem", std::move(pr));
+  doc["problem"] = std::move(pr);
   return doc;
 }
 
@@ -397,17 +318,17 @@ static void write_text(const std::string& path, const std::string& text) {
   if (!out) throw ProblemError("error while writing '" + path + "'");
 }
 
-void write_problem(const Problem& p, const std::string& path) { write_text(path, problem_to_json(p).dump()); }
+void write_problem(const Problem& p, const std::string& path) { write_text(path, dump_json(problem_to_json(p))); }
 
 Json solution_to_json(const Solution& s) {
   Json a = Json::array();
-  for (int32_t x : s) a.push_back(Json::integer(x));
+  for (int32_t x : s) a.push_back(Json(x));
   Json doc = Json::object();
-  doc.set("solution", std::move(a));
+  doc["solution"] = std::move(a);
   return doc;
 }
 
-void write_solution(const Solution& s, const std::string& path) { write_text(path, solution_to_json(s).dump()); }
+void write_solution(const Solution& s, const std::string& path) { write_text(path, dump_json(solution_to_json(s))); }
 
 Solution read_solution(const std::string& path, const Problem& p) {
   Json doc;

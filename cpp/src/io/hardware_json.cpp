@@ -1,11 +1,10 @@
 // Hardware profiles to and from JSON, so a planner option or a user can describe hardware
 // that is not built in (or override a built-in profile's network, node size, efficiencies).
+#include "io/hardware_json.h"
+
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "autoshard/cost_model.h"
-#include "autoshard/json.h"
 
 namespace autoshard {
 namespace {
@@ -53,43 +52,43 @@ std::string known_keys() {
 }  // namespace
 
 HardwareProfile hardware_profile_from_json(const Json& spec) {
-  if (spec.is_string()) return hardware_profile(spec.as_string());
+  if (spec.is_string()) return hardware_profile(json_string(spec));
   if (!spec.is_object())
     throw std::invalid_argument(std::string("hardware: expected a profile name or an object, got ") +
-                                json_kind_name(spec.kind()));
+                                json_kind_name(spec));
   HardwareProfile hw;
-  if (const Json* base = spec.find("base")) {
+  if (const Json* base = json_find(spec, "base")) {
     if (!base->is_string()) bad("base", "expected a known profile name");
-    hw = hardware_profile(base->as_string());
+    hw = hardware_profile(json_string(*base));
   }
-  for (const auto& [key, value] : spec.items()) {
+  for (const auto& [key, value] : json_items(spec)) {
     if (key == "base") continue;
     if (key == "name") {
       if (!value.is_string()) bad(key, "expected a string");
-      hw.name = value.as_string();
+      hw.name = json_string(value);
       continue;
     }
     if (key == "gpus_per_node") {
-      if (!value.is_integer() || value.as_int() < 1 || value.as_int() > (1 << 20))
+      if (!json_is_int64(value) || json_int(value) < 1 || json_int(value) > (1 << 20))
         bad(key, "expected an integer >= 1");
-      hw.gpus_per_node = static_cast<int>(value.as_int());
+      hw.gpus_per_node = static_cast<int>(json_int(value));
       continue;
     }
     if (key == "fp32_matmul_uses_tf32") {
-      if (!value.is_bool()) bad(key, "expected true or false");
-      hw.fp32_matmul_uses_tf32 = value.as_bool();
+      if (!value.is_boolean()) bad(key, "expected true or false");
+      hw.fp32_matmul_uses_tf32 = json_bool(value);
       continue;
     }
     if (key == "reduce_scatter_via_all_reduce") {
-      if (!value.is_bool()) bad(key, "expected true or false");
-      hw.reduce_scatter_via_all_reduce = value.as_bool();
+      if (!value.is_boolean()) bad(key, "expected true or false");
+      hw.reduce_scatter_via_all_reduce = json_bool(value);
       continue;
     }
     bool found = false;
     for (const auto& f : number_fields()) {
       if (key != f.key) continue;
-      if (!value.is_number()) bad(key, std::string("expected a number, got ") + json_kind_name(value.kind()));
-      hw.*(f.member) = value.as_double();
+      if (!value.is_number()) bad(key, std::string("expected a number, got ") + json_kind_name(value));
+      hw.*(f.member) = json_double(value);
       found = true;
       break;
     }
@@ -103,17 +102,17 @@ HardwareProfile hardware_profile_from_json(const Json& spec) {
 HardwareProfile hardware_profile_from_text(std::string_view text) {
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && text[first] == '{')
-    return hardware_profile_from_json(parse_json(std::string(text)));
+    return hardware_profile_from_json(parse_json(text));
   return hardware_profile(text);
 }
 
 Json hardware_profile_to_json(const HardwareProfile& hw) {
   Json j = Json::object();
-  j.set("name", Json::string(hw.name));
-  j.set("gpus_per_node", Json::integer(hw.gpus_per_node));
-  j.set("fp32_matmul_uses_tf32", Json::boolean(hw.fp32_matmul_uses_tf32));
-  j.set("reduce_scatter_via_all_reduce", Json::boolean(hw.reduce_scatter_via_all_reduce));
-  for (const auto& f : number_fields()) j.set(f.key, Json::number(hw.*(f.member)));
+  j["name"] = hw.name;
+  j["gpus_per_node"] = hw.gpus_per_node;
+  j["fp32_matmul_uses_tf32"] = hw.fp32_matmul_uses_tf32;
+  j["reduce_scatter_via_all_reduce"] = hw.reduce_scatter_via_all_reduce;
+  for (const auto& f : number_fields()) j[f.key] = json_number(hw.*(f.member));
   return j;
 }
 

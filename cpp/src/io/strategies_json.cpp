@@ -1,11 +1,12 @@
 // A node's explicit strategies. They come from a user's Python function, so every check a
 // rule's rows pass by construction (counts, dims) is made here, with the row and the tensor
 // named: the user must see which strategy of their rule is wrong and why.
-#include "strategies_json.h"
+#include "io/strategies_json.h"
 
 #include <stdexcept>
 
 #include "autoshard/layout.h"
+#include "io/layout_json.h"
 
 namespace autoshard {
 
@@ -13,7 +14,7 @@ namespace {
 
 // `where` names the row and the tensor, `meta` is the tensor's (global) metadata.
 Placement read_placement(const Json& p, const TensorMeta& meta, const std::string& where) {
-  const std::string& text = p.as_string(where);
+  const std::string& text = json_string(p, where);
   Placement out;
   try {
     out = Placement::parse(text);
@@ -35,7 +36,7 @@ std::string count_error(const std::string& field, size_t got, size_t want, const
 std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g, const Node& n,
                                                   const std::string& at) {
   const std::string field = at + ": field 'strategies'";
-  const auto& list = j.as_array(field);
+  const auto& list = json_array(j, field);
   if (list.empty())
     throw JsonError(field + ": empty (a node with explicit strategies needs at least one; "
                     "return at least the all-Replicate strategy from the sharding rule)");
@@ -47,8 +48,8 @@ std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g,
       return at + ": field 'strategies[" + std::to_string(r) + "]" + sub + "'";
     };
     if (!list[r].is_object()) throw JsonError(fld("") + ": expected {\"outputs\": [...], \"inputs\": [...]}");
-    const auto& outs = list[r].at("outputs", fld("")).as_array(fld(".outputs"));
-    const auto& ins = list[r].at("inputs", fld("")).as_array(fld(".inputs"));
+    const auto& outs = json_array(json_at(list[r], "outputs", fld("")), fld(".outputs"));
+    const auto& ins = json_array(json_at(list[r], "inputs", fld("")), fld(".inputs"));
     if (outs.size() != n.outputs.size())
       throw JsonError(count_error(fld(".outputs"), outs.size(), n.outputs.size(), "output(s)"));
     if (ins.size() != refs.size())
@@ -71,6 +72,18 @@ std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g,
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+Json strategy_to_json(const Strategy& s) {
+  Json j = Json::object();
+  Json inputs = Json::array();
+  for (const auto& l : s.inputs) inputs.push_back(layout_to_json(l));
+  Json outputs = Json::array();
+  for (const auto& o : s.outputs) outputs.push_back(o ? layout_to_json(*o) : Json(nullptr));
+  j["inputs"] = std::move(inputs);
+  j["outputs"] = std::move(outputs);
+  j["compute_us"] = json_number(s.compute_us);
+  return j;
 }
 
 }  // namespace autoshard

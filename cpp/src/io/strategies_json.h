@@ -1,11 +1,14 @@
-// Reader of a node's explicit "strategies" field (docs/formats.md section 1): the rows of a
-// user's sharding rule, written by the tracer. Private to cpp/src/graph.
+// Strategies in JSON: the reader of a node's explicit "strategies" field (docs/formats.md
+// section 1: the rows of a user's sharding rule, written by the tracer; used by the graph
+// reader), and the writer of an enumerated strategy (the Python rule tools' listing).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "autoshard/graph.h"
+#include "autoshard/strategy.h"
+#include "io/json.h"
 
 namespace autoshard {
 
@@ -15,5 +18,9 @@ namespace autoshard {
 // Shard dim outside its tensor, a placement given for a None output.
 std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g, const Node& n,
                                                   const std::string& at);
+
+// {"inputs": [layout per tensor input], "outputs": [layout or null per output],
+//  "compute_us": estimate}
+Json strategy_to_json(const Strategy& s);
 
 }  // namespace autoshard
