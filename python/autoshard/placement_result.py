@@ -41,6 +41,19 @@ class PlacementResult(dict):
         self.mesh = mesh
         self._original: dict[fx.Node, tuple] = {}
         nodes = plan.get("nodes", {})
+        built: dict = {}  # spec key -> DTensorSpec: a repeated block repeats its layouts
+
+        def spec(strs, val):
+            if strs is None:
+                return None
+            key = (tuple(strs), tuple(val.shape), tuple(val.stride()), val.dtype) \
+                if isinstance(val, torch.Tensor) else (tuple(strs),)
+            if key not in built:
+                built[key] = _spec(mesh, strs, val)
+            # every node gets its own copy (a shallow one, much cheaper than building and
+            # checking a spec), so editing one node's spec in place edits only that node
+            return copy.copy(built[key])
+
         for node in gm.graph.nodes:
             entry = nodes.get(node.name)
             val = node.meta.get("val")
@@ -54,13 +67,13 @@ class PlacementResult(dict):
                 continue
             outs = entry["outputs"]
             if isinstance(val, (tuple, list)):
-                out_specs = tuple(_spec(mesh, s, v) for s, v in zip(outs, val))
+                out_specs = tuple(spec(s, v) for s, v in zip(outs, val))
             else:
-                out_specs = _spec(mesh, outs[0], val)
+                out_specs = spec(outs[0], val)
             args = tensor_refs(node.args, node.kwargs)  # the plan's input order
             ins = entry.get("inputs") or ([outs[0]] if node.op == "placeholder" else [])
             sources = args if args else [node] * len(ins)  # a placeholder's own tensor
-            in_specs = [_spec(mesh, s, a.meta.get("val")) for s, a in zip(ins, sources)]
+            in_specs = [spec(s, a.meta.get("val")) for s, a in zip(ins, sources)]
             self[node] = OpSpec(out_specs, in_specs)
             self._original[node] = self._layouts(self[node])
 
