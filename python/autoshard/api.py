@@ -440,12 +440,14 @@ def _bar_on_this_rank() -> bool | None:
 MEASURE = "measure"  # hardware: a profile measured on the process group (calibrate.py)
 
 
-def default_hardware(mesh: DeviceMesh) -> str:
+def default_hardware(mesh: DeviceMesh) -> str | dict:
     """The cost model's profile when the user names none: a mesh of CPU ranks on a real
-    process group (gloo) runs on CPU cores, so its plans are costed as such ("CPU"; pass
-    hardware="measure" for figures measured on the group: closer to the machine, but they
-    move with its load, and so may the plan); a CUDA mesh, or a CPU mesh on a fake process
-    group (planning a virtual GPU cluster on this machine), is costed as H100s."""
+    process group (gloo) runs on CPU cores, so its plans are costed as such ("CPU": one core
+    per rank; with more ranks on this host than cores, each rank's compute figures scaled by
+    cores / ranks, as that is the share of a core each gets; pass hardware="measure" for
+    figures measured on the group: closer to the machine, but they move with its load, and
+    so may the plan); a CUDA mesh, or a CPU mesh on a fake process group (planning a virtual
+    GPU cluster on this machine), is costed as H100s."""
     import torch.distributed as dist
 
     backend = dist.get_backend() if dist.is_initialized() else ""
@@ -453,8 +455,27 @@ def default_hardware(mesh: DeviceMesh) -> str:
         log.info("autoshard: CPU mesh on a %s process group: planning with the 'CPU' "
                  "hardware profile (pass hardware=... to plan for other hardware, or "
                  "hardware='measure' to measure this group)", backend or "no")
-        return "CPU"
+        return cpu_profile_for_host()
     return "H100"
+
+
+def cpu_profile_for_host() -> str | dict:
+    """"CPU", or when this host runs more ranks (LOCAL_WORLD_SIZE, as torchrun sets it) than
+    the cores this process may use, the CPU profile with its compute figures (FLOP/s and
+    memory bandwidth) scaled by cores / ranks. Every rank of a host computes the same."""
+    import os
+
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if not cores or ranks <= cores:
+        return "CPU"
+    from . import _core
+
+    base, share = _core.hardware_profile("CPU"), cores / ranks
+    scaled = {k: base[k] * share for k in ("peak_flops_fp32", "peak_flops_fp32_cuda_core",
+                                           "peak_flops_bf16", "peak_flops_fp64",
+                                           "hbm_bandwidth")}
+    return {"base": "CPU", "name": f"CPU ({ranks} ranks on {cores} cores)", **scaled}
 
 
 def _measured_hardware(hardware: Any, mesh: DeviceMesh) -> Any:

@@ -172,3 +172,22 @@ def test_demo_plans_a_small_llama_quickly(capsys):
     assert rc == 0
     assert "layers.0:" in out and "layers.0.attention.wq.weight" in out
     assert "parameter memory per GPU" in out and "communication" in out
+
+
+def test_cpu_profile_scales_compute_when_ranks_share_cores(monkeypatch):
+    """4 ranks on 2 cores: each rank gets half a core, so the default CPU profile's compute
+    figures are halved (communication figures stay: they were measured so)."""
+    import os
+
+    from autoshard.api import cpu_profile_for_host
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert cpu_profile_for_host() == "CPU"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    prof = cpu_profile_for_host()
+    base = _core.hardware_profile("CPU")
+    assert prof["base"] == "CPU" and "4 ranks on 2 cores" in prof["name"]
+    assert prof["peak_flops_fp32"] == base["peak_flops_fp32"] / 2
+    assert prof["hbm_bandwidth"] == base["hbm_bandwidth"] / 2
+    assert "intra_node_bandwidth" not in prof
