@@ -29,6 +29,7 @@ from torch.distributed.tensor.placement_types import Placement
 from .placements import layout_to_strs, normalize_placements
 from .presets import apply_preset, check_auto_parallel_args, check_preset
 from .rank_agreement import DEFAULT_TIMEOUT_S
+from .sharding_optimizer import ShardingOptimizer
 from .trace import ForwardInputs, TracedStep, trace_training_step
 
 log = logging.getLogger("autoshard")
@@ -88,7 +89,8 @@ class AutoParallel:
         if not isinstance(mesh, DeviceMesh):
             raise TypeError(f"mesh must be a torch.distributed DeviceMesh, got "
                             f"{type(mesh).__name__}")
-        self.model = model
+        self._source_model = model  # traced and parallelised; ``model`` is a fake copy
+        self._fake_model: nn.Module | None = None
         self.input_fn = input_fn
         self.mesh = mesh
         self.hardware = hardware if hardware is not None else default_hardware(mesh)
@@ -125,6 +127,15 @@ class AutoParallel:
         self.parallel_model: nn.Module | None = None
         self._sharding_optimizer = None
 
+    @property
+    def model(self) -> nn.Module:
+        """The model as AutoParallel holds it: a copy whose parameters and buffers are fake
+        tensors (shapes, dtypes, no data; aliases kept), built on first read. autoshard
+        traces and parallelises the model you passed, which it never modifies."""
+        if self._fake_model is None:
+            self._fake_model = _fake_copy(self._source_model)
+        return self._fake_model
+
     # ---- context -------------------------------------------------------------------------
     def __enter__(self) -> "AutoParallel":
         if self._state != "new":
@@ -133,7 +144,7 @@ class AutoParallel:
 
         device = _mesh_trace_device(self.mesh)
         with progress.stage("trace", bar=_bar_on_this_rank()):
-            self.step = trace_training_step(self.model, self.input_fn, device,
+            self.step = trace_training_step(self._source_model, self.input_fn, device,
                                             capture=self.capture, mp_policy=self.mp_policy)
         log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
                  self.step.trace_seconds)
@@ -143,6 +154,13 @@ class AutoParallel:
                 raise ValueError(f"with_sharding_constraint{where}: {len(layout)} placements "
                                  f"{layout} for a {self.mesh.ndim}-d mesh (one per mesh dim)")
             self._node_constraints[name] = list(layout)
+        try:
+            # built here, as AutoParallel does: a failure leaves this object un-entered
+            self._sharding_optimizer = ShardingOptimizer(self)
+        except BaseException:
+            self.step = None
+            self._node_constraints.clear()
+            raise
         self._state = "entered"
         apply_preset(self, self.preset)
         return self
@@ -175,12 +193,10 @@ class AutoParallel:
     def sharding_optimizer(self):
         """AutoParallel's ShardingOptimizer methods over this planner (sharding_optimizer.py):
         add_node_constraint, remove_constraints, get_solution, get_json, save / load,
-        save_placements / load_placements."""
-        self._check_entered()
-        if self._sharding_optimizer is None:
-            from .sharding_optimizer import ShardingOptimizer
-
-            self._sharding_optimizer = ShardingOptimizer(self)
+        save_placements / load_placements. Readable after the ``with`` block (graph, prob,
+        get_json, save); what plans again still needs the block."""
+        if self._state == "new":  # readable after the block too (solving checks again)
+            raise RuntimeError(_NOT_ENTERED)
         return self._sharding_optimizer
 
     @property
@@ -375,7 +391,7 @@ class AutoParallel:
             self._check_ranks_agree(self.graph_json(), plan)
         self.hardware = _measured_hardware(self.hardware, self.mesh)  # for other modes' plans
         self.parallel_model = build_parallel_module(
-            self.model, self.step, plan, self.mesh, strict=self.strict, runtime=self.runtime,
+            self._source_model, self.step, plan, self.mesh, strict=self.strict, runtime=self.runtime,
             compile=self.compile, variant_planner=self._variant_planner(),
             capture=self.capture, mp_policy=self.mp_policy,
             free_outputs=[i for i in self._free_outputs() if i in self.step.tangent_of.values()])
@@ -401,7 +417,7 @@ class AutoParallel:
                    "runtime": self.runtime, "compile": self.compile, "capture": self.capture,
                    "mp_policy": repr(self.mp_policy)}
         parts = {"graph": graph, "mesh": mesh, "constraints": constraints, "options": options}
-        numel = sum(p.numel() for p in self.model.parameters())
+        numel = sum(p.numel() for p in self._source_model.parameters())
         summaries = {"graph": f"{len(self.step.gm.graph.nodes)} graph nodes, "
                               f"{len(self.step.param_fqns)} parameters of {numel} elements",
                      "mesh": f"{mesh['shape']} {mesh['dim_names'] or ''}".strip()}
@@ -428,6 +444,25 @@ class AutoParallel:
                                             *_cache_and_key(cache_setting, graph, opts))
 
         return plan_variant
+
+
+def _fake_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose parameters and buffers are FakeTensors: every tensor
+    is replaced before copying (a shared tensor by one shared fake), so no data is copied."""
+    import copy
+
+    from torch._subclasses import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    memo: dict[int, Any] = {}
+    for _, t in [*model.named_parameters(remove_duplicate=False),
+                 *model.named_buffers(remove_duplicate=False)]:
+        if id(t) in memo:
+            continue
+        fake = mode.from_tensor(t.detach())
+        memo[id(t)] = (nn.Parameter(fake, requires_grad=t.requires_grad)
+                       if isinstance(t, nn.Parameter) else fake)
+    return copy.deepcopy(model, memo)
 
 
 def _bar_on_this_rank() -> bool | None:

@@ -99,12 +99,13 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
         return self
 
     def parallel_gm(self):
-        """This rank's lowered forward graph (the module must have run once, or have
-        materialised parameters to lower from)."""
-        return _program(self).fwd_gm
+        """This rank's lowered forward graph; before ``to_empty`` (state on the meta
+        device), lowered from the meta state (shapes only), as AutoParallel's
+        ``autop.parallel_gm`` is readable right after apply_placement."""
+        return _with_user_annotations(_inspect_program(self).fwd_gm, runner.step)
 
     def parallel_bwd_gm(self):
-        return _program(self).bwd_gm
+        return _with_user_annotations(_inspect_program(self).bwd_gm, runner.step)
 
     def _apply(self, fn, recurse=True):
         # to_empty / to / cuda: the state's local shapes, dtypes or device may change, so the
@@ -124,10 +125,13 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
         members["init_weights"] = wrap_init_weights(root_cls.init_weights)
     par_cls = type(f"AutoShard{root_cls.__name__}", (root_cls,), members)
     shells: dict[str, nn.Module] = {}
+    shell_of: dict[int, nn.Module] = {}  # one shell per module object: aliases stay aliases
     for path, mod in model.named_modules(remove_duplicate=False):
         if path in shells:
             continue
-        shells[path] = _shell_like(mod, par_cls if path == "" else None)
+        if id(mod) not in shell_of:
+            shell_of[id(mod)] = _shell_like(mod, par_cls if path == "" else None)
+        shells[path] = shell_of[id(mod)]
     for path, mod in model.named_modules(remove_duplicate=False):
         for name, child in mod._modules.items():
             child_path = f"{path}.{name}" if path else name
@@ -321,6 +325,46 @@ def _program(module: nn.Module, flat_inputs: list | None = None):
         module._autoshard_program = lower_program(module, module._autoshard_runner,
                                                   flat_inputs)
     return module._autoshard_program
+
+
+def _inspect_program(module: nn.Module):
+    """The program to read graphs from: the module's own once its state is materialised;
+    before (meta state), one lowered from the meta shards and meta example inputs, kept
+    apart (never run) and dropped when the state is materialised."""
+    states = [*module.parameters(), *module.buffers()]
+    if not any(t.device.type == "meta" for t in states):
+        module.__dict__.pop("_autoshard_meta_program", None)
+        return _program(module)
+    prog = module.__dict__.get("_autoshard_meta_program")
+    if prog is None:
+        from .program import lower_step
+
+        runner = module._autoshard_runner
+        params = dict(module.named_parameters(remove_duplicate=False))
+        buffers = dict(module.named_buffers(remove_duplicate=False))
+        param_locals = [params[f]._local_tensor for f in module._autoshard_param_order]
+        buffer_locals = [buffers[f]._local_tensor for f in module._autoshard_buffer_order]
+        inputs = [t.to("meta") if isinstance(t, torch.Tensor) else t
+                  for t in _example_local_inputs(runner)]
+        prog = lower_step(runner, param_locals, buffer_locals, inputs,
+                          prefetch_bytes=module._autoshard_prefetch_bytes,
+                          bucket_bytes=module._autoshard_bucket_bytes)
+        module.__dict__["_autoshard_meta_program"] = prog
+    return prog
+
+
+def _with_user_annotations(gm: torch.fx.GraphModule, step: TracedStep):
+    """Copies the user's ``fx.traceback.annotate`` metadata (``meta["custom"]``) of each
+    traced node onto the lowered nodes computed from it (``custom["autoshard_node"]``
+    names it); inserted collectives keep only autoshard's key."""
+    user = {n.name: n.meta.get("custom") for n in step.gm.graph.nodes}
+    for n in gm.graph.nodes:
+        custom = n.meta.get("custom")
+        if isinstance(custom, dict) and "autoshard_node" in custom:
+            extra = user.get(custom["autoshard_node"])
+            if extra:
+                n.meta["custom"] = {**extra, **custom}
+    return gm
 
 
 def lower_program(module: nn.Module, runner: StepRunner, flat_inputs: list | None = None):

@@ -38,6 +38,41 @@ class ShardingOptimizer:
         self._saved = saved
         self._constraint_nodes: dict[str, str] = {}  # constraint name -> node name
         self.solution: dict | None = None  # the last plan JSON
+        # AutoParallel plans a concretised copy of a dynamic-shape graph and maps its nodes
+        # back through this dict; autoshard plans autop.gm itself, so the map is empty and
+        # ``opt._concrete_to_orig.get(node, node)`` is the node
+        self._concrete_to_orig: dict = {}
+
+    @property
+    def graph(self) -> fx.Graph:
+        """The graph the plan's nodes belong to: ``autop.gm.graph`` (keys of
+        optimize_placement's result), so ``get_param_nodes(opt.graph)`` works."""
+        if self._autop is None:
+            raise RuntimeError("a ShardingOptimizer loaded from a file has no fx graph; "
+                               "get_json() has its nodes")
+        return self._autop.gm.graph
+
+    @property
+    def prob(self) -> "ConstraintView":
+        """The constraints currently set, by name (AutoParallel's ``opt.prob.constraints``):
+        ``memory_constraint_high`` / ``memory_constraint_low`` for the parameter memory
+        bounds, and each node constraint's name (add_node_constraint's return value)."""
+        return ConstraintView(self._constraint_descriptions())
+
+    def _constraint_descriptions(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        mem = self._options().get("parameter_memory", "default")
+        if mem == "default":
+            out["memory_constraint_low"] = out["memory_constraint_high"] = \
+                "the planner's default parameter memory bounds"
+        elif mem is not None:
+            out["memory_constraint_low"] = f"parameter bytes per device >= {mem['low']} of all"
+            out["memory_constraint_high"] = f"parameter bytes per device <= {mem['high']} of all"
+        pins = self._options().get("node_constraints") or {}
+        for cname, node in self._constraint_nodes.items():
+            if node in pins:
+                out[cname] = f"{node} output layout = {','.join(pins[node])}"
+        return out
 
     # ---- constraints -------------------------------------------------------------------------
     def _mesh_ndim(self) -> int:
@@ -321,6 +356,16 @@ class ShardingOptimizer:
 
         self._autop.plan = plan
         return PlacementResult(plan, self._autop.gm, self._autop.mesh)
+
+
+class ConstraintView:
+    """``opt.prob``: ``constraints`` maps each constraint's name to a readable description."""
+
+    def __init__(self, constraints: dict[str, str]):
+        self.constraints = constraints
+
+    def __repr__(self) -> str:
+        return f"ConstraintView({sorted(self.constraints)})"
 
 
 def _refs(value: Any, out: list) -> None:

@@ -277,12 +277,136 @@ def test_complex_rotary_ops_have_rules(mesh22):
             "aten._conj.default"} <= ops
 
 
-def test_parallel_gm_after_materialising(mesh22):
+def test_parallel_gm_before_and_after_materialising(mesh22):
     with AutoParallel(_net(), _x, mesh22) as autop:
         autop.add_input_constraints([(Shard(0), Replicate())])
         parallel = autop.apply_placement(autop.optimize_placement())
-        with pytest.raises(RuntimeError, match="meta device"):
-            autop.parallel_gm
+    # readable at once (lowered from the meta state), as AutoParallel's
+    before = autop.parallel_gm
+    assert isinstance(before, fx.GraphModule)
+    assert any(n.target == torch.ops.aten.mm.default for n in before.graph.nodes)
+    assert all(p.device.type == "meta" for p in parallel.parameters())
     parallel.to_empty(device="cpu")
-    assert isinstance(autop.parallel_gm, fx.GraphModule)
+    after = autop.parallel_gm
+    assert isinstance(after, fx.GraphModule) and after is not before
     assert all(isinstance(p, DTensor) for p in parallel.parameters())
+
+
+def test_parallel_gm_carries_user_annotations(mesh22):
+    import torch.fx.traceback as fx_traceback
+
+    class Annotated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(16, 16, bias=False)
+            self.b = nn.Linear(16, 16, bias=False)
+
+        def forward(self, x):
+            with fx_traceback.annotate({"stage": "first"}):
+                h = self.a(x)
+            with fx_traceback.annotate({"stage": "second"}):
+                return self.b(h)
+
+    with torch.device("meta"):
+        model = Annotated()
+    with fx_traceback.preserve_node_meta(), AutoParallel(model, _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        autop.add_output_constraints([(Shard(0), Replicate())])
+        parallel = autop.apply_placement(autop.optimize_placement())
+    stages = [n.meta["custom"].get("stage") for n in autop.parallel_gm.graph.nodes
+              if n.target == torch.ops.aten.mm.default]
+    assert stages == ["first", "second"]
+    bwd = [n.meta["custom"].get("stage") for n in parallel.parallel_bwd_gm.graph.nodes
+           if n.target == torch.ops.aten.mm.default]
+    assert set(bwd) == {"first", "second"}
+
+
+def test_sharding_optimizer_graph_and_named_constraints(mesh22):
+    from torch._functorch._aot_autograd.fx_utils import get_param_nodes
+
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        opt = autop.sharding_optimizer
+        assert opt.graph is autop.gm.graph
+        params = get_param_nodes(opt.graph)
+        assert len(params) == 4 and opt._concrete_to_orig.get(params[0], params[0]) is params[0]
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        autop.add_parameter_memory_constraint(low=None, high=None)
+        assert {"memory_constraint_high", "memory_constraint_low"} <= set(opt.prob.constraints)
+        names = opt.add_node_constraint(params[0], (Replicate(), Replicate()))
+        assert set(names) <= set(opt.prob.constraints)
+        solution = opt.resolve()
+        assert solution[params[0]].output_specs.placements == (Replicate(), Replicate())
+        opt.remove_constraints(names + ["memory_constraint_high", "memory_constraint_low"])
+        assert not set(opt.prob.constraints) & {*names, "memory_constraint_high",
+                                                "memory_constraint_low"}
+        opt.resolve()
+    # reading still works after the block; planning again does not
+    assert opt.graph is autop.gm.graph and isinstance(opt.prob.constraints, dict)
+    with pytest.raises(RuntimeError, match="not reentrant"):
+        opt.resolve()
+
+
+def test_failed_enter_leaves_autoparallel_unentered(mesh22, monkeypatch):
+    import autoshard.api
+
+    def broken(_autop):
+        raise RuntimeError("optimizer construction failed")
+
+    monkeypatch.setattr(autoshard.api, "ShardingOptimizer", broken)
+    autop = AutoParallel(_net(), _x, mesh22)
+    with pytest.raises(RuntimeError, match="optimizer construction failed"):
+        autop.__enter__()
+    with pytest.raises(RuntimeError, match="context manager"):
+        autop.sharding_optimizer
+    monkeypatch.undo()
+    with AutoParallel(_net(), _x, mesh22) as again:  # nothing left behind
+        assert again.sharding_optimizer is not None
+
+
+def test_autop_model_is_a_fake_copy_keeping_aliases(mesh22):
+    from torch._subclasses import FakeTensor
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(16, 16, bias=False)
+            self.head = nn.Linear(16, 16, bias=False)
+            self.head.weight = self.embed.weight
+            self.register_buffer("scale", torch.ones(16))
+
+        def forward(self, x):
+            return self.head(self.embed(x)) * self.scale
+
+    model = Tied()  # real CPU weights: the copy must not touch them
+    autop = AutoParallel(model, _x, mesh22)
+    fake = autop.model
+    assert fake is autop.model and fake is not model
+    assert isinstance(fake.get_parameter("embed.weight"), FakeTensor)
+    assert isinstance(fake.get_buffer("scale"), FakeTensor)
+    assert fake.head.weight is fake.embed.weight
+    assert isinstance(fake.embed.weight, nn.Parameter) and fake.embed.weight.requires_grad
+    assert not isinstance(model.embed.weight, FakeTensor)
+    with autop:  # traces the model that was passed
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        autop.optimize_placement()
+
+
+def test_aliased_submodules_stay_aliased(mesh22):
+    class WithEma(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.student = nn.Linear(16, 16)
+            self.teacher = nn.Linear(16, 16)
+            self.ema = self.teacher  # one module under two names
+
+        def forward(self, x):
+            return self.student(x) + self.teacher(x)
+
+    with torch.device("meta"):
+        model = WithEma()
+    with AutoParallel(model, _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        parallel = autop.apply_placement(autop.optimize_placement())
+    assert parallel.ema is parallel.teacher and parallel.ema.weight is parallel.teacher.weight
+    names = dict(parallel.named_parameters(remove_duplicate=False))
+    assert "ema.weight" in names and "teacher.weight" in names
