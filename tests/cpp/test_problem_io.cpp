@@ -7,9 +7,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "autoshard/evaluate.h"
 #include "autoshard/problem_io.h"
+#include "io/json.h"
+#include "io/problem_json.h"
+#include "io/read_file.h"
 
 using namespace autoshard;
 
@@ -196,4 +200,113 @@ TEST(ProblemIo, IntegerCostsProveOptimalityOnceTheRoundedUpBoundMeetsTheCost) {
   // fractional costs: only floating-point noise is forgiven
   EXPECT_FALSE(bound_proves_optimal(532844, 532843.4, false));
   EXPECT_TRUE(bound_proves_optimal(532844, 532844 - 1e-6, false));
+}
+
+// parse_problem builds the problem from the parser's events and leaves anything it does not
+// accept to the document reader (problem_from_json), which words the errors: both must read
+// every input alike, whatever the key order, unknown keys, repeated keys and number forms.
+namespace {
+
+Problem tree_read(const std::string& text, const std::string& source) {
+  Json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const JsonError& e) {
+    throw ProblemError(source + ": " + e.what());
+  }
+  return problem_from_json(doc, source);
+}
+
+void expect_same(const Problem& a, const Problem& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.node_costs, b.node_costs);
+  EXPECT_EQ(a.node_usages, b.node_usages);
+  ASSERT_EQ(a.intervals.size(), b.intervals.size());
+  for (size_t i = 0; i < a.intervals.size(); ++i) {
+    EXPECT_EQ(a.intervals[i].start, b.intervals[i].start);
+    EXPECT_EQ(a.intervals[i].end, b.intervals[i].end);
+  }
+  ASSERT_EQ(a.edges.size(), b.edges.size());
+  for (size_t e = 0; e < a.edges.size(); ++e) {
+    EXPECT_EQ(a.edges[e].u, b.edges[e].u);
+    EXPECT_EQ(a.edges[e].v, b.edges[e].v);
+    EXPECT_EQ(a.edges[e].costs, b.edges[e].costs);
+  }
+  EXPECT_EQ(a.usage_limit, b.usage_limit);
+  ASSERT_EQ(a.budgets.size(), b.budgets.size());
+  for (size_t k = 0; k < a.budgets.size(); ++k) {
+    EXPECT_EQ(a.budgets[k].name, b.budgets[k].name);
+    EXPECT_EQ(a.budgets[k].usage, b.budgets[k].usage);
+    EXPECT_EQ(a.budgets[k].low, b.budgets[k].low);
+    EXPECT_EQ(a.budgets[k].high, b.budgets[k].high);
+  }
+  EXPECT_EQ(a.node_names, b.node_names);
+}
+
+std::string outcome(const std::function<Problem()>& read) {
+  try {
+    read();
+  } catch (const ProblemError& e) {
+    return e.what();
+  }
+  return "(read)";
+}
+
+}  // namespace
+
+TEST(ProblemIo, EventReaderReadsAsTheDocumentReader) {
+  const std::vector<std::string> good = {
+      kSmall,
+      // edges before nodes, unknown keys holding any value, floats with integral values
+      R"({"x": [1, {"y": null}], "problem": {"edges": {"costs": [[1.5, 2, 3e2]], "note": "n", "nodes": [[1.0, 0]]},
+          "extra": {"a": [[[]]]}, "usage_limit": 9.0,
+          "nodes": {"intervals": [[0, 3], [-2, -2]], "usages": [[0, 7.0, 1], [2]], "costs": [[1, 2, 3], [-4]],
+                    "names": ["a", "b\u00e9"]},
+          "budgets": [{"usages": [[1, 2, 3], []], "high": 5, "name": "params", "z": true},
+                      {"usages": [[], [0]], "low": -1}], "name": "reordered"}})",
+      // no limit (null), no usages or intervals, infeasible and large exact costs
+      R"({"problem": {"nodes": {"costs": [[1000000000000000000, 9007199254740992], [2e18]]}, "usage_limit": null,
+          "edges": {"nodes": [], "costs": []}}})",
+      // a repeated key: the document reader keeps the last value
+      R"({"problem": {"nodes": {"costs": [[1]], "costs": [[1, 2]]}, "edges": {"nodes": [], "costs": []}}})",
+  };
+  for (const std::string& text : good) {
+    SCOPED_TRACE(text);
+    Problem a, b;
+    ASSERT_EQ(outcome([&] { return a = parse_problem(text, "in.json"); }), "(read)");
+    b = tree_read(text, "in.json");
+    expect_same(a, b);
+  }
+  const std::vector<std::string> bad = {
+      "", "[]", R"({"problem": []})", R"({"problem": {"nodes": {"costs": [[1]]}}})",
+      R"({"problem": {"nodes": {"costs": [[]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]], "usages": [[-1]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 1]], "costs": [[1]]}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 0]], "costs": [[1, 2]]}}})",
+      R"({"problem": {"nodes": {"costs": [[9007199254740994]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1e300]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]], "intervals": [[2, 1]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "usage_limit": 5, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "usage_limit": 1.5, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "budgets": [{"usages": [[1]], "low": 2, "high": 1}],
+          "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "budgets": [{"low": null, "usages": [[1]]}], "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"name": 3, "nodes": {"costs": [[1]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [], "costs": []}}} x)",
+      R"({"problem": {"nodes": {"costs": [[NaN]]}, "edges": {"nodes": [], "costs": []}}})",
+  };
+  for (const std::string& text : bad) {
+    SCOPED_TRACE(text);
+    const std::string e = outcome([&] { return parse_problem(text, "in.json"); });
+    EXPECT_NE(e, "(read)");
+    EXPECT_EQ(e, outcome([&] { return tree_read(text, "in.json"); }));
+  }
+}
+
+TEST(ProblemIo, EventReaderReadsTheIopddlInstancesAsTheDocumentReader) {
+  for (const char* file : {"B.json.gz", "G.json.gz"}) {
+    const std::string path = iopddl_instance(file);
+    if (path.empty()) GTEST_SKIP() << file << " is not on this machine";
+    expect_same(read_problem(path), tree_read(read_file_maybe_gzip(path), path));
+  }
 }

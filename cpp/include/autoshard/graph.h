@@ -9,18 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "autoshard/cost_model.h"
 #include "autoshard/placement.h"
+#include "autoshard/tensor.h"
 
 namespace autoshard {
-
-struct TensorMeta {
-  std::vector<int64_t> shape;
-  DType dtype = DType::Float32;
-  int64_t numel() const;
-  int64_t bytes() const;
-  int rank() const { return static_cast<int>(shape.size()); }
-};
 
 struct TensorRef {
   int32_t node = -1;   // index into Graph::nodes

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "autoshard/graph.h"
+#include "autoshard/tensor.h"
 #include "autoshard/placement.h"
 
 namespace autoshard {

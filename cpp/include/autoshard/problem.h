@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,17 @@ struct Problem {
   size_t num_nodes() const { return node_costs.size(); }
   size_t num_strategies(size_t node) const { return node_costs[node].size(); }
 };
+
+// A problem that breaks the invariants below, or a problem file that cannot be read; the
+// message names the source, the field and what to do.
+class ProblemError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Checks the invariants every solver relies on (sizes, ranges, usages >= 0, ...).
+// Throws ProblemError naming the first violation. read_problem calls it.
+void validate_problem(const Problem& problem, const std::string& source = "problem");
 
 // Whether every finite cost is an integer (IOPDDL problems): the optimum is then an integer.
 bool has_integer_costs(const Problem& problem);

@@ -14,7 +14,6 @@
 // (e.g. "problem.edges.costs[3]") and what to do.
 #pragma once
 
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -22,19 +21,11 @@
 
 namespace autoshard {
 
-class ProblemError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Reads PATH (plain or gzip JSON) and validates it. Throws ProblemError.
+// Reads PATH (plain or gzip JSON) and validates it (validate_problem, problem.h). Throws
+// ProblemError.
 Problem read_problem(const std::string& path);
 // Parses the text of a file; `source` names the input in messages (a path or "<string>").
 Problem parse_problem(std::string_view text, const std::string& source = "<string>");
-
-// Checks the invariants every solver relies on (sizes, ranges, usages >= 0, ...).
-// Throws ProblemError naming the first violation. read_problem calls it.
-void validate_problem(const Problem& problem, const std::string& source = "problem");
 
 // Writes the IOPDDL file of a problem (extensions written only when used).
 void write_problem(const Problem& problem, const std::string& path);

@@ -17,13 +17,6 @@ void collect_tensor_refs(const ArgValue& v, std::vector<TensorRef>& out) {
 
 }  // namespace
 
-int64_t TensorMeta::numel() const {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-int64_t TensorMeta::bytes() const { return numel() * dtype_bytes(dtype); }
-
 std::vector<TensorRef> Node::tensor_inputs() const {
   std::vector<TensorRef> refs;
   for (const auto& a : args) collect_tensor_refs(a, refs);

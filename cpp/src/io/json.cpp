@@ -208,11 +208,16 @@ bool json_is_int64(const Json& j) {
   return j.is_number_integer();
 }
 
+std::optional<int64_t> json_integral_double(double d) {
+  if (std::nearbyint(d) == d && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
+  return std::nullopt;
+}
+
 int64_t json_int(const Json& j, std::string_view where) {
   if (!j.is_number()) throw JsonError(kind_error(where, "an integer", j));
   if (json_is_int64(j)) return j.get<int64_t>();
   const double d = j.get<double>();
-  if (std::nearbyint(d) == d && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
+  if (const auto i = json_integral_double(d)) return *i;
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, d);
   throw JsonError(fmt::format("{}: expected an integer, found {}{}", where, std::string_view(buf, r.ptr - buf),

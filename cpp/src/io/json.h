@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -48,6 +49,8 @@ const char* json_kind_name(const Json& j);
 bool json_bool(const Json& j, std::string_view where = "value");
 double json_double(const Json& j, std::string_view where = "value");
 int64_t json_int(const Json& j, std::string_view where = "value");
+// The integer a float stands for when json_int accepts it (integral, within 64 bits).
+std::optional<int64_t> json_integral_double(double d);
 // True for a number written as an integer that fits in int64 (the text's own kind).
 bool json_is_int64(const Json& j);
 const std::string& json_string(const Json& j, std::string_view where = "value");

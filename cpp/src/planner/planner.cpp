@@ -4,14 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "autoshard/evaluate.h"
 #include "autoshard/infeasibility.h"
-#include "autoshard/report.h"
 #include "autoshard/solver.h"
 
 namespace autoshard {
@@ -50,8 +50,7 @@ void check_problem_size(const ShardingModel& sm, const BuildLimits& limits) {
   if (bytes <= static_cast<double>(limits.max_bytes)) return;
   size_t strategies = 0;
   for (const auto& s : sm.strategies) strategies += s.size();
-  char entries[32];
-  std::snprintf(entries, sizeof entries, "%.3g", t.entries);
+  const std::string entries = fmt::format("{:.3g}", t.entries);
   throw PlanningLimitError(
       "the solver problem for this graph on mesh " + mesh_str(sm.model->mesh) + " is estimated to need " +
       human_bytes(bytes) + " (" + std::to_string(strategies) + " strategies over " +
@@ -80,12 +79,11 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
   if (auto why = obvious_infeasibility(r.sharding, r.lowered)) throw NoPlan{why->message, true, why->names};
   if (!r.lowered.budget_raised_for.empty()) {
     const auto& raised = r.lowered.budget_raised_for;
-    char high[32];
-    std::snprintf(high, sizeof high, "%.4g", lo.parameter_memory->second);
+    const std::string high = fmt::format("{:.4g}", lo.parameter_memory->second);
     std::string list;
     for (size_t i = 0; i < raised.size() && i < 5; ++i) list += (i ? ", " : "") + raised[i];
     if (raised.size() > 5) list += ", and " + std::to_string(raised.size() - 5) + " more";
-    r.plan.notes.push_back("the parameter memory budget (high = " + std::string(high) + " of each parameter) cannot be "
+    r.plan.notes.push_back("the parameter memory budget (high = " + high + " of each parameter) cannot be "
                            "met by " + std::to_string(raised.size()) + " parameter(s), so their share was raised to "
                            "the least any strategy reaches: " + list);
   }
@@ -112,10 +110,9 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
       if (sr.found)
         throw std::logic_error("internal error: the solver's plan failed the independent check (" + ev.violation +
                                "); please report this with the graph");
-      char limit[32];
-      std::snprintf(limit, sizeof limit, "%g", options.time_limit_s);
+      const std::string limit = fmt::format("{:g}", options.time_limit_s);
       if (!sr.proven_infeasible)
-        throw NoPlan{"no plan found within the time limit (" + std::string(limit) + " s, --time-limit / "
+        throw NoPlan{"no plan found within the time limit (" + limit + " s, --time-limit / "
                      "time_limit_s): the solver stopped before finding any plan that meets the constraints, and did "
                      "not prove that none exists; raise the time limit",
                      false, std::nullopt};

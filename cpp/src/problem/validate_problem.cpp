@@ -2,10 +2,11 @@
 // lowering, a test), and the integrality test the solvers' bounds use.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
-#include "autoshard/problem_io.h"
+#include <fmt/format.h>
+
+#include "autoshard/problem.h"
 
 namespace autoshard {
 
@@ -75,9 +76,7 @@ void validate_problem(const Problem& p, const std::string& source) {
   for (const auto& row : p.node_costs) most += largest_finite(row);
   for (const Edge& e : p.edges) most += largest_finite(e.costs);
   if (most > static_cast<long double>(kMaxExactCost)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.4Lg", most);
-    fail(source, std::string("the finite costs of one plan can add up to ") + buf +
+    fail(source, fmt::format("the finite costs of one plan can add up to {:.4g}", most) +
                      " (the largest finite cost of every node and edge), above 2^53 = 9007199254740992, where the "
                      "solver's doubles stop being exact and plans could be ordered wrongly; divide every cost by a "
                      "common factor");

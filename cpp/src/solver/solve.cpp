@@ -8,7 +8,7 @@
 
 #include "autoshard/evaluate.h"
 #include "autoshard/exact.h"
-#include "autoshard/problem_io.h"
+#include "autoshard/problem.h"
 #include "autoshard/solver.h"
 #include "budget_branch.h"
 #include "exact_model.h"

@@ -1,9 +1,9 @@
-// Element types: torch names, aliases and sizes (torch.<dtype>.itemsize in torch 2.13).
+// Element types: torch names, aliases and sizes (torch.<dtype>.itemsize in torch 2.13); tensor sizes.
 #include <array>
 #include <stdexcept>
 #include <string>
 
-#include "autoshard/cost_model.h"
+#include "autoshard/tensor.h"
 
 namespace autoshard {
 namespace {
@@ -99,5 +99,12 @@ bool dtype_is_floating(DType d) {
 bool dtype_is_complex(DType d) {
   return d == DType::Complex32 || d == DType::Complex64 || d == DType::Complex128;
 }
+
+int64_t TensorMeta::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+int64_t TensorMeta::bytes() const { return numel() * dtype_bytes(dtype); }
 
 }  // namespace autoshard

@@ -2,7 +2,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "autoshard/redistribute.h"
+#include "autoshard/mesh_model.h"
 
 namespace autoshard {
 
