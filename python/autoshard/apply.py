@@ -376,7 +376,8 @@ def lower_program(module: nn.Module, runner: StepRunner, flat_inputs: list | Non
     param_locals, buffer_locals = _state_locals(module)
     program = lower_step(runner, param_locals, buffer_locals, flat_inputs,
                          prefetch_bytes=module._autoshard_prefetch_bytes,
-                         bucket_bytes=module._autoshard_bucket_bytes)
+                         bucket_bytes=module._autoshard_bucket_bytes,
+                         reduce_inplace=not module._autoshard_compile)
     if module._autoshard_compile:
         program = compile_program(program)
     program.state_key = _state_key(param_locals, buffer_locals)

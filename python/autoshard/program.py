@@ -39,7 +39,8 @@ from .runtime import StepRunner, contiguous_stride, mark_integer_outputs
 OUTSIDE = "<graph outputs>"
 COLLECTIVE_OPS = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce",
                   "all_to_all_single", "all_gather_into_tensor_coalesced",
-                  "reduce_scatter_tensor_coalesced", "all_reduce_coalesced"}
+                  "reduce_scatter_tensor_coalesced", "all_reduce_coalesced",
+                  "all_reduce_"}  # all_reduce_: in place, on a buffer nothing else reads
 
 
 def op_name(node: fx.Node) -> str | None:
@@ -107,7 +108,7 @@ class LocalProgram:
                     custom = n.meta.get("custom") or {}
                     src = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
                     where = custom.get("autoshard_node", OUTSIDE)
-                    out.append({"phase": phase, "op": op_name(n), "where": where,
+                    out.append({"phase": phase, "op": op_name(n).rstrip("_"), "where": where,
                                 # the joint-graph nodes of the collectives a fused one replaced
                                 "members": custom.get("autoshard_members") or [where],
                                 "numel": int(src.numel()) if src is not None else -1,
@@ -141,9 +142,12 @@ def _annotating_nodes(runner: StepRunner):
 def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
                buffer_locals: list[torch.Tensor], input_values: list[Any], *,
                overlap: bool = True, prefetch_bytes: int | None = None,
-               bucket_bytes: int | None = None) -> LocalProgram:
+               bucket_bytes: int | None = None, reduce_inplace: bool = True) -> LocalProgram:
     """Trace ``runner``'s forward and backward into local graphs. The example tensors give
-    local shapes and dtypes only (they are replaced by fake tensors; nothing runs)."""
+    local shapes and dtypes only (they are replaced by fake tensors; nothing runs).
+    ``reduce_inplace``: the program runs copies of the graphs whose fresh buffers are
+    all-reduced in place (reduce_in_place); off when inductor compiles the program (it
+    wants functional graphs and re-places them itself)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -250,10 +254,45 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
         for gm in (fwd_gm, bwd_gm):
             _tidy(gm)  # the buckets' flattening adds views of 1-D shards
-    return LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
+    program = LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
+    if reduce_inplace:
+        # what runs eagerly; fwd_gm / bwd_gm stay functional (parallel_gm, torch.compile)
+        program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
+        info["all_reduces_in_place"] = sum(reduce_in_place(gm)
+                                           for gm in (program.fwd, program.bwd))
+    return program
+
+
+def _copy_gm(gm: fx.GraphModule) -> fx.GraphModule:
+    g = fx.Graph()
+    g.output(g.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, g)
 
 
 PARAM_KEY = "autoshard_param"  # placeholder meta: the parameter (FQN) it holds a shard of
+
+
+def reduce_in_place(gm: fx.GraphModule) -> int:
+    """All-reduces of a buffer that nothing else reads (a bucket's concatenation, a matmul's
+    partial sums) reduce that buffer in place: the functional all_reduce first copies its
+    input, a pass over every reduced byte for nothing. A buffer qualifies when its producer
+    returns new memory (no alias in its schema), it is contiguous, and the all-reduce is its
+    only user. Returns how many were changed. (Inductor does this itself when compiling.)"""
+    changed = 0
+    for n in list(gm.graph.nodes):
+        if op_name(n) != "all_reduce" or not _is_functional_c10d(n):
+            continue
+        src = n.args[0]
+        val = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if (not isinstance(val, torch.Tensor) or not val.is_contiguous() or len(src.users) != 1
+                or op_name(src) is None
+                or any(r.alias_info is not None for r in src.target._schema.returns)):
+            continue
+        n.target = torch.ops._c10d_functional.all_reduce_.default
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def strip_views(n: fx.Node) -> fx.Node:
@@ -323,7 +362,7 @@ class ProgramFunction(torch.autograd.Function):
     def forward(ctx, program: LocalProgram, n_dtensors: int, *tensors):
         params = tensors[:n_dtensors]
         local = [p._local_tensor for p in params]
-        results = program.fwd(*local, *tensors[n_dtensors:])
+        results = _runnable(program, "fwd")(*local, *tensors[n_dtensors:])
         outs, saved = results[:program.n_outputs], results[program.n_outputs:]
         ctx.program = program
         ctx.param_specs = [p._spec for p in params]
@@ -335,10 +374,19 @@ class ProgramFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         program: LocalProgram = ctx.program
         grads = [g.contiguous() for g in grads]
-        results = list(program.bwd(*ctx.saved_tensors, *grads))
+        results = list(_runnable(program, "bwd")(*ctx.saved_tensors, *grads))
         for i, spec in enumerate(ctx.param_specs):
             if results[i] is not None:
                 # the spec is copied so that sharding propagation on the gradient can never
                 # change the parameter's
                 results[i] = DTensor(results[i], copy.copy(spec), requires_grad=False)
         return (None, None, *results)
+
+
+def _runnable(program: LocalProgram, phase: str) -> Callable:
+    """The graph to run: the program's own (in-place reductions, or compiled), except while
+    Dynamo traces the module (torch.compile of the parallel module), which needs the
+    functional graph."""
+    if torch.compiler.is_compiling() and not program.compiled:
+        return getattr(program, f"{phase}_gm")
+    return getattr(program, phase)

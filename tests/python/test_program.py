@@ -219,6 +219,12 @@ def test_gradient_all_reduces_are_bucketed_per_block():
     buckets = [n for n in bwd.graph.nodes if is_collective(n) and op_name(n) == "all_reduce"
                and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")]
     mms = [order[n] for n in bwd.graph.nodes if op_name(n) in ("mm", "addmm")]
+    # what runs: each bucket's concatenation is a fresh buffer read by nothing else, reduced
+    # in place (reduce_in_place) without the copy the functional all_reduce makes first
+    runs = par._autoshard_program.bwd.graph.nodes
+    in_place = [n for n in runs if op_name(n) == "all_reduce_"]
+    assert len(in_place) == 3 and not any(op_name(n) == "all_reduce" for n in runs)
+    assert all(op_name(n.args[0]) == "cat" and len(n.args[0].users) == 1 for n in in_place)
     assert len(buckets) == 3
     assert order[buckets[0]] < max(mms)  # the last block's bucket overlaps earlier backward
 

@@ -55,6 +55,7 @@ class TransposedLinearCE(TransposedLinear):
 
 _COLLECTIVE_NAMESPACES = {"_c10d_functional", "c10d_functional", "c10d"}
 _KIND_OF_OP = {"all_reduce": "all_reduce", "allreduce_": "all_reduce",
+               "all_reduce_": "all_reduce",  # the program's in-place form (reduce_in_place)
                "all_gather_into_tensor": "all_gather", "allgather_": "all_gather",
                "_allgather_base_": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
                "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
@@ -82,6 +83,8 @@ class CollectiveRecorder(TorchDispatchMode):
                     t = t[0]
                 if isinstance(t, (list, tuple)):
                     t = t[0]
+                if func.namespace == "_c10d_functional":
+                    name = name.rstrip("_")  # listed as the functional op it replaces
                 self.calls.append({"where": self.where, "kind": kind, "op": name,
                                    "numel": int(t.numel()) if isinstance(t, torch.Tensor) else -1})
         return func(*args, **kwargs)
