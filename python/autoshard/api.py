@@ -55,6 +55,10 @@ class AutoParallel:
     AutoParallel's keywords ``reshard_after_forward``, ``dynamic``, ``cost_model`` and
     ``repeated_subgraphs`` are accepted with the values autoshard can honour; any other value
     is refused with the reason (compat.py, docs/autoparallel_compat.md).
+    ``dynamic=True``: the parallel module accepts inputs whose sizes differ from the
+    example's (same number of dims and dtypes); each new input shape gets its own step,
+    traced, planned (parameters pinned to their layouts) and lowered on first use, and
+    cached (modes.py). Without it a different input shape is an error.
     ``time_limit_s`` caps planning (default 20 s); ``gap_tolerance`` (default 0.001) stops the
     solver once its plan is within that fraction of its proven lower bound (0: only a proof of
     optimality stops it before the time limit).
@@ -141,9 +145,11 @@ class AutoParallel:
         if self._state != "new":
             raise RuntimeError("AutoParallel is not reentrant: create a new one")
         from . import progress
+        from .collectives import planning_on
 
         device = _mesh_trace_device(self.mesh)
-        with progress.stage("trace", bar=_bar_on_this_rank()):
+        # planning_on: a local_map region without device_mesh= is declared on this mesh
+        with progress.stage("trace", bar=_bar_on_this_rank()), planning_on(self.mesh):
             self.step = trace_training_step(self._source_model, self.input_fn, device,
                                             capture=self.capture, mp_policy=self.mp_policy)
         log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
@@ -393,7 +399,7 @@ class AutoParallel:
         self.parallel_model = build_parallel_module(
             self._source_model, self.step, plan, self.mesh, strict=self.strict, runtime=self.runtime,
             compile=self.compile, variant_planner=self._variant_planner(),
-            capture=self.capture, mp_policy=self.mp_policy,
+            capture=self.capture, mp_policy=self.mp_policy, dynamic=bool(self.dynamic),
             free_outputs=[i for i in self._free_outputs() if i in self.step.tangent_of.values()])
         return self.parallel_model
 

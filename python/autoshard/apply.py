@@ -74,14 +74,16 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                           compile: bool = False, prefetch_bytes: int | None = None,
                           bucket_bytes: int | None = None, variant_planner=None,
                           capture: str = "direct", mp_policy: Any = None,
-                          free_outputs: Any = ()) -> nn.Module:
+                          free_outputs: Any = (), dynamic: bool = False) -> nn.Module:
     """``variant_planner(step, pins, output_pins) -> plan`` plans the steps of other modes
     (eval, no-grad; modes.py) with the given node layouts pinned; None pins the graph inputs
     only and lets DTensor choose the rest. ``capture`` / ``mp_policy``: how those steps are
     traced (as the training step was). ``free_outputs``: forward output indices whose
     layout the planner chose (no output constraint); the module returns each as a DTensor
     in that layout when the layout shards it (a replicated one, such as a loss, stays a
-    plain tensor holding the full value)."""
+    plain tensor holding the full value). ``dynamic``: calls whose input sizes differ from
+    the traced ones get a step of their own per input shape (modes.py) instead of an
+    error."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
     if compile and runtime != "program":
@@ -182,6 +184,9 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     root._autoshard_param_layouts = param_layouts
     root._autoshard_binder = InputBinder(step.forward_signature, step.input_spec,
                                          len(step.input_metas))
+    # made now, not at the first call: a compiled call that made them would leave guards
+    # on their absence, and the next call would compile again
+    root._autoshard_binder.labels()
     root._autoshard_unwritten = None  # set by to_empty: tensor versions not yet written
     root._autoshard_modes = module_modes(model)  # the modes the step was traced in
     root._autoshard_variants = {}  # other modes' steps (modes.py), built on first use
@@ -191,6 +196,7 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     root._autoshard_capture = capture
     root._autoshard_mp_policy = mp_policy
     root._autoshard_dtensor_outputs = _dtensor_output_layouts(runner, free_outputs)
+    root._autoshard_dynamic = bool(dynamic)
     # on every submodule, so that submodule.load_state_dict(full tensors) works as well
     for shell in {id(m): m for m in shells.values()}.values():
         shell.register_load_state_dict_pre_hook(_distribute_full_tensors)
@@ -215,10 +221,16 @@ def _dtensor_output_layouts(runner: StepRunner, free_outputs) -> dict[int, tuple
     return out
 
 
-def _as_dtensors(module: nn.Module, outs: list) -> list:
+def _as_dtensors(module: nn.Module, outs: list, runner: StepRunner | None = None) -> list:
     layouts = module._autoshard_dtensor_outputs
     if not layouts:
         return outs
+    if runner is not None and runner is not module._autoshard_runner:
+        # a step of other input sizes (dynamic=True): the same outputs, other global shapes
+        layouts = runner.__dict__.get("_autoshard_dtensor_outputs")
+        if layouts is None:
+            layouts = _dtensor_output_layouts(runner, module._autoshard_dtensor_outputs)
+            runner.__dict__["_autoshard_dtensor_outputs"] = layouts
     mesh = module._autoshard_runner.mesh
     outs = list(outs)
     for i, (placements, shape, stride) in layouts.items():
@@ -239,10 +251,14 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
 
     binder: InputBinder = module._autoshard_binder
     flat = binder.flatten(args, kwargs)
-    check_inputs(module._autoshard_runner, flat, binder.labels())
+    shapes = None
+    if module._autoshard_dynamic:  # other input sizes than traced: a step of their own
+        shapes = dynamic_input_shapes(module._autoshard_runner, flat, binder.labels())
+    else:
+        check_inputs(module._autoshard_runner, flat, binder.labels())
     buffer_locals = _buffer_locals(module)
     _warn_if_uninitialised(module)
-    runner, get_program, joint = step_for_current_mode(module, flat)
+    runner, get_program, joint = step_for_current_mode(module, flat, shapes)
     step = runner.step
     if not joint:  # eval / no_grad / inference_mode: the forward alone, no autograd graph
         with torch.no_grad():
@@ -280,7 +296,7 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
         outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
                 for s in program.output_slots]
     if len(outs) == step.num_forward_outputs:
-        outs = _as_dtensors(module, outs)
+        outs = _as_dtensors(module, outs, runner)
     if step.num_forward_outputs == 1:
         return outs[0]
     if step.output_spec is not None:
@@ -424,8 +440,26 @@ def _is_traced_tensor(meta) -> bool:
     return isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], torch.dtype)
 
 
-def check_inputs(runner: StepRunner, flat: list, labels: list[str] | None = None) -> None:
-    """Local inputs must match what the plan expects of this rank; errors name the input."""
+def dynamic_input_shapes(runner: StepRunner, flat: list, labels: list[str]) -> tuple | None:
+    """For a module built with dynamic=True: None when the tensor inputs have the local
+    shapes ``runner`` expects, else each input's local shape (None for non-tensors and
+    inputs the graph never reads), the key of the step for those sizes. The number of dims,
+    dtypes and non-tensor values must still be the traced ones."""
+    check_inputs(runner, flat, labels, check_sizes=False)
+    shapes, differ = [], False
+    for v, name in zip(flat, runner.step.input_nodes):
+        if isinstance(v, torch.Tensor) and name is not None:
+            shapes.append(tuple(int(s) for s in v.shape))
+            differ = differ or list(v.shape) != list(runner.expected_local_shape(name))
+        else:
+            shapes.append(None)
+    return tuple(shapes) if differ else None
+
+
+def check_inputs(runner: StepRunner, flat: list, labels: list[str] | None = None,
+                 check_sizes: bool = True) -> None:
+    """Local inputs must match what the plan expects of this rank; errors name the input.
+    ``check_sizes=False`` (dynamic=True) checks the number of dims, not the sizes."""
     step = runner.step
     if len(flat) != len(step.input_metas):
         raise ValueError(f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
@@ -440,11 +474,17 @@ def check_inputs(runner: StepRunner, flat: list, labels: list[str] | None = None
                 continue
             want = runner.expected_local_shape(name)
             layout = layout_to_strs(runner.placeholder_layout(name))
-            if list(v.shape) != list(want):
+            if not check_sizes and v.dim() != len(want):
+                raise ValueError(
+                    f"autoshard: input {i} has {v.dim()} dims (shape {list(v.shape)}) but was "
+                    f"traced with {len(want)} (local shape {want}, layout {layout}); "
+                    "dynamic=True lets sizes change, not the number of dims")
+            if check_sizes and list(v.shape) != list(want):
                 raise ValueError(
                     f"autoshard: input {i} has shape {list(v.shape)} but this rank expects "
                     f"the local shape {want} (global {list(meta[0])}, layout {layout}); pass "
-                    "each rank's local shard, not the global tensor")
+                    "each rank's local shard, not the global tensor (or build the module "
+                    "with dynamic=True for inputs whose sizes change between calls)")
             if v.dtype != meta[1]:
                 raise ValueError(f"autoshard: input {i} has dtype {v.dtype} but was traced "
                                  f"with {meta[1]}")

@@ -37,6 +37,23 @@ _c10d = torch.ops._c10d_functional
 
 _RUNNING: list = []  # meshes of the regions running now, innermost last
 _LAST_MESH = None  # the device_mesh of the most recent local_map(...) call
+_PLANNING: list = []  # meshes of the AutoParallel traces running now, innermost last
+
+
+@contextlib.contextmanager
+def planning_on(mesh):
+    """While AutoParallel traces a model for ``mesh``: a ``local_map`` without
+    ``device_mesh=`` is declared on it (local_map_region.py)."""
+    _PLANNING.append(mesh)
+    try:
+        yield
+    finally:
+        _PLANNING.pop()
+
+
+def planning_mesh():
+    """The mesh of the AutoParallel trace running now, or None."""
+    return _PLANNING[-1] if _PLANNING else None
 
 
 @contextlib.contextmanager

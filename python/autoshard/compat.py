@@ -14,12 +14,10 @@ def check_autoparallel_keywords(*, reshard_after_forward: bool | None = None,
                                 dynamic: bool = False, cost_model: Any = "nccl",
                                 repeated_subgraphs: bool = True, hardware: Any = None) -> Any:
     """Validates AutoParallel's keywords; returns the ``hardware`` to plan with."""
-    if dynamic not in (False, None):
-        raise NotImplementedError(
-            "autoshard: dynamic=True (symbolic batch sizes) is not supported: autoshard plans "
-            "and lowers one static shape. Workaround: pad inputs to a fixed shape, or build "
-            "one parallel module per input shape (each traced with that shape) and load the "
-            "same weights into each")
+    if dynamic not in (False, True, None):
+        raise TypeError(f"dynamic must be True or False, got {dynamic!r}")
+    # dynamic=True: calls may change input sizes; each new input shape gets its own step,
+    # traced, planned and lowered on first use (modes.py), parameters staying in place
     if reshard_after_forward not in (None, False):
         raise NotImplementedError(
             "autoshard: reshard_after_forward=True (all-gather parameters again in the "

@@ -73,7 +73,9 @@ def local_map(func: Callable | None = None, out_placements=None, in_placements=N
       non-tensor argument (int, float, bool, str, None);
     - ``in_grad_placements``: the layout each input's gradient is produced in (default: the
       input's placements, Partial ones as Replicate); docs/local_map.md;
-    - ``device_mesh``: the mesh (the plan's mesh);
+    - ``device_mesh``: the mesh (the plan's mesh); omitted: the mesh of the AutoParallel
+      tracing the model when the region is declared or called, else the previous
+      ``local_map``'s; an error if none is known at the call;
     - ``redistribute_inputs``: for eager DTensor calls; in a planned model the planner always
       brings the inputs to ``in_placements``.
 
@@ -82,9 +84,35 @@ def local_map(func: Callable | None = None, out_placements=None, in_placements=N
         return lambda f: local_map(f, out_placements, in_placements, in_grad_placements,
                                    device_mesh, redistribute_inputs=redistribute_inputs)
     if device_mesh is None:
-        device_mesh = collectives._LAST_MESH
+        # the mesh of the AutoParallel tracing the model now, else the previous local_map's
+        device_mesh = collectives.planning_mesh() or collectives._LAST_MESH
     if device_mesh is None:
-        raise ValueError("autoshard.local_map: pass device_mesh= (the plan's mesh)")
+        # declared before any mesh is known (module level, __init__): the mesh is resolved
+        # at the call, inside the trace of the AutoParallel that plans the model
+        declared = (out_placements, in_placements, in_grad_placements,
+                    bool(redistribute_inputs))
+        regions: dict = {}
+
+        @functools.wraps(func)
+        def deferred(*args, **kwargs):
+            mesh = collectives.planning_mesh() or collectives._LAST_MESH
+            if mesh is None:
+                raise ValueError(
+                    f"autoshard.local_map({getattr(func, '__qualname__', func)!s}): no "
+                    "device_mesh: pass device_mesh= (the plan's mesh), or call the region "
+                    "inside a model that AutoParallel traces (its mesh is used)")
+            if id(mesh) not in regions:
+                regions[id(mesh)] = _declare(func, mesh, *declared)
+            return regions[id(mesh)](*args, **kwargs)
+
+        return deferred
+    return _declare(func, device_mesh, out_placements, in_placements, in_grad_placements,
+                    bool(redistribute_inputs))
+
+
+def _declare(func: Callable, device_mesh, out_placements, in_placements, in_grad_placements,
+             redistribute_inputs: bool) -> Callable:
+    """The region of ``func`` on ``device_mesh`` (one per distinct declaration)."""
     collectives.set_last_mesh(device_mesh)
     nd = device_mesh.ndim
     what = f"local_map({getattr(func, '__qualname__', func)!s})"
@@ -462,6 +490,11 @@ def region_pins(gm) -> dict[str, tuple[list[str], str]]:
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target in (_FWD, _BWD):
             r = _REGIONS[n.args[2] if n.target is _BWD else n.args[1]]
+            # the region's declaration, under the key AutoParallel's local_map nodes use
+            n.meta["local_map_kwargs"] = {
+                "out_placements": r.out_layouts if not r.single_output else r.out_layouts[0],
+                "in_placements": r.in_layouts, "in_grad_placements": r.in_grad_layouts,
+                "device_mesh": r.mesh, "redistribute_inputs": r.redistribute_inputs}
             # (the API reports a pin whose length is not the plan mesh's as
             # "with_sharding_constraint<where>: ...": say which region and mesh)
             pins[n.name] = (selector_layout(r.mesh.ndim),

@@ -191,3 +191,86 @@ def test_cpu_profile_scales_compute_when_ranks_share_cores(monkeypatch):
     assert prof["peak_flops_fp32"] == base["peak_flops_fp32"] / 2
     assert prof["hbm_bandwidth"] == base["hbm_bandwidth"] / 2
     assert "intra_node_bandwidth" not in prof
+
+
+class _DropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.drop = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.fc1(x))))
+
+
+@needs_planner
+def test_compiled_module_plans_no_grad_and_eval_steps_on_first_use():
+    """torch.compile(parallel, fullgraph=True) called first without autograd, or in eval
+    mode: the step of that mode is traced, planned and lowered while Dynamo traces the call
+    (modes._prepare_variant, outside the graph), it computes what the single-device model
+    does, and calls in every mode afterwards run without compiling again."""
+    torch.manual_seed(0)
+    reference = _DropoutNet()
+    with fake_world((1,), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = _DropoutNet()
+        with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh, hardware="CPU",
+                          capture="direct", plan_cache=False) as autop:
+            autop.add_input_constraints([(Shard(0),)])
+            autop.add_output_constraints([(Shard(0),)])
+            par = autop.apply_placement(autop.optimize_placement())
+        par.to_empty(device="cpu")
+        par.load_state_dict(reference.state_dict())
+        torch._dynamo.reset()
+        compiled = torch.compile(par, fullgraph=True)
+        x = torch.randn(8, 16)
+        reference.eval()
+        want = reference(x)
+        with torch.no_grad():  # the first call ever: a mode the planned step is not
+            par.eval()
+            torch.testing.assert_close(compiled(x), want)
+            par.train()
+            out = compiled(x)  # training mode, no autograd: dropout on, no graph
+            assert out.shape == (8, 16) and not out.requires_grad
+        par.eval()
+        torch.testing.assert_close(compiled(x), want)  # eval mode with autograd
+        par.train()
+        compiled(x).sum().backward()  # the planned training step
+        assert set(par._autoshard_variants) == {
+            ((False,) * 4, False), ((True,) * 4, False), ((False,) * 4, True)}
+        torch._dynamo.config.error_on_recompile = True
+        try:
+            for _ in range(2):
+                compiled(x)
+                with torch.no_grad():
+                    compiled(x)
+        finally:
+            torch._dynamo.config.error_on_recompile = False
+        torch._dynamo.reset()
+
+
+@needs_planner
+def test_dynamic_new_local_shapes_are_planned_at_their_global_shapes():
+    """On 2 ranks with the batch sharded, a call with a local batch of 3 is the step of a
+    global batch of 6; the new step's plan keeps every parameter's layout. (The fake process
+    group's collectives do nothing: shapes are checked, not values.)"""
+    with fake_world((2,), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+        with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh, hardware="CPU",
+                          capture="direct", dynamic=True, plan_cache=False) as autop:
+            autop.add_input_constraints([(Shard(0),)])
+            autop.add_output_constraints([(Shard(0),)])
+            par = autop.apply_placement(autop.optimize_placement())
+        par.to_empty(device="cpu")
+        with torch.no_grad():
+            out = par(torch.randn(3, 16))
+        assert out.shape[0] == 3
+        ((key, variant),) = par._autoshard_variants.items()
+        assert key[2] == ((3, 16),)
+        runner = variant.runner
+        (x,) = [n for n in runner.step.input_nodes if n is not None]
+        assert runner.global_shape(x) == (6, 16)
+        for ph, fqn in runner.step.param_fqns.items():
+            assert tuple(runner.placeholder_layout(ph)) == tuple(par.get_parameter(fqn).placements)

@@ -64,14 +64,15 @@ def test_constructor_keywords_accepted_or_refused_with_reason(mesh22):
     AutoParallel(_net(), _x, mesh22, None, False, False, "nccl", True)  # AP's positional order
     AutoParallel(_net(), _x, mesh22, reshard_after_forward=False, dynamic=False,
                  cost_model="nccl", repeated_subgraphs=False)
-    with pytest.raises(NotImplementedError, match="pad inputs to a fixed shape"):
-        AutoParallel(_net(), _x, mesh22, dynamic=True)
+    AutoParallel(_net(), _x, mesh22, dynamic=True)  # new input shapes: steps of their own
+    with pytest.raises(TypeError, match="dynamic must be True or False"):
+        AutoParallel(_net(), _x, mesh22, dynamic="batch")
     with pytest.raises(NotImplementedError, match="reshard_after_forward=False"):
         AutoParallel(_net(), _x, mesh22, reshard_after_forward=True)
     with pytest.raises(ValueError, match="hardware="):
         AutoParallel(_net(), _x, mesh22, cost_model=object())
-    with pytest.raises(NotImplementedError, match="dynamic=True"):
-        auto_parallel(_net(), mesh22, torch.randn(8, 16), dynamic=True)
+    with pytest.raises(TypeError, match="dynamic must be True or False"):
+        auto_parallel(_net(), mesh22, torch.randn(8, 16), dynamic=1.5)
     with pytest.raises(TypeError, match="unexpected keyword"):
         auto_parallel(_net(), mesh22, torch.randn(8, 16), not_a_keyword=1)
 

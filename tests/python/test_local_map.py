@@ -203,6 +203,52 @@ def test_region_errors_name_the_region():
             _plan(model, mesh)
 
 
+class SoftsignInForward(nn.Module):
+    """Declares its region inside forward, without device_mesh: the mesh is the one of the
+    AutoParallel tracing it."""
+
+    def __init__(self, layout):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(32, 32))
+        self.layout = layout
+
+    def forward(self, x):
+        region = autoshard.local_map(_softsign, out_placements=self.layout,
+                                     in_placements=(self.layout,))
+        return region(x @ self.w1).sum()
+
+
+def test_region_without_device_mesh_takes_the_planning_mesh(monkeypatch):
+    from autoshard.placements import layout_to_strs
+
+    layout = (Shard(0), Shard(1))
+    # no local_map has named a mesh yet: nothing to fall back on outside a trace
+    monkeypatch.setattr(C, "_LAST_MESH", None)
+    # declared before any mesh exists (module level / __init__): resolved at the call
+    region = autoshard.local_map(_softsign, out_placements=layout, in_placements=(layout,))
+    with pytest.raises(ValueError, match="no device_mesh"):
+        region(torch.ones(4, 4))
+    with fake_world((4,), ("tp",), device_type="cpu") as stale:
+        monkeypatch.setattr(C, "_LAST_MESH", stale)  # an older local_map's mesh
+    for make in (lambda: Scaled(region), lambda: SoftsignInForward(layout)):
+        with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
+            with torch.device("meta"):
+                model = make()
+            _, plan = _plan(model, mesh)
+        (fwd,) = [v for k, v in _nodes(plan, "local_map").items() if "backward" not in k]
+        assert fwd["inputs"] == [layout_to_strs(layout)]
+        assert fwd["outputs"][1] == layout_to_strs(layout)
+    # the declaration is kept on the graph node, as AutoParallel's local_map nodes carry it
+    with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = Scaled(region)
+        with AutoParallel(model, lambda: (torch.empty(32, 32),), mesh) as autop:
+            marked = [n for n in autop.gm.graph.nodes if "local_map_kwargs" in n.meta]
+        assert len(marked) == 2  # the region and its backward
+        assert marked[0].meta["local_map_kwargs"]["device_mesh"] is mesh
+        assert marked[0].meta["local_map_kwargs"]["in_placements"] == (layout,)
+
+
 def test_exported_names():
     from autoshard import local_map_region
 

@@ -221,3 +221,79 @@ def test_recorded_view_of_a_tensor_not_contiguous_at_run_time_reshapes(mesh1, ru
     load_full_state_dict(par, ref.state_dict())
     x = torch.randn(2, 3, 4)
     assert torch.allclose(par(x), ref(x).detach())
+
+
+class SeqNet(nn.Module):
+    """Batch and sequence sizes both free: [b, s, d] -> per-token MLP, a mean over the
+    sequence; a dropout of rate 0 (a mode-dependent op, values comparable in training)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.drop = nn.Dropout(0.0)
+        self.out = nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x))
+        return self.out(self.drop(h)).mean(1)
+
+
+def _dynamic_module(mesh, dynamic=True):
+    from torch.distributed.tensor import Shard
+
+    from autoshard import AutoParallel
+
+    with torch.device("meta"):
+        meta = SeqNet()
+    with AutoParallel(meta, lambda: (torch.empty(4, 6, 8),), mesh, hardware="CPU",
+                      capture="direct", dynamic=dynamic, plan_cache=False) as autop:
+        autop.add_input_constraints([(Shard(0),)])
+        autop.add_output_constraints([(Shard(0),)])
+        par = autop.apply_placement(autop.optimize_placement())
+    par.to_empty(device="cpu")
+    return par
+
+
+def test_dynamic_true_runs_new_input_shapes_like_single_device(mesh1):
+    """dynamic=True: calls with other batch / sequence sizes get their own step (traced,
+    planned with the parameters pinned, lowered) on first use, cached per shape and mode;
+    values and gradients are the single-device model's; the parameters are the same
+    tensors throughout."""
+    torch.manual_seed(0)
+    ref = SeqNet()
+    par = _dynamic_module(mesh1)
+    load_full_state_dict(par, ref.state_dict())
+    params = {n: p for n, p in par.named_parameters()}
+    for shape in [(4, 6, 8), (2, 6, 8), (4, 3, 8), (7, 11, 8), (2, 6, 8)]:
+        x = torch.randn(shape)
+        par.eval()
+        ref.eval()
+        torch.testing.assert_close(par(x), ref(x))  # eval, autograd on
+        with torch.no_grad():
+            torch.testing.assert_close(par(x), ref(x))
+        par.train()
+        ref.train()
+        out, want = par(x), ref(x)
+        torch.testing.assert_close(out, want)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        for n, q in ref.named_parameters():
+            torch.testing.assert_close(params[n].grad.full_tensor(), q.grad, msg=n)
+        par.zero_grad()
+        ref.zero_grad()
+    assert dict(par.named_parameters()) == params  # never replaced or re-laid out
+    shaped = [k for k in par._autoshard_variants if len(k) == 3]
+    # three new shapes, each as an eval step, an eval forward and a training step
+    assert len(shaped) == 9 and {k[2] for k in shaped} == {
+        ((2, 6, 8),), ((4, 3, 8),), ((7, 11, 8),)}
+    with pytest.raises(ValueError, match="traced with 3.*number of dims"):
+        par(torch.randn(4, 8))
+    with pytest.raises(ValueError, match="dtype"):
+        par(torch.randn(4, 6, 8, dtype=torch.float64))
+
+
+def test_without_dynamic_another_input_shape_is_an_error(mesh1):
+    par = _dynamic_module(mesh1, dynamic=False)
+    with pytest.raises(ValueError, match=r"input 0 \(x\) has shape \[2, 6, 8\].*dynamic=True"):
+        par(torch.randn(2, 6, 8))
+    assert par._autoshard_variants == {}
