@@ -43,6 +43,9 @@ CASES = {
     "tiny_llama_8x8": Case("the same on 8x8", (8, 8), ("dp", "tp")),
     "gpt2_tiny": Case("transformers GPT-2, 2 layers, dim 64", (8, 8), ("dp", "tp")),
     "moe_block": Case("MoE block (models_zoo.MoEBlock), 8 experts", (8, 8), ("dp", "ep")),
+    "deepseek_moe": Case("DeepSeek-style MoE (models_zoo.DeepSeekMoEBlock), 8 layers, dim 2048, "
+                         "64 experts of 1408, top-6, shared expert 2816, 64x512 tokens",
+                         (8, 8), ("dp", "ep")),
     "llama8b_2l": Case("Llama-3-8B shape, 2 layers, seq 2048", (8, 8), ("dp", "tp")),
     "llama8b": Case("Llama-3-8B, 32 layers, seq 8192", (8, 8), ("dp", "tp")),
     "llama70b": Case("Llama-3-70B, 80 layers, seq 2048", (32, 8), ("dp", "tp"), quick=False),
@@ -74,6 +77,12 @@ def _model_and_inputs(key: str):
 
             return MoEBlock(dim=64, hidden=96, n_experts=8), \
                 lambda: (torch.empty(64, 16, 64), torch.empty(64, 16, 64))
+        if key == "deepseek_moe":
+            from autoshard.models_zoo import DeepSeekMoEBlock
+
+            return DeepSeekMoEBlock(dim=2048, hidden=1408, n_experts=64, top_k=6,
+                                    shared_hidden=2816, n_layers=8), \
+                lambda: (torch.empty(64, 512, 2048), torch.empty(64, 512, 2048))
         cfg = {"llama8b_2l": lambda: llama3_8b_config(n_layers=2, seq_len=2048),
                "llama8b": lambda: llama3_8b_config(n_layers=32, seq_len=8192),
                "llama70b": lambda: LlamaConfig(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,

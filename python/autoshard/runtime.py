@@ -314,16 +314,28 @@ class StepRunner:
                     out = self._run_local(node, entry, args, kwargs)
                 else:
                     out = self._run_replicated(node, args, kwargs)
-            except RuntimeError:
+            except (RuntimeError, ValueError):
                 # The trace recorded a view of a tensor that was contiguous there (e.g.
                 # `.transpose(1, 2).flatten(-2)` after an attention kernel whose output
                 # strides make it so); here the local tensor may have other strides
                 # (another kernel or device, a redistribution): a reshape gives the
-                # same values.
-                if node.target not in _VIEWS or not isinstance(args[0], torch.Tensor) \
-                        or args[0].is_contiguous():
+                # same values. (Eager kernels raise RuntimeError, fake tensors - while the
+                # program is lowered - ValueError.) A DTensor keeps the traced global strides,
+                # so DTensor's reshape would take the same view: view a contiguous copy of the
+                # local shard under contiguous global strides instead (e.g. a transpose of a
+                # value an all-to-all left contiguous in the other dim order: MoE tokens).
+                if node.target not in _VIEWS or not isinstance(args[0], torch.Tensor):
                     raise
-                out = torch.ops.aten.reshape.default(*args, **kwargs)
+                x = args[0]
+                if isinstance(x, DTensor):
+                    x = DTensor.from_local(x.to_local().contiguous(), x.device_mesh,
+                                           x.placements, run_check=False, shape=x.shape,
+                                           stride=contiguous_stride(x.shape))
+                    out = node.target(x, *args[1:], **kwargs)
+                elif x.is_contiguous():
+                    raise
+                else:
+                    out = torch.ops.aten.reshape.default(*args, **kwargs)
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             return out, [self._wrap_plain(o) for o in outs], used
 

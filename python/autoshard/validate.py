@@ -707,8 +707,10 @@ def validate_all(captures: Sequence[CapturedGraph], meshes: Sequence[Sequence[in
 def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: int = 0
                       ) -> list[CapturedGraph]:
     """The validator's models (python/autoshard/models_zoo.py), traced and run eagerly:
-    ``llama3`` (2 layers, SDPA with GQA), ``moe`` (4 experts, top-2), ``gpt2`` (transformers,
-    2 layers; needs the transformers package); the op-family cases of op_cases.py
+    ``llama3`` (2 layers, SDPA with GQA), ``moe`` (4 experts, top-2), ``deepseek_moe`` /
+    ``deepseek_moe_sigmoid`` (DeepSeekMoEBlock: capacity-based dispatch with einsums, shared
+    expert; softmax / sigmoid router), ``gpt2`` (transformers, 2 layers; needs the
+    transformers package); the op-family cases of op_cases.py
     (``convolutions``, ``losses``, ``losses_raw``, ``histograms``, ``scatters``,
     ``grouped_mm``); ``hf:<family>``, a Hugging Face family of hf_zoo.py (``hf:mixtral``)."""
     from . import models_zoo as Z
@@ -727,6 +729,12 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
         elif name == "moe":
             model, inputs = Z.MoEBlock(n_experts=4, top_k=2), (torch.randn(2, 6, 32, generator=gen),
                                                                torch.randn(2, 6, 32, generator=gen))
+        elif name in ("deepseek_moe", "deepseek_moe_sigmoid"):
+            # 4 groups of 6 tokens, capacity 3 per expert and group: some tokens dropped
+            score = "sigmoid" if name.endswith("sigmoid") else "softmax"
+            model = Z.DeepSeekMoEBlock(dim=16, hidden=8, n_experts=4, top_k=2,
+                                       capacity_factor=0.75, score_func=score)
+            inputs = (torch.randn(4, 6, 16, generator=gen), torch.randn(4, 6, 16, generator=gen))
         elif name == "gpt2":
             model, inputs = Z.GPT2LM(), (torch.randint(0, 128, (2, 8), generator=gen),
                                          torch.randint(0, 128, (2, 8), generator=gen))
@@ -737,7 +745,8 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
             out.append(op_cases.hf_family(name[3:], seed))
             continue
         else:
-            raise ValueError(f"unknown model {name!r}: expected llama3, llama3_manual, moe, gpt2, "
+            raise ValueError(f"unknown model {name!r}: expected llama3, llama3_manual, moe, "
+                             f"deepseek_moe, deepseek_moe_sigmoid, gpt2, "
                              f"{', '.join(op_cases.CASES)} or hf:<family>")
         out.append(capture_model(name, model, inputs, seed=seed))
     return out
