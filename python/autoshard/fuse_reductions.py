@@ -19,16 +19,24 @@ ranks share cores; a launch and a sync on GPUs). Two rewrites make them one:
    traced order, none of whose results is read before the last of them is issued, become
    one all-reduce of their concatenation, split back after its wait.
 
-Both keep every rank's collectives in the same order (they depend on the graph only).
+Before them, ``count_targets_early`` takes the count out of the round trip's critical
+path: nll_loss's total weight (without class weights: the number of targets not ignored)
+depends on the targets alone, so it is computed from them at the top of the graph and its
+all-reduce issued there, hidden behind the whole forward. The loss sum's all-reduce is then
+the only one at the end, and the forward does not wait for it (deferred_tail.py).
+
+All keep every rank's collectives in the same order (they depend on the graph only).
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx as fx
 
 from .overlap import merge_collectives, propagate_meta
-from .program import OUTSIDE, is_collective, is_wait, op_name, wait_of
+from .program import OUTSIDE, is_collective, is_wait, op_name, strip_views, wait_of
 
 # all-reduces at most this many elements are merged: for them the fixed cost of a round
 # trip dominates (larger ones are gradient buckets, merged by overlap.bucket_reductions)
@@ -72,6 +80,38 @@ def _linear_operand(d: fx.Node, group_args: tuple):
     return None
 
 
+def count_targets_early(gm: fx.GraphModule) -> int:
+    """For each nll_loss_forward without class weights whose total weight is all-reduced:
+    the total weight recomputed from the targets right where they exist (the same count,
+    exactly: whole numbers in the loss's float dtype) and its all-reduce moved there.
+    Returns how many."""
+    aten = torch.ops.aten
+    g = gm.graph
+    done = 0
+    for n in [x for x in g.nodes if op_name(x) == "nll_loss_forward"]:
+        target, weight, ignore = n.args[1], n.args[2], n.args[4]
+        totals = [u for u in n.users if u.target is operator.getitem and u.args[1] == 1]
+        src = _val(n.args[0])
+        if weight is not None or len(totals) != 1 or src is None \
+                or not isinstance(target, fx.Node):
+            continue
+        reductions = [u for u in totals[0].users if _sum_all_reduce(u)]
+        if len(reductions) != 1:
+            continue
+        # the count over all elements does not depend on the targets' shape: counted on
+        # the graph input the target is a view of, which exists from the start
+        source = strip_views(target)
+        with g.inserting_before(source.next):
+            kept = g.call_function(aten.ne.Scalar, (source, ignore))
+            count = g.call_function(aten.sum.default, (kept,))
+            total = g.call_function(aten._to_copy.default, (count,), {"dtype": src.dtype})
+        totals[0].replace_all_uses_with(total)
+        g.erase_node(totals[0])
+        total.append(reductions[0])  # issued as soon as the count exists
+        done += 1
+    return _finish(gm, done)
+
+
 def split_normalised_reductions(gm: fx.GraphModule) -> int:
     """Rewrite 1 in place; returns how many all-reduces of a normalised value now reduce
     the value itself."""
@@ -113,9 +153,16 @@ def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL
 def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list]:
     """Maximal runs (2 or more) of small sum all-reduces with the same group and dtype,
     consecutive among the graph's collectives, where no member's result is read before the
-    run's last member is issued (so none depends on another)."""
+    run's last member is issued (so none depends on another), and no large tensor is
+    computed between two members (their inputs exist at about the same time: one issued
+    early, e.g. a count of targets, is not held back for one issued late)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    nodes = list(gm.graph.nodes)
     runs, cur = [], []
+
+    def compute_between(a: fx.Node, b: fx.Node) -> bool:
+        return any(_val(x) is not None and _val(x).numel() > small_numel
+                   for x in nodes[order[a] + 1:order[b]])
 
     def close():
         if len(cur) > 1:
@@ -131,7 +178,7 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list
             continue
         key = (tuple(c.args[1:]), v.dtype)
         read_early = any(order[u] < order[c] for _, pw, _ in cur for u in pw.users)
-        if cur and (key != cur[0][2] or read_early):
+        if cur and (key != cur[0][2] or read_early or compute_between(cur[-1][0], c)):
             close()
         cur.append((c, w, key))
     close()

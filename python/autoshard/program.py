@@ -94,6 +94,8 @@ class LocalProgram:
     info: dict = field(default_factory=dict)
     state_key: tuple = ()       # apply._state_key of the state it was lowered for
     random_states_checked: bool = False  # rng_check: ranks' generators compared once
+    split: Any = None           # deferred_tail.SplitForward of fwd, for the training step
+    pending: Any = None         # the last training forward's PendingTail
 
     def __post_init__(self):
         self.fwd = self.fwd or self.fwd_gm
@@ -151,7 +153,8 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from .fuse_reductions import coalesce_small_reductions, split_normalised_reductions
+    from .fuse_reductions import (coalesce_small_reductions, count_targets_early,
+                                  split_normalised_reductions)
     from .overlap import bucket_gathers, bucket_reductions, schedule_collectives
 
     n_params, n_buffers = len(param_locals), len(buffer_locals)
@@ -240,6 +243,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     _mark_parameters(fwd_gm, bwd_gm, [runner.step.param_fqns[n] for n in runner.param_names],
                      n_out)
     if overlap:
+        info["early_target_counts"] = count_targets_early(fwd_gm)
         info["split_normalised_reductions"] = sum(
             split_normalised_reductions(gm) for gm in (fwd_gm, bwd_gm))
         info["forward_gather_buckets"] = bucket_gathers(fwd_gm, bucket_bytes)
@@ -260,6 +264,10 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
+        from .deferred_tail import split_forward
+
+        program.split = split_forward(program.fwd, n_out)
+        info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program
 
 
@@ -362,11 +370,16 @@ class ProgramFunction(torch.autograd.Function):
     def forward(ctx, program: LocalProgram, n_dtensors: int, *tensors):
         params = tensors[:n_dtensors]
         local = [p._local_tensor for p in params]
-        results = _runnable(program, "fwd")(*local, *tensors[n_dtensors:])
+        ctx.pending = None
+        if program.split is not None and not torch.compiler.is_compiling():
+            results = _run_split_forward(ctx, program, [*local, *tensors[n_dtensors:]])
+        else:
+            results = _runnable(program, "fwd")(*local, *tensors[n_dtensors:])
         outs, saved = results[:program.n_outputs], results[program.n_outputs:]
         ctx.program = program
         ctx.param_specs = [p._spec for p in params]
-        ctx.save_for_backward(*saved)
+        ctx.saved_from_tail = [s is None for s in saved]  # made by the deferred epilogue
+        ctx.save_for_backward(*[s for s in saved if s is not None])
         mark_integer_outputs(ctx, outs)
         return tuple(outs)
 
@@ -374,7 +387,12 @@ class ProgramFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         program: LocalProgram = ctx.program
         grads = [g.contiguous() for g in grads]
-        results = list(_runnable(program, "bwd")(*ctx.saved_tensors, *grads))
+        kept = iter(ctx.saved_tensors)
+        saved = [ctx.pending.result(program.n_outputs + k) if from_tail else next(kept)
+                 for k, from_tail in enumerate(ctx.saved_from_tail)]
+        results = list(_runnable(program, "bwd")(*saved, *grads))
+        if ctx.pending is not None:
+            ctx.pending.finish()  # the forward's last round trip ended long ago: waited for
         for i, spec in enumerate(ctx.param_specs):
             if results[i] is not None:
                 # the spec is copied so that sharding propagation on the gradient can never
@@ -390,3 +408,25 @@ def _runnable(program: LocalProgram, phase: str) -> Callable:
     if torch.compiler.is_compiling() and not program.compiled:
         return getattr(program, f"{phase}_gm")
     return getattr(program, phase)
+
+
+def _run_split_forward(ctx, program: LocalProgram, inputs: list) -> list:
+    """The forward cut at its last small round trip (deferred_tail.py): module outputs the
+    epilogue makes are DeferredValues, saved tensors it makes are None (the backward gets
+    them from ``ctx.pending``)."""
+    from .deferred_tail import DeferredValue, PendingTail
+
+    if program.pending is not None:
+        program.pending.finish()  # the last step's round trip, long done: waited for first
+    split = program.split
+    got = split.main(*inputs)
+    n_main = len(split.from_main)
+    pending = PendingTail(split, list(got[n_main:]))
+    program.pending = ctx.pending = pending
+    results: list = [None] * (n_main + len(split.from_tail))
+    for k, v in zip(split.from_main, got[:n_main]):
+        results[k] = v
+    for k, like in zip(split.from_tail, split.tail_vals):
+        if k < program.n_outputs:
+            results[k] = DeferredValue(like, pending, k)
+    return results

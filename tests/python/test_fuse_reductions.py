@@ -9,7 +9,8 @@ import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from autoshard.fake_pg import fake_world
-from autoshard.fuse_reductions import coalesce_small_reductions, split_normalised_reductions
+from autoshard.fuse_reductions import (coalesce_small_reductions, count_targets_early,
+                                       split_normalised_reductions)
 from autoshard.program import is_collective
 
 c10d = torch.ops._c10d_functional
@@ -79,3 +80,59 @@ def test_large_reductions_are_left_to_the_gradient_buckets(group):
     assert coalesce_small_reductions(gm) == 0
     gm = _trace(two_large, torch.ones(8), torch.ones(8, dtype=torch.float64))
     assert coalesce_small_reductions(gm) == 0  # different dtypes cannot share a buffer
+
+
+def test_the_count_of_targets_is_reduced_where_the_targets_exist(group):
+    """nll_loss's total weight depends on the targets alone: it is counted from them at the
+    top of the graph and its all-reduce issued there, not after the logits are computed; the
+    count is the same, and no longer merged with the loss sum's late all-reduce."""
+    aten = torch.ops.aten
+
+    def loss_of(x, w, target):
+        logp = torch.log_softmax(x @ w, dim=-1)  # the large compute the count need not wait for
+        total, weight = aten.nll_loss_forward.default(logp, target.view(-1), None, 2, -100)
+        count = _reduced(weight, group)
+        return _reduced(total, group) / count, count
+
+    target = torch.arange(512).remainder(16).view(2, 256)
+    target[0, :100] = -100
+    args = (torch.randn(512, 8), torch.randn(8, 16), target)  # logits: 8192 elements
+    gm = _trace(loss_of, *args)
+    expected = gm(*args)
+    assert count_targets_early(gm) == 1
+    assert coalesce_small_reductions(gm) == 0  # a large matmul lies between the two
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    first = _collectives(gm)[0]
+    mm = next(n for n in gm.graph.nodes if n.target == aten.mm.default)
+    assert order[first] < order[mm] and first.args[0].meta["val"].numel() == 1
+    got = gm(*args)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert float(got[1]) == 412.0  # targets not ignored (one rank's view of the fake group)
+
+
+def test_the_forward_does_not_wait_for_its_last_small_round_trip(group):
+    """deferred_tail.split_forward: the wait of the loss sum's all-reduce and the division
+    after it move to an epilogue run on first use; making a tensor like the deferred loss
+    (the seed of loss.backward()) does not run it, reading it does, once. A round trip whose
+    result is saved for the backward stays in the forward."""
+    from autoshard.deferred_tail import DeferredValue, PendingTail, split_forward
+
+    def forward(x, count):
+        total = _reduced(count, group)  # saved for the backward: waited in the forward
+        y = x * 2
+        return _reduced(y.sum(), group) / total, y, total
+
+    args = (torch.randn(3), torch.tensor(3.0))
+    gm = _trace(forward, *args)
+    expected = gm(*args)
+    split = split_forward(gm, n_outputs=2)
+    assert split.from_tail == [0] and split.from_main == [1, 2]
+    got = split.main(*args)
+    pending = PendingTail(split, list(got[2:]))
+    loss = DeferredValue(split.tail_vals[0], pending, 0)
+    seed = torch.ones_like(loss)
+    assert pending.values is None and type(seed) is torch.Tensor and seed.shape == loss.shape
+    torch.testing.assert_close(loss * 1, expected[0])
+    assert pending.values is not None and float(loss) == float(expected[0])
+    torch.testing.assert_close(got[0], expected[1])
