@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import Shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # local_map_models
 from local_map_models import DIM, RegionNet, init_reference  # noqa: E402
-from scenario_runner import run_scenarios  # noqa: E402
+from scenario_runner import full_parameters, reference_step, run_scenarios  # noqa: E402
 
 from autoshard import AutoParallel  # noqa: E402
 from autoshard.apply import load_full_state_dict, local_inputs  # noqa: E402
@@ -53,14 +53,9 @@ def run_scenario(sc: dict) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad()
-        ref_loss = ref(*x)
-        ref_loss.backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
-        params = {}
-        for (name, p), q in zip(parallel.named_parameters(), ref.parameters()):
-            full = p.full_tensor() if isinstance(p, DTensor) else p
-            params[name] = [full.detach().flatten().tolist(), q.detach().flatten().tolist()]
+        ref_loss = reference_step(ref, ref_opt, x)
+        params = {name: [full.flatten().tolist(), q.detach().flatten().tolist()]
+                  for (name, full), q in zip(full_parameters(parallel), ref.parameters())}
         steps.append({"loss": float(loss.detach()), "ref_loss": float(ref_loss.detach()),
                       "params": params})
     nodes = plan.plan["nodes"]

@@ -16,11 +16,11 @@ import time
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import Replicate, Shard
 
 import comm_count_worker
 from comm_count_worker import CollectiveRecorder, planned_redistributions
-from scenario_runner import run_scenarios
+from scenario_runner import compare_parameters, reference_step, run_scenarios
 from train_worker import ATOL, RTOL, layouts_by_fqn, param_fraction
 
 from autoshard.apply import load_full_state_dict, local_inputs
@@ -98,23 +98,13 @@ def run(sc: dict, rank: int) -> dict:
                               for p in parallel.parameters())
         opt.step()
         opt.zero_grad()
-        ref_loss = ref(*x)
-        ref_loss.backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
-        max_err, worst, all_close = 0.0, None, True
-        for (n, p), q in zip(parallel.named_parameters(), ref.parameters()):
-            full = p.full_tensor() if isinstance(p, DTensor) else p
-            err = (full.detach() - q.detach()).abs().max().item()
-            if not torch.allclose(full.detach(), q.detach(), rtol=RTOL, atol=ATOL):
-                all_close, worst = False, n
-            max_err = max(max_err, err)
+        ref_loss = reference_step(ref, ref_opt, x)
         loss_v = float(loss.detach())
         steps.append({"loss": loss_v, "ref_loss": float(ref_loss.detach()),
                       "loss_close": math.isclose(loss_v, float(ref_loss), rel_tol=RTOL,
                                                  abs_tol=ATOL),
-                      "params_close": all_close, "max_param_err": max_err, "worst": worst,
-                      "grad_layouts_ok": grad_layouts_ok})
+                      "grad_layouts_ok": grad_layouts_ok,
+                      **compare_parameters(parallel, ref, RTOL, ATOL)})
     result["steps"] = steps
     result["ok"] = True
     return result

@@ -13,7 +13,9 @@ import sys
 import traceback
 from typing import Callable
 
+import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 
 def run_scenarios(run_one: Callable[[dict, int], dict]) -> int:
@@ -35,3 +37,28 @@ def run_scenarios(run_one: Callable[[dict, int], dict]) -> int:
         json.dump(results, f, indent=1)
     dist.destroy_process_group()
     return 0
+
+
+def reference_step(ref, opt, inputs) -> torch.Tensor:
+    """One SGD step of the single-process reference on the global ``inputs``; its loss."""
+    loss = ref(*inputs)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def full_parameters(parallel) -> list[tuple[str, torch.Tensor]]:
+    """(name, whole value) of each parameter of the parallel module (DTensors gathered)."""
+    return [(n, (p.full_tensor() if isinstance(p, DTensor) else p).detach())
+            for n, p in parallel.named_parameters()]
+
+
+def compare_parameters(parallel, ref, rtol: float, atol: float) -> dict:
+    """How far the parallel module's parameters are from the reference's."""
+    max_err, worst, all_close = 0.0, None, True
+    for (n, full), q in zip(full_parameters(parallel), ref.parameters()):
+        max_err = max(max_err, (full - q.detach()).abs().max().item())
+        if not torch.allclose(full, q.detach(), rtol=rtol, atol=atol):
+            all_close, worst = False, n
+    return {"params_close": all_close, "max_param_err": max_err, "worst": worst}

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import Shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # user_rule_ops
 from user_rule_ops import RowScaleMLP, init_reference  # noqa: E402
-from scenario_runner import run_scenarios  # noqa: E402
+from scenario_runner import full_parameters, reference_step, run_scenarios  # noqa: E402
 
 from autoshard import AutoParallel  # noqa: E402
 from autoshard.apply import load_full_state_dict, local_inputs  # noqa: E402
@@ -51,14 +51,9 @@ def run_scenario(sc: dict) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad()
-        ref_loss = ref(*x)
-        ref_loss.backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
-        worst = 0.0
-        for p, q in zip(parallel.parameters(), ref.parameters()):
-            full = p.full_tensor() if isinstance(p, DTensor) else p
-            worst = max(worst, (full.detach() - q.detach()).abs().max().item())
+        ref_loss = reference_step(ref, ref_opt, x)
+        worst = max((full - q.detach()).abs().max().item()
+                    for (_, full), q in zip(full_parameters(parallel), ref.parameters()))
         steps.append({"loss": float(loss.detach()), "ref_loss": float(ref_loss.detach()),
                       "max_param_err": worst})
     nodes = plan.plan["nodes"]
