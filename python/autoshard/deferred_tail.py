@@ -145,10 +145,13 @@ class DeferredValue(torch.Tensor):
     (once) and then works on the real value; making a tensor like it does not."""
 
     @staticmethod
-    def __new__(cls, like: torch.Tensor, pending: PendingTail, slot: int):
-        # like: the fake value the graph recorded for this output
+    def __new__(cls, like: torch.Tensor, pending: PendingTail, slot: int,
+                device: torch.device):
+        # like: the fake value the graph recorded for this output (its shape, strides and
+        # dtype; the device is the rank's, which a graph lowered on another rank's fake
+        # device may not record)
         r = torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(),
-                                                dtype=like.dtype, device=like.device)
+                                                dtype=like.dtype, device=device)
         r._pending, r._slot = pending, slot
         return r
 

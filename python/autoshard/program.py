@@ -426,7 +426,8 @@ def _run_split_forward(ctx, program: LocalProgram, inputs: list) -> list:
     results: list = [None] * (n_main + len(split.from_tail))
     for k, v in zip(split.from_main, got[:n_main]):
         results[k] = v
+    device = next(t.device for t in got[n_main:] if isinstance(t, torch.Tensor))
     for k, like in zip(split.from_tail, split.tail_vals):
         if k < program.n_outputs:
-            results[k] = DeferredValue(like, pending, k)
+            results[k] = DeferredValue(like, pending, k, device)
     return results

@@ -130,7 +130,7 @@ def test_the_forward_does_not_wait_for_its_last_small_round_trip(group):
     assert split.from_tail == [0] and split.from_main == [1, 2]
     got = split.main(*args)
     pending = PendingTail(split, list(got[2:]))
-    loss = DeferredValue(split.tail_vals[0], pending, 0)
+    loss = DeferredValue(split.tail_vals[0], pending, 0, got[2].device)
     seed = torch.ones_like(loss)
     assert pending.values is None and type(seed) is torch.Tensor and seed.shape == loss.shape
     torch.testing.assert_close(loss * 1, expected[0])
