@@ -49,7 +49,7 @@ class SplitForward:
     main: fx.GraphModule      # (forward inputs) -> (outputs it makes..., boundary values...)
     epilogue: fx.GraphModule  # (boundary values...) -> (outputs it makes...)
     from_main: list[int]      # forward output slots main makes, in main's output order
-    from_tail: list[int]      # forward output slots the epilogue makes, in its order
+    from_tail: list[int]      # module output slots the epilogue makes (never a saved one)
     tail_vals: list           # their fake values (shape, strides, dtype)
 
 

@@ -378,8 +378,7 @@ class ProgramFunction(torch.autograd.Function):
         outs, saved = results[:program.n_outputs], results[program.n_outputs:]
         ctx.program = program
         ctx.param_specs = [p._spec for p in params]
-        ctx.saved_from_tail = [s is None for s in saved]  # made by the deferred epilogue
-        ctx.save_for_backward(*[s for s in saved if s is not None])
+        ctx.save_for_backward(*saved)
         mark_integer_outputs(ctx, outs)
         return tuple(outs)
 
@@ -387,10 +386,7 @@ class ProgramFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         program: LocalProgram = ctx.program
         grads = [g.contiguous() for g in grads]
-        kept = iter(ctx.saved_tensors)
-        saved = [ctx.pending.result(program.n_outputs + k) if from_tail else next(kept)
-                 for k, from_tail in enumerate(ctx.saved_from_tail)]
-        results = list(_runnable(program, "bwd")(*saved, *grads))
+        results = list(_runnable(program, "bwd")(*ctx.saved_tensors, *grads))
         if ctx.pending is not None:
             ctx.pending.finish()  # the forward's last round trip ended long ago: waited for
         for i, spec in enumerate(ctx.param_specs):
@@ -412,8 +408,7 @@ def _runnable(program: LocalProgram, phase: str) -> Callable:
 
 def _run_split_forward(ctx, program: LocalProgram, inputs: list) -> list:
     """The forward cut at its last small round trip (deferred_tail.py): module outputs the
-    epilogue makes are DeferredValues, saved tensors it makes are None (the backward gets
-    them from ``ctx.pending``)."""
+    epilogue makes are DeferredValues (it makes no saved tensor)."""
     from .deferred_tail import DeferredValue, PendingTail
 
     if program.pending is not None:
@@ -428,6 +423,5 @@ def _run_split_forward(ctx, program: LocalProgram, inputs: list) -> list:
         results[k] = v
     device = next(t.device for t in got[n_main:] if isinstance(t, torch.Tensor))
     for k, like in zip(split.from_tail, split.tail_vals):
-        if k < program.n_outputs:
-            results[k] = DeferredValue(like, pending, k, device)
+        results[k] = DeferredValue(like, pending, k, device)
     return results
