@@ -307,10 +307,20 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
     return tuple(outs)
 
 
-def _state_params(module: nn.Module) -> list[DTensor]:
+def _traced_params(module: nn.Module) -> list[DTensor]:
     """The parameters (DTensors) in the traced order."""
     params = dict(module.named_parameters(remove_duplicate=False))
-    out = [params[fqn] for fqn in module._autoshard_param_order]
+    return [params[f] for f in module._autoshard_param_order]
+
+
+def _traced_buffers(module: nn.Module) -> list[DTensor]:
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    return [buffers[f] for f in module._autoshard_buffer_order]
+
+
+def _state_params(module: nn.Module) -> list[DTensor]:
+    """The parameters (DTensors) in the traced order, materialised."""
+    out = _traced_params(module)
     for fqn, p in zip(module._autoshard_param_order, out):
         if p.device.type == "meta":
             raise RuntimeError(f"parameter {fqn} is still on the meta device: call "
@@ -325,8 +335,7 @@ def _param_locals(module: nn.Module) -> list[torch.Tensor]:
 
 
 def _buffer_locals(module: nn.Module) -> list[torch.Tensor]:
-    buffers = dict(module.named_buffers(remove_duplicate=False))
-    return [buffers[f].to_local() for f in module._autoshard_buffer_order]
+    return [b.to_local() for b in _traced_buffers(module)]
 
 
 def _state_locals(module: nn.Module) -> tuple[list, list]:
@@ -356,10 +365,8 @@ def _inspect_program(module: nn.Module):
         from .program import lower_step
 
         runner = module._autoshard_runner
-        params = dict(module.named_parameters(remove_duplicate=False))
-        buffers = dict(module.named_buffers(remove_duplicate=False))
-        param_locals = [params[f]._local_tensor for f in module._autoshard_param_order]
-        buffer_locals = [buffers[f]._local_tensor for f in module._autoshard_buffer_order]
+        param_locals = [p._local_tensor for p in _traced_params(module)]
+        buffer_locals = [b._local_tensor for b in _traced_buffers(module)]
         inputs = [t.to("meta") if isinstance(t, torch.Tensor) else t
                   for t in _example_local_inputs(runner)]
         prog = lower_step(runner, param_locals, buffer_locals, inputs,

@@ -22,8 +22,8 @@ comes from the epilogue on first use; creating a tensor like it (``ones_like``: 
 issues its own collectives, while the all-reduce completes. Numerics are unchanged: the
 same ops run on the same values, later.
 
-Only nodes after a wait, that make small tensors (<= SMALL_TAIL_NUMEL elements: scalars,
-not activations) and issue no collective, are deferred. The lowered graphs stay whole for
+Only nodes after a wait, that make small tensors (<= fuse_reductions.SMALL_NUMEL elements:
+scalars, not activations) and issue no collective, are deferred. The lowered graphs stay whole for
 inspection, compile (which runs the whole graph) and the no-grad forward.
 """
 
@@ -35,9 +35,9 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from .fuse_reductions import SMALL_NUMEL
 from .program import is_collective, is_wait
 
-SMALL_TAIL_NUMEL = 4096
 _aten = torch.ops.aten
 # ops that read a tensor's metadata only: they do not need a deferred value's data
 _METADATA_ONLY = {_aten.ones_like.default, _aten.zeros_like.default,
@@ -71,11 +71,9 @@ def split_forward(gm: fx.GraphModule, n_outputs: int) -> SplitForward | None:
     from_tail = [k for k, s in enumerate(slots) if isinstance(s, fx.Node) and s in tail]
     if not from_tail:
         return None
-    from_main = [k for k in range(len(slots)) if k not in set(from_tail)]
-    boundary = []  # main's values the tail reads, in graph order
-    for n in gm.graph.nodes:
-        if n not in tail and any(u in tail for u in n.users) and n not in boundary:
-            boundary.append(n)
+    from_main = [k for k in range(len(slots)) if k not in from_tail]
+    # main's values the tail reads, in graph order
+    boundary = [n for n in gm.graph.nodes if n not in tail and any(u in tail for u in n.users)]
     main = _subgraph(gm, [n for n in gm.graph.nodes if n not in tail and n.op != "output"],
                      [slots[k] for k in from_main] + boundary, placeholders=None)
     epilogue = _subgraph(gm, [n for n in gm.graph.nodes if n in tail],
@@ -103,7 +101,7 @@ def _downstream(w: fx.Node, output: fx.Node) -> set[fx.Node] | None:
 
 def _small(val) -> bool:
     vals = val if isinstance(val, (tuple, list)) else [val]
-    return bool(vals) and all(isinstance(v, torch.Tensor) and v.numel() <= SMALL_TAIL_NUMEL
+    return bool(vals) and all(isinstance(v, torch.Tensor) and v.numel() <= SMALL_NUMEL
                               for v in vals)
 
 

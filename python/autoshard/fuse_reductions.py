@@ -36,7 +36,8 @@ import torch
 import torch.fx as fx
 
 from .overlap import merge_collectives, propagate_meta
-from .program import OUTSIDE, is_collective, is_wait, op_name, strip_views, wait_of
+from .program import (OUTSIDE, is_collective, is_wait, op_name, strip_views, tensor_val,
+                      wait_of)
 
 # all-reduces at most this many elements are merged: for them the fixed cost of a round
 # trip dominates (larger ones are gradient buckets, merged by overlap.bucket_reductions)
@@ -49,17 +50,12 @@ def _sum_all_reduce(n: fx.Node) -> bool:
     return is_collective(n) and op_name(n) == "all_reduce" and n.args[1] == "sum"
 
 
-def _val(n: fx.Node):
-    v = n.meta.get("val") if isinstance(n, fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
-
 def _reduced_scalar(t: fx.Node) -> fx.Node | None:
     """The all-reduce when ``t`` is the wait of a sum all-reduce of a one-element tensor."""
     if not is_wait(t) or not isinstance(t.args[0], fx.Node):
         return None
     c = t.args[0]
-    v = _val(c.args[0]) if _sum_all_reduce(c) else None
+    v = tensor_val(c.args[0]) if _sum_all_reduce(c) else None
     return c if v is not None and v.numel() == 1 else None
 
 
@@ -74,8 +70,8 @@ def _linear_operand(d: fx.Node, group_args: tuple):
         if not isinstance(x, fx.Node) or not isinstance(total, fx.Node):
             continue
         c1 = _reduced_scalar(total)
-        if c1 is not None and c1.args[1:] == group_args and _val(x) is not None \
-                and _val(x).dtype.is_floating_point:
+        if c1 is not None and c1.args[1:] == group_args and tensor_val(x) is not None \
+                and tensor_val(x).dtype.is_floating_point:
             return x, total
     return None
 
@@ -91,7 +87,7 @@ def count_targets_early(gm: fx.GraphModule) -> int:
     for n in [x for x in g.nodes if op_name(x) == "nll_loss_forward"]:
         target, weight, ignore = n.args[1], n.args[2], n.args[4]
         totals = [u for u in n.users if u.target is operator.getitem and u.args[1] == 1]
-        src = _val(n.args[0])
+        src = tensor_val(n.args[0])
         if weight is not None or len(totals) != 1 or src is None \
                 or not isinstance(target, fx.Node):
             continue
@@ -161,7 +157,7 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list
     runs, cur = [], []
 
     def compute_between(a: fx.Node, b: fx.Node) -> bool:
-        return any(_val(x) is not None and _val(x).numel() > small_numel
+        return any(tensor_val(x) is not None and tensor_val(x).numel() > small_numel
                    for x in nodes[order[a] + 1:order[b]])
 
     def close():
@@ -170,7 +166,7 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list
         cur.clear()
 
     for c in [n for n in gm.graph.nodes if is_collective(n)]:
-        w, v = wait_of(c), _val(c.args[0])
+        w, v = wait_of(c), tensor_val(c.args[0])
         small = (_sum_all_reduce(c) and w is not None and v is not None
                  and v.numel() <= small_numel)
         if not small:

@@ -369,12 +369,17 @@ def _region_backward(grads: list[torch.Tensor], tensors: list[torch.Tensor], reg
     return _backward_impl(grads, tensors, region, consts)
 
 
+def _backward_fake(tensors, region: int, local: bool) -> list[torch.Tensor]:
+    """The selector and one gradient per differentiable input (the inputs' shapes: global
+    for the planned op, local for its twin)."""
+    like = tensors[0] if tensors else None
+    return [_selector(like, _REGIONS[region].mesh, local)] + [
+        t.new_empty(t.shape) for t in tensors if _differentiable(t)]
+
+
 @_region_backward.register_fake
 def _(grads, tensors, region, consts):
-    r = _REGIONS[region]
-    like = tensors[0] if tensors else None
-    return [_selector(like, r.mesh, False)] + [t.new_empty(t.shape) for t in tensors
-                                               if _differentiable(t)]
+    return _backward_fake(tensors, region, False)
 
 
 @torch.library.custom_op("autoshard::local_map_backward_local", mutates_args=())
@@ -385,10 +390,7 @@ def _region_backward_local(grads: list[torch.Tensor], tensors: list[torch.Tensor
 
 @_region_backward_local.register_fake
 def _(grads, tensors, region, consts):
-    r = _REGIONS[region]
-    like = tensors[0] if tensors else None
-    return [_selector(like, r.mesh, True)] + [t.new_empty(t.shape) for t in tensors
-                                              if _differentiable(t)]
+    return _backward_fake(tensors, region, True)
 
 
 def _backward_impl(grads, tensors, region, consts):

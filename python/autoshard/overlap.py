@@ -94,7 +94,7 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
         coll = merge_collectives(gm.graph, [(c, w) for c, w, _ in bucket], split_before=output)
         _label_bucket(coll, [c for c, _, _ in bucket])
         # the views between each result and the output now follow the split
-        for n in sorted({t for _, _, tail in bucket for t in tail}, key=_position(gm)):
+        for n in sorted({t for _, _, tail in bucket for t in tail}, key=_position(gm.graph)):
             output.prepend(n)
     return _finish(gm, merged)
 
@@ -111,8 +111,7 @@ def merge_collectives(g: fx.Graph, pairs: list, split_before: fx.Node | None = N
     group_size = last_c.args[2] if scatter else 1
     # the flattening and concatenation go right after the last input is computed, so that
     # the scheduler can start the merged collective there (it moves collectives, not these)
-    order = {n: i for i, n in enumerate(g.nodes)}
-    last_input = max((c.args[0] for c, _ in pairs), key=order.__getitem__)
+    last_input = max((c.args[0] for c, _ in pairs), key=_position(g))
     with g.inserting_before(last_input.next):
         # a reduce-scatter splits dim 0 into group_size chunks: each member is laid out as
         # [group_size, -1] and the bucket concatenated on dim 1, so rank r's chunk of every
@@ -156,8 +155,8 @@ def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
     return tail
 
 
-def _position(gm: fx.GraphModule):
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+def _position(g: fx.Graph):
+    order = {n: i for i, n in enumerate(g.nodes)}
     return order.__getitem__
 
 
@@ -171,7 +170,7 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
     aten = torch.ops.aten
     g = gm.graph
-    position = _position(gm)
+    position = _position(gm.graph)
     keyed = []  # (group, dtype, block) of each gather of a graph input, in traced order
     for c, w in _pairs(gm):
         src = c.args[0].meta.get("val")
@@ -184,7 +183,7 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
               for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap) if len(b) > 1]
     last_input = [n for n in g.nodes if n.op == "placeholder"][-1]
     _hoist_copy_chains(last_input, [c.args[0] for b in merged for c, _ in b])
-    position = _position(gm)
+    position = _position(gm.graph)
     for bucket in merged:
         first_use = min((u for _, w in bucket for u in w.users), key=position)
         c0 = bucket[0][0]

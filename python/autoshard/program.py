@@ -51,6 +51,13 @@ def op_name(node: fx.Node) -> str | None:
     return node.target._schema.name.split("::")[-1]
 
 
+def tensor_val(n) -> torch.Tensor | None:
+    """The fake tensor a traced node recorded as its value, or None (not a node, not a
+    tensor)."""
+    v = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
 def _is_functional_c10d(node: fx.Node) -> bool:
     return op_name(node) is not None and node.target.namespace == "_c10d_functional"
 
@@ -291,8 +298,8 @@ def reduce_in_place(gm: fx.GraphModule) -> int:
         if op_name(n) != "all_reduce" or not _is_functional_c10d(n):
             continue
         src = n.args[0]
-        val = src.meta.get("val") if isinstance(src, fx.Node) else None
-        if (not isinstance(val, torch.Tensor) or not val.is_contiguous() or len(src.users) != 1
+        val = tensor_val(src)
+        if (val is None or not val.is_contiguous() or len(src.users) != 1
                 or op_name(src) is None
                 or any(r.alias_info is not None for r in src.target._schema.returns)):
             continue

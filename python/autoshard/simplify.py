@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .program import op_name
+from .program import op_name, tensor_val
 
 _IDENTITY_CANDIDATES = ("view", "reshape", "_unsafe_view", "alias", "detach")
 # ops whose result always aliases their (first) input
@@ -38,17 +38,12 @@ def simplify(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _val(n) -> torch.Tensor | None:
-    v = n.meta.get("val") if isinstance(n, fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
-
 def _equivalent_source(n: fx.Node) -> fx.Node | None:
     """An earlier node holding exactly ``n``'s value (so ``n`` can go), else None."""
     name = op_name(n)
     if name is None or not n.args or not isinstance(n.args[0], fx.Node):
         return None
-    val, src = _val(n), _val(n.args[0])
+    val, src = tensor_val(n), tensor_val(n.args[0])
     if val is None or src is None:
         return None
     if name == "detach":
@@ -62,7 +57,7 @@ def _equivalent_source(n: fx.Node) -> fx.Node | None:
     found, cur = None, n
     while op_name(cur) in _VIEWS or cur.target is operator.getitem:
         prev = cur.args[0]
-        pv = _val(prev)
+        pv = tensor_val(prev)
         if pv is None:
             break
         if _same_view(pv, val):

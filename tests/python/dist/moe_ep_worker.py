@@ -10,7 +10,6 @@ Usage: torchrun --standalone --nproc-per-node 4 moe_ep_worker.py CONFIG.json OUT
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 
@@ -20,7 +19,8 @@ from torch.distributed.tensor import Replicate, Shard
 
 import comm_count_worker
 from comm_count_worker import CollectiveRecorder, planned_redistributions
-from scenario_runner import compare_parameters, reference_step, run_scenarios
+from scenario_runner import (compare_losses, compare_parameters, reference_step,
+                             run_scenarios)
 from train_worker import ATOL, RTOL, layouts_by_fqn, param_fraction
 
 from autoshard.apply import load_full_state_dict, local_inputs
@@ -99,10 +99,7 @@ def run(sc: dict, rank: int) -> dict:
         opt.step()
         opt.zero_grad()
         ref_loss = reference_step(ref, ref_opt, x)
-        loss_v = float(loss.detach())
-        steps.append({"loss": loss_v, "ref_loss": float(ref_loss.detach()),
-                      "loss_close": math.isclose(loss_v, float(ref_loss), rel_tol=RTOL,
-                                                 abs_tol=ATOL),
+        steps.append({**compare_losses(loss, ref_loss, RTOL, ATOL),
                       "grad_layouts_ok": grad_layouts_ok,
                       **compare_parameters(parallel, ref, RTOL, ATOL)})
     result["steps"] = steps

@@ -8,6 +8,7 @@ scenario so that one rank's failure cannot leave the others inside a collective 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -39,6 +40,18 @@ def run_scenarios(run_one: Callable[[dict, int], dict]) -> int:
     return 0
 
 
+def parallel_step(parallel, opt, inputs) -> torch.Tensor:
+    """One SGD step of the parallel module on this rank's part of the global ``inputs``."""
+    from autoshard.apply import local_inputs
+
+    args, kwargs = local_inputs(parallel, *inputs)
+    loss = parallel(*args, **kwargs)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
 def reference_step(ref, opt, inputs) -> torch.Tensor:
     """One SGD step of the single-process reference on the global ``inputs``; its loss."""
     loss = ref(*inputs)
@@ -62,3 +75,10 @@ def compare_parameters(parallel, ref, rtol: float, atol: float) -> dict:
         if not torch.allclose(full, q.detach(), rtol=rtol, atol=atol):
             all_close, worst = False, n
     return {"params_close": all_close, "max_param_err": max_err, "worst": worst}
+
+
+def compare_losses(loss, ref_loss, rtol: float, atol: float) -> dict:
+    """The two losses and whether they agree."""
+    got, want = float(loss.detach()), float(ref_loss.detach())
+    return {"loss": got, "ref_loss": want,
+            "loss_close": math.isclose(got, want, rel_tol=rtol, abs_tol=atol)}

@@ -9,7 +9,6 @@ scenario (errors included, so the pytest side can report them).
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 
@@ -17,7 +16,8 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
 
-from scenario_runner import compare_parameters, reference_step, run_scenarios
+from scenario_runner import (compare_losses, compare_parameters, reference_step,
+                             run_scenarios)
 
 from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
 from autoshard.models import MLP, Llama, LlamaConfig
@@ -178,10 +178,7 @@ def run_scenario(sc: dict, rank: int) -> dict:
         opt.step()
         opt.zero_grad()
         ref_loss = reference_step(ref, ref_opt, x)
-        loss_v = float(loss.detach())
-        steps.append({"loss": loss_v, "ref_loss": float(ref_loss.detach()),
-                      "loss_close": math.isclose(loss_v, float(ref_loss), rel_tol=RTOL,
-                                                 abs_tol=ATOL),
+        steps.append({**compare_losses(loss, ref_loss, RTOL, ATOL),
                       "grad_types": grad_types, "grad_layouts_ok": grad_layouts_ok,
                       **compare_parameters(parallel, ref, RTOL, ATOL)})
     result["steps"] = steps

@@ -18,10 +18,11 @@ from torch.distributed.tensor import Shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # user_rule_ops
 from user_rule_ops import RowScaleMLP, init_reference  # noqa: E402
-from scenario_runner import full_parameters, reference_step, run_scenarios  # noqa: E402
+from scenario_runner import (full_parameters, parallel_step,  # noqa: E402
+                             reference_step, run_scenarios)
 
 from autoshard import AutoParallel  # noqa: E402
-from autoshard.apply import load_full_state_dict, local_inputs  # noqa: E402
+from autoshard.apply import load_full_state_dict  # noqa: E402
 
 
 def run_scenario(sc: dict) -> dict:
@@ -46,11 +47,7 @@ def run_scenario(sc: dict) -> dict:
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.01)
     steps = []
     for x in batches:
-        a, k = local_inputs(parallel, *x)
-        loss = parallel(*a, **k)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        loss = parallel_step(parallel, opt, x)
         ref_loss = reference_step(ref, ref_opt, x)
         worst = max((full - q.detach()).abs().max().item()
                     for (_, full), q in zip(full_parameters(parallel), ref.parameters()))
