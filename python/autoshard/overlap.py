@@ -34,7 +34,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .program import OUTSIDE, PARAM_KEY, op_name, strip_views, wait_of
+from .program import OUTSIDE, PARAM_KEY, is_wait, op_name, strip_views, wait_of
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
@@ -346,6 +346,31 @@ def propagate_meta(gm: fx.GraphModule) -> None:
     FakeTensorProp(gm, mode or FakeTensorMode(allow_non_fake_inputs=True)).propagate_dont_convert_inputs(*vals)
 
 
+def _issue_before_waits(moved: list[fx.Node]) -> list[fx.Node]:
+    """The collectives and waits of one gap (in traced order) with every collective issued
+    before the waits that nothing in the gap needs first: a wait there blocks on a
+    collective in flight, so issuing the next one behind it would leave it idle meanwhile
+    (e.g. the last gradient bucket issued only after the previous bucket is done). A wait
+    that a collective of the gap reads (a chained redistribution) still precedes it."""
+    out: list[fx.Node] = []
+    emitted: set = set()
+
+    def emit(n: fx.Node) -> None:
+        if n not in emitted:
+            emitted.add(n)
+            out.append(n)
+
+    waits = [n for n in moved if is_wait(n)]
+    for c in (n for n in moved if not is_wait(n)):
+        for w in waits:
+            if w in c.all_input_nodes:
+                emit(w)
+        emit(c)
+    for w in waits:
+        emit(w)
+    return out
+
+
 def schedule_collectives(gm: fx.GraphModule, prefetch_bytes: int | None = None) -> dict:
     """Reorder ``gm`` in place; returns what was done (for logs and tests)."""
     budget = DEFAULT_PREFETCH_BYTES if prefetch_bytes is None else int(prefetch_bytes)
@@ -414,7 +439,7 @@ def schedule_collectives(gm: fx.GraphModule, prefetch_bytes: int | None = None) 
         at_gap.setdefault(wait_gap[w], []).append(w)
     new_order = []
     for g in range(end + 1):
-        new_order += sorted(at_gap.get(g, []), key=order.__getitem__)
+        new_order += _issue_before_waits(sorted(at_gap.get(g, []), key=order.__getitem__))
         if g < end:
             new_order.append(compute[g])
     for n in new_order:

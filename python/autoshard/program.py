@@ -272,7 +272,9 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
         from .deferred_tail import split_forward
+        from .late_loss_scale import scale_gradients_late
 
+        info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
         program.split = split_forward(program.fwd, n_out)
         info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program

@@ -21,6 +21,10 @@ SCENARIOS = [
     {"name": "partial_through_transpose", "mesh": [4], "partial_through_transpose": True},
     {"name": "planner_choice_interpreted", "mesh": [4], "runtime": "interpret"},
     {"name": "cross_entropy", "mesh": [4], "loss": "cross_entropy"},
+    # logits large enough that the count's all-reduce is issued at the top of the forward
+    # on its own (not merged with the loss sum's), with ignored targets on two ranks
+    {"name": "cross_entropy_wide", "mesh": [4], "loss": "cross_entropy", "classes": 1024,
+     "ignored": [1, 6]},
     {"name": "cross_entropy_interpreted", "mesh": [4], "loss": "cross_entropy",
      "runtime": "interpret"},
 ]
@@ -80,3 +84,12 @@ def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, na
         assert reductions[0]["where"] == planned[0]["where"]
         if r["pinned"]:  # the Partial went through the pinned transpose before being reduced
             assert planned[0]["where"] != r["pinned"] and planned[0]["src"] == ["P(sum)"]
+
+
+def test_the_wide_loss_divides_the_gradients_at_the_end_of_the_backward(results):
+    """late_loss_scale.py: the forward does not wait for the count of targets; the backward
+    divides the reduced gradient by it at its end, and the numerics stay the single
+    process's (checked for every scenario above) with ranks counting different numbers."""
+    for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy_wide")):
+        assert r["late_loss_scale"] == 1, f"rank {rank}: not rewritten"
+        assert r["loss_close"] and r["grad_close"], f"rank {rank}: wrong numerics"

@@ -161,14 +161,17 @@ def run(sc: dict, rank: int) -> dict:
     mesh = init_device_mesh("cpu", tuple(sc["mesh"]), mesh_dim_names=("dp",))
     cross_entropy = sc.get("loss") == "cross_entropy"
     model_cls = TransposedLinearCE if cross_entropy else TransposedLinear
+    classes = sc.get("classes", 16)
     torch.manual_seed(0)
-    ref = model_cls()
+    ref = model_cls(d_out=classes)
     with torch.device("meta"):
-        meta_model = model_cls()
+        meta_model = model_cls(d_out=classes)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(8, 8, generator=g)
-    target = torch.randint(0, 16, (8,), generator=g) if cross_entropy \
-        else torch.randn(8, 16, generator=g)
+    target = torch.randint(0, classes, (8,), generator=g) if cross_entropy \
+        else torch.randn(8, classes, generator=g)
+    if sc.get("ignored"):
+        target[sc["ignored"]] = -100  # ranks count different numbers of targets
     target_shape, target_dtype = tuple(target.shape), target.dtype
     with AutoParallel(meta_model, lambda: (torch.empty(8, 8),
                                            torch.empty(target_shape, dtype=target_dtype)), mesh,
@@ -210,8 +213,10 @@ def run(sc: dict, rank: int) -> dict:
         calls = [{"where": c["where"], "kind": _KIND_OF_OP[c["op"]], "op": c["op"],
                   "numel": c["numel"], "phase": c["phase"], "members": c["members"]}
                  for c in in_program]
-        return _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
-                       executed == sorted((c["op"], c["numel"]) for c in in_program))
+        result = _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
+                         executed == sorted((c["op"], c["numel"]) for c in in_program))
+        result["late_loss_scale"] = parallel._autoshard_program.info.get("late_loss_scale")
+        return result
     original = StepRunner.run_node
 
     def run_node(self, env, node):
