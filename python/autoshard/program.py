@@ -266,17 +266,19 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         for gm in (fwd_gm, bwd_gm):
             _tidy(gm)  # the buckets' flattening adds views of 1-D shards
     program = LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
+    # what runs: copies of the graphs, rewritten for the eager (or inductor-compiled) step;
+    # fwd_gm / bwd_gm stay as traced and scheduled (parallel_gm, torch.compile of the
+    # module, which traces them under Dynamo)
+    from .deferred_tail import split_forward
+    from .late_loss_scale import scale_gradients_late
+
+    program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
     if reduce_inplace:
-        # what runs eagerly; fwd_gm / bwd_gm stay functional (parallel_gm, torch.compile)
-        program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
-        from .deferred_tail import split_forward
-        from .late_loss_scale import scale_gradients_late
-
-        info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
-        program.split = split_forward(program.fwd, n_out)
-        info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
+    info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
+    program.split = split_forward(program.fwd, n_out)
+    info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program
 
 
@@ -360,10 +362,14 @@ def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
 def compile_program(program: LocalProgram) -> LocalProgram:
     """Compile both graphs with inductor (CPU or GPU); the FX graphs stay for inspection.
     Static shapes: a step's local shapes are fixed by the plan."""
-    program.fwd = torch.compile(program.fwd_gm, backend="inductor", fullgraph=True,
-                                dynamic=False)
-    program.bwd = torch.compile(program.bwd_gm, backend="inductor", fullgraph=True,
-                                dynamic=False)
+    def compiled(gm):
+        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False)
+
+    # compiled on first call: the training step runs split.main (when the forward has a
+    # deferred tail; the tail's few scalar ops stay eager), the no-grad step fwd
+    program.fwd, program.bwd = compiled(program.fwd), compiled(program.bwd)
+    if program.split is not None:
+        program.split.main = compiled(program.split.main)
     program.compiled = True
     return program
 

@@ -7,7 +7,7 @@ low=high=1, tensor parallel linears on a (dp, tp) mesh)."""
 import pytest
 
 from autoshard import _core
-from conftest import by_name, run_torchrun
+from conftest import by_name, ok_on_every_rank, run_torchrun
 
 pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
                                 reason="the C++ planner (_core.plan_graph) is not built")
@@ -30,6 +30,8 @@ SCENARIOS = [
      "compile": True},
     {"name": "llama_dp_tp_compiled", "model": "llama", "mesh": [2, 2],
      "dim_names": ["dp", "tp"], "plan": "auto", "compile": True},
+    {"name": "classifier_ddp_compiled", "model": "classifier", "mesh": [4], "plan": "auto",
+     "param_memory": [1.0, 1.0], "hardware": "CPU", "compile": True},
     # plans costed for the CPU ranks they run on (the default on a gloo mesh)
     {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto",
      "hardware": "CPU"},
@@ -91,3 +93,11 @@ def test_dp_tp_mesh_shards_linear_weights_on_tp(results):
     assert linears
     for fqn, layout in linears.items():
         assert layout[1].startswith("S("), f"{fqn} is {layout}, not sharded on tp"
+
+
+def test_the_compiled_loss_normaliser_is_not_waited_for_in_the_forward(results):
+    """A mean cross-entropy divides the gradients by the reduced count of targets at the
+    end of the backward (late_loss_scale.py) also when inductor compiles the program, and
+    trains like the single process (test_planned_module_trains_like_single_process)."""
+    for rank, r in enumerate(ok_on_every_rank(results, "classifier_ddp_compiled")):
+        assert r["program_info"].get("late_loss_scale") == 1, f"rank {rank}: {r['program_info']}"

@@ -13,6 +13,7 @@ import sys
 import time
 
 import torch
+import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
 
@@ -33,13 +34,33 @@ def make_model(kind: str, device: str = "cpu"):
     if kind == "llama":
         return Llama(LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
                                  ffn_dim=64, max_seq_len=8))
+    if kind == "classifier":
+        return Classifier()
     raise ValueError(kind)
+
+
+class Classifier(nn.Module):
+    """A linear classifier under mean cross-entropy with many classes (enough compute
+    that the batch stays sharded): the logits are large enough that the count of targets is all-reduced on its own at the top of the
+    forward (fuse_reductions), and its gradients divided by it at the end of the backward
+    (late_loss_scale)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(64, 4096)
+
+    def forward(self, x, target):
+        return nn.functional.cross_entropy(self.head(x), target)
 
 
 def make_inputs(kind: str, seed: int):
     g = torch.Generator().manual_seed(seed)
     if kind == "mlp":
         return (torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g))
+    if kind == "classifier":
+        target = torch.randint(0, 4096, (256,), generator=g)
+        target[seed % 256] = -100  # ignored: the ranks count different numbers of targets
+        return (torch.randn(256, 64, generator=g), target)
     return (torch.randint(0, 64, (4, 8), generator=g), torch.randint(0, 64, (4, 8), generator=g))
 
 
@@ -182,6 +203,9 @@ def run_scenario(sc: dict, rank: int) -> dict:
                       "grad_types": grad_types, "grad_layouts_ok": grad_layouts_ok,
                       **compare_parameters(parallel, ref, RTOL, ATOL)})
     result["steps"] = steps
+    program = getattr(parallel, "_autoshard_program", None)
+    result["program_info"] = {k: v for k, v in (program.info if program else {}).items()
+                              if isinstance(v, int)}
     result["warnings"] = dict(parallel._autoshard_runner.warnings)
     result["ok"] = True
     return result
