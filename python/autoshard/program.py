@@ -270,6 +270,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     # fwd_gm / bwd_gm stay as traced and scheduled (parallel_gm, torch.compile of the
     # module, which traces them under Dynamo)
     from .deferred_tail import split_forward
+    from .direct_calls import bind_direct_calls
     from .late_loss_scale import scale_gradients_late
 
     program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
@@ -277,6 +278,8 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
     info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
+    if reduce_inplace:  # eager: the common ops called through their Python bindings
+        info["direct_calls"] = sum(bind_direct_calls(gm) for gm in (program.fwd, program.bwd))
     program.split = split_forward(program.fwd, n_out)
     info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program

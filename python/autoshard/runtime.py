@@ -393,7 +393,10 @@ class StepRunner:
         import torch.utils._pytree as pytree
 
         self.warnings[f"local:{node.target}"] += 1
-        local = lambda v: v.to_local().contiguous() if isinstance(v, DTensor) else v
+        # ATen kernels take any strides; other ops (a user's custom op) get contiguous shards
+        aten_op = getattr(node.target, "namespace", None) == "aten"
+        local = lambda v: (v.to_local() if aten_op else v.to_local().contiguous()) \
+            if isinstance(v, DTensor) else v
         args, kwargs = pytree.tree_map(local, args), pytree.tree_map(local, kwargs)
         vals = node.meta.get("val")
         vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]

@@ -224,7 +224,8 @@ def test_gradient_all_reduces_are_bucketed_per_block():
     runs = par._autoshard_program.bwd.graph.nodes
     in_place = [n for n in runs if op_name(n) == "all_reduce_"]
     assert len(in_place) == 3 and not any(op_name(n) == "all_reduce" for n in runs)
-    assert all(op_name(n.args[0]) == "cat" and len(n.args[0].users) == 1 for n in in_place)
+    # (the eager program calls cat through its Python binding: direct_calls.py)
+    assert all(n.args[0].target is torch.cat and len(n.args[0].users) == 1 for n in in_place)
     assert len(buckets) == 3
     assert order[buckets[0]] < max(mms)  # the last block's bucket overlaps earlier backward
 
