@@ -365,8 +365,17 @@ def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
 def compile_program(program: LocalProgram) -> LocalProgram:
     """Compile both graphs with inductor (CPU or GPU); the FX graphs stay for inspection.
     Static shapes: a step's local shapes are fixed by the plan."""
+    # inductor orders nodes by their inputs alone and would wait for a collective as soon as
+    # it could (the backward would start by waiting for the loss normaliser it divides by
+    # at its end): waits go just before their first use, as in the program's schedule.
+    # (Not raise_comms: it would issue every parameter gather at the top, without the
+    # schedule's bound on prefetched bytes.)
+    overlap = {"reorder_for_compute_comm_overlap": True,
+               "reorder_for_compute_comm_overlap_passes": ["sink_waits"]}
+
     def compiled(gm):
-        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False)
+        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False,
+                             options=overlap)
 
     # compiled on first call: the training step runs split.main (when the forward has a
     # deferred tail; the tail's few scalar ops stay eager), the no-grad step fwd
