@@ -1,9 +1,10 @@
 // Lowering the sharding model to the solver problem (problem.h).
+#include <fmt/format.h>
+
 #include "autoshard/lowering.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -239,8 +240,7 @@ class Lowerer {
       lo += std::max(static_cast<double>(smallest), low * full);
       hi += std::max(static_cast<double>(smallest), high * full);
       if (static_cast<double>(smallest) > high * full) {
-        char share[32];
-        std::snprintf(share, sizeof share, "%.4g", static_cast<double>(smallest) / std::max(1.0, full));
+        const std::string share = fmt::format("{:.4g}", static_cast<double>(smallest) / std::max(1.0, full));
         lp_.budget_raised_for.push_back(g_.nodes[gi].name + (sm_.pinned[gi] ? " (pinned)" : "") + " at least " +
                                         share + " of itself");
       }

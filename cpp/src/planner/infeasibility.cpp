@@ -1,10 +1,11 @@
 // Diagnosis of requests without a plan: which user constraints conflict (infeasibility.h).
+#include <fmt/format.h>
+
 #include "autoshard/infeasibility.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <memory>
 
@@ -18,11 +19,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
+std::string num(double v) { return fmt::format("{:g}", v); }
 
 // DTensor spelling, as users write constraints in Python: (Shard(0), Replicate()).
 std::string placement_py(const Placement& p) {
@@ -463,9 +460,8 @@ std::string format_diagnosis(const Graph& graph, const PlannerOptions& options, 
     for (size_t i = 0; i < v.size(); ++i) r += (i ? (i + 1 == v.size() ? last : ", ") : "") + v[i];
     return r;
   };
-  char budget[64];
-  std::snprintf(budget, sizeof budget, "diagnosis: %d probe%s in %.2g s", d.probes, d.probes == 1 ? "" : "s",
-                d.seconds);
+  const std::string budget =
+      fmt::format("diagnosis: {} probe{} in {:.2g} s", d.probes, d.probes == 1 ? "" : "s", d.seconds);
   std::string s;
 
   if (!d.request_proven) {

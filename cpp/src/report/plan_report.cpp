@@ -1,9 +1,10 @@
 // The human-readable plan report (logged by the Python side, printed by `autoshard plan`).
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <map>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "autoshard/layout.h"
 #include "autoshard/report.h"
@@ -12,13 +13,9 @@ namespace autoshard {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-std::string ms(double us) { return fmt("%.3f", us / 1000.0); }
-std::string mib(double bytes) { return fmt("%.2f", bytes / (1024.0 * 1024.0)); }
+std::string fixed(int digits, double v) { return fmt::format("{:.{}f}", v, digits); }
+std::string ms(double us) { return fixed(3, us / 1000.0); }
+std::string mib(double bytes) { return fixed(2, bytes / (1024.0 * 1024.0)); }
 
 bool is_number(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
@@ -59,7 +56,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   os << "  estimated step: " << ms(plan.cost.total_us) << " ms = compute " << ms(plan.cost.compute_us)
      << " ms + exposed comm " << ms(plan.cost.exposed_comm_us) << " ms (lower bound " << ms(plan.lower_bound_us) << " ms"
      << (plan.proven_optimal ? ", optimal"
-                             : ", gap " + fmt("%.3f", plan.cost.total_us > 0
+                             : ", gap " + fixed(3, plan.cost.total_us > 0
                                                           ? 100.0 * std::max(0.0, plan.cost.total_us - plan.lower_bound_us) /
                                                                 plan.cost.total_us
                                                           : 0.0) + "%")
@@ -72,7 +69,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   os << "  parameters per GPU: " << mib(static_cast<double>(plan.cost.parameter_bytes_per_gpu)) << " MiB of "
      << mib(static_cast<double>(total_param)) << " MiB"
      << (total_param > 0
-             ? " (" + fmt("%.4f", static_cast<double>(plan.cost.parameter_bytes_per_gpu) / static_cast<double>(total_param)) +
+             ? " (" + fixed(4, static_cast<double>(plan.cost.parameter_bytes_per_gpu) / static_cast<double>(total_param)) +
                    " of the total)"
              : std::string())
      << "\n";
@@ -81,8 +78,8 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   for (const auto& s : sm.strategies) strategies += s.size();
   os << "  graph: " << g.nodes.size() << " nodes, " << strategies << " strategies; solver problem: " << plan.solver_nodes
      << " nodes, " << plan.solver_edges << " edges; solver " << plan.solver_status << " in "
-     << fmt("%.2f", plan.solve_time_s) << " s; planning " << fmt("%.2f", plan.total_time_s) << " s (strategies "
-     << fmt("%.2f", plan.enumerate_time_s) << " s, problem " << fmt("%.2f", plan.lower_time_s) << " s)\n";
+     << fixed(2, plan.solve_time_s) << " s; planning " << fixed(2, plan.total_time_s) << " s (strategies "
+     << fixed(2, plan.enumerate_time_s) << " s, problem " << fixed(2, plan.lower_time_s) << " s)\n";
 
   // Per module group, in first-appearance order.
   std::vector<Group> groups;
@@ -174,7 +171,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   os << "\nlargest communication (node: us, chosen inputs -> outputs):\n";
   for (size_t k = 0; k < std::min<size_t>(10, order.size()) && plan.cost.node_comm_us[order[k]] > 0; ++k) {
     size_t i = order[k];
-    os << "  " << g.nodes[i].name << " (" << g.nodes[i].op << "): " << fmt("%.1f", plan.cost.node_comm_us[i]) << " us, "
+    os << "  " << g.nodes[i].name << " (" << g.nodes[i].op << "): " << fixed(1, plan.cost.node_comm_us[i]) << " us, "
        << strategy_str(sm.strategies[i][plan.choice[i]]) << "\n";
   }
 
@@ -184,7 +181,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
       const Node& n = g.nodes[i];
       const Strategy& s = sm.strategies[i][plan.choice[i]];
       os << "  " << n.name << " " << n.op << " [" << sm.enumerated[i] << (sm.pinned[i] ? ", pinned" : "") << "] "
-         << strategy_str(s) << " " << fmt("%.2f", s.compute_us) << " " << fmt("%.2f", plan.cost.node_comm_us[i]) << "\n";
+         << strategy_str(s) << " " << fixed(2, s.compute_us) << " " << fixed(2, plan.cost.node_comm_us[i]) << "\n";
     }
   }
   return os.str();

@@ -3,10 +3,11 @@
 // LOCAL shapes.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "autoshard/layout.h"
 #include "autoshard/rules.h"
@@ -117,8 +118,7 @@ namespace {
 int64_t reserve_worst_case(BuildLimits* limits, double combos, int64_t per, const Node& n, int nd) {
   if (!limits) return 0;
   const double bytes = std::min(combos * static_cast<double>(per), 9e18);
-  char count[64];
-  std::snprintf(count, sizeof count, "%.3g", combos);
+  const std::string count = fmt::format("{:.3g}", combos);
   std::string what = "enumerating the strategies of node '";
   what += n.name;
   what += "' (" + n.op + ": up to " + count + " combinations on a " + std::to_string(nd) +

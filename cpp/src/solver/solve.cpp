@@ -3,8 +3,9 @@
 // lower bound are kept, and the returned plan is re-evaluated from scratch.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "autoshard/evaluate.h"
 #include "autoshard/exact.h"
@@ -86,9 +87,7 @@ void merge_into(SolveResult& best, const SolveResult& other, const Problem& p, d
 
 double checked_time_limit(double seconds, const std::string& what) {
   if (!std::isfinite(seconds) || seconds <= 0) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", seconds);
-    throw std::invalid_argument(what + " must be a finite number of seconds > 0, got " + got +
+    throw std::invalid_argument(what + " must be a finite number of seconds > 0, got " + fmt::format("{:g}", seconds) +
                                 " (the search runs until this limit unless it proves its plan optimal, so it "
                                 "needs one; e.g. 60)");
   }
@@ -97,8 +96,7 @@ double checked_time_limit(double seconds, const std::string& what) {
 
 double checked_gap_tolerance(double fraction, const std::string& what) {
   if (!(fraction >= 0.0 && fraction < 1.0)) {  // NaN fails too
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", fraction);
+    const std::string got = fmt::format("{:g}", fraction);
     throw std::invalid_argument(what + " must be a fraction in [0, 1) (the relative gap between the plan and its "
                                 "lower bound at which the search stops; e.g. 0.001 for 0.1 %, 0 to ask for a proof "
                                 "of optimality), got " + got);

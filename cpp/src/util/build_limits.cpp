@@ -1,28 +1,25 @@
 // Time and memory limits while building the solver problem (build_limits.h).
+#include <fmt/format.h>
+
 #include "autoshard/build_limits.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
 namespace autoshard {
 
 std::string human_bytes(double bytes) {
-  char buf[32];
-  if (bytes >= 1e9) std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
-  else if (bytes >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.0f bytes", bytes);
-  return buf;
+  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  return fmt::format("{:.0f} bytes", bytes);
 }
 
 void BuildLimits::check_time(const std::string& stage) const {
   if (std::chrono::steady_clock::now() < deadline) return;
-  char limit[32];
-  std::snprintf(limit, sizeof limit, "%g", time_limit_s);
-  throw PlanningLimitError("the time limit (" + std::string(limit) + " s, --time-limit / time_limit_s) ran out while " +
+  throw PlanningLimitError("the time limit (" + fmt::format("{:g}", time_limit_s) + " s, --time-limit / time_limit_s) ran out while " +
                            stage + ", before the solver started; raise the time limit, or use a mesh with fewer "
                            "dimensions (strategies per node grow exponentially with them)");
 }
