@@ -133,11 +133,15 @@ def split_normalised_reductions(gm: fx.GraphModule) -> int:
     return _finish(gm, done)
 
 
-def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL) -> int:
-    """Rewrite 2 in place; returns how many all-reduces were merged into others."""
+def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL,
+                              hold_back: bool = False) -> int:
+    """Rewrite 2 in place; returns how many all-reduces were merged into others.
+    ``hold_back``: merge also where large compute lies between two members (the earlier one
+    then starts with the later: for a count nothing waits for until the backward's end,
+    late_loss_scale.py)."""
     g = gm.graph
     merged = 0
-    for run in _runs_of_small_reductions(gm, small_numel):
+    for run in _runs_of_small_reductions(gm, small_numel, hold_back):
         members = [(c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c, _ in run]
         coll = merge_collectives(g, run)
         coll.meta["custom"] = {"autoshard_node": "merged " + ", ".join(map(str, members)),
@@ -146,7 +150,8 @@ def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL
     return _finish(gm, merged)
 
 
-def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list]:
+def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int,
+                              hold_back: bool = False) -> list[list]:
     """Maximal runs (2 or more) of small sum all-reduces with the same group and dtype,
     consecutive among the graph's collectives, where no member's result is read before the
     run's last member is issued (so none depends on another), and no large tensor is
@@ -157,7 +162,7 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int) -> list[list
     runs, cur = [], []
 
     def compute_between(a: fx.Node, b: fx.Node) -> bool:
-        return any(tensor_val(x) is not None and tensor_val(x).numel() > small_numel
+        return not hold_back and any(tensor_val(x) is not None and tensor_val(x).numel() > small_numel
                    for x in nodes[order[a] + 1:order[b]])
 
     def close():

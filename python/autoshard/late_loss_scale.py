@@ -33,6 +33,7 @@ import operator
 import torch
 import torch.fx as fx
 
+from .fuse_reductions import SMALL_NUMEL
 from .program import is_collective, is_wait, op_name, tensor_val
 
 # op -> positions of the arguments it is linear in (jointly); every other tensor argument
@@ -75,12 +76,12 @@ def scale_gradients_late(fwd: fx.GraphModule, bwd: fx.GraphModule, n_outputs: in
     n_saved = len(slots) - n_outputs
     tangents = inputs[n_saved:]
     for i, count in enumerate(inputs[:n_saved]):
-        wait = slots[n_outputs + i]
-        if not _reduced_scalar(wait):
+        reduced = _saved_reduction(slots[n_outputs + i])
+        if reduced is None:
             continue
         roots = _roots(count)
         if roots and _linear_from(bwd, roots, tangents):
-            _rewrite(fwd, bwd, fwd_out, n_outputs + i, count, roots)
+            _rewrite(fwd, bwd, fwd_out, n_outputs + i, count, roots, *reduced)
             return 1
     return 0
 
@@ -89,15 +90,25 @@ def _output(gm: fx.GraphModule) -> fx.Node:
     return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
 
 
-def _reduced_scalar(wait) -> bool:
-    """``wait`` is the wait of a sum all-reduce of a one-element float tensor."""
-    if not isinstance(wait, fx.Node) or not is_wait(wait):
-        return False
-    c = wait.args[0]
-    v = tensor_val(c)
-    return (is_collective(c) and op_name(c) in ("all_reduce", "all_reduce_")
-            and c.args[1] == "sum" and v is not None and v.numel() == 1
-            and v.dtype.is_floating_point)
+def _saved_reduction(value) -> tuple[fx.Node, list[fx.Node]] | None:
+    """(wait, carriers) when the saved ``value`` is one float element taken from the wait of
+    a small sum all-reduce through carriers (views, splits: the count reduced alone, or
+    together with the loss sum by fuse_reductions), else None."""
+    v = tensor_val(value)
+    if v is None or v.numel() != 1 or not v.dtype.is_floating_point:
+        return None
+    chain = []
+    while not is_wait(value):
+        if not _carrier(value) or len(value.all_input_nodes) != 1:
+            return None
+        chain.append(value)
+        value = value.all_input_nodes[0]
+    c = value.args[0]
+    reduced = tensor_val(c)
+    if not (is_collective(c) and op_name(c) in ("all_reduce", "all_reduce_")
+            and c.args[1] == "sum" and reduced is not None and reduced.numel() <= SMALL_NUMEL):
+        return None
+    return value, chain[::-1]
 
 
 def _roots(count: fx.Node) -> list[fx.Node] | None:
@@ -161,13 +172,14 @@ def _linear_op(n: fx.Node, scaled: set) -> bool:
 
 
 def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: int,
-             count: fx.Node, roots: list[fx.Node]) -> None:
+             count: fx.Node, roots: list[fx.Node], wait: fx.Node, chain: list[fx.Node]) -> None:
     aten = torch.ops.aten
     # forward: save the all-reduce's result, not its wait
-    wait = fwd_out.args[0][slot]
+    scalar_shape = list(tensor_val(fwd_out.args[0][slot]).shape)
     new = list(fwd_out.args[0])
     new[slot] = wait.args[0]
     fwd_out.args = (tuple(new) if isinstance(fwd_out.args[0], tuple) else new,)
+    count.meta["val"] = wait.args[0].meta.get("val")
     # backward: undivided tangents; nll_loss_backward's ignored total weight: a stand-in that
     # does not read the count while it is in flight
     g = bwd.graph
@@ -178,7 +190,7 @@ def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: i
     for u in list(count.users):
         if op_name(u) == "nll_loss_backward":
             with g.inserting_before(u):
-                u.update_arg(6, g.call_function(aten.ones_like.default, (count,)))
+                u.update_arg(6, g.call_function(aten.new_ones.default, (count, scalar_shape)))
     for r in roots:
         r.replace_all_uses_with(r.args[0])
         scaled.discard(r)
@@ -192,28 +204,33 @@ def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: i
                  if isinstance(a, fx.Node) and a in scaled}, key=order.__getitem__)
     if not at:
         return
-    with g.inserting_after(at[0]):
-        waited = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (count,))
+    with g.inserting_before(at[0].next):  # (inserting_after would reverse their order)
+        # the count: waited for, and taken out of the reduced buffer as the forward did
+        env = {wait: g.call_function(torch.ops._c10d_functional.wait_tensor.default, (count,))}
+        for n in chain:
+            env[n] = g.node_copy(n, env.__getitem__)
+        total = env[chain[-1] if chain else wait]
     for m in at:
-        with g.inserting_after(waited if m is at[0] else m):
-            divided = g.call_function(aten.div.Tensor, (m, waited))
+        with g.inserting_after(total if m is at[0] else m):
+            divided = g.call_function(aten.div.Tensor, (m, total))
         m.replace_all_uses_with(divided, delete_user_cb=lambda u: u is not divided)
     for gm in (fwd, bwd):
         gm.graph.lint()
         gm.recompile()
 
 
+def _carrier(n: fx.Node) -> bool:
+    return n.target is operator.getitem or op_name(n) in _CARRIERS
+
+
 def _highest_view_source(a: fx.Node, scaled: set, out: fx.Node) -> fx.Node:
     """The furthest node above gradient ``a``, through carriers, whose every use is a
     carrier chain ending in the output (dividing it divides only returned gradients)."""
-    def carrier(n: fx.Node) -> bool:
-        return n.target is operator.getitem or op_name(n) in _CARRIERS
-
     def only_carried_out(n: fx.Node) -> bool:
-        return all(u is out or (carrier(u) and only_carried_out(u)) for u in n.users)
+        return all(u is out or (_carrier(u) and only_carried_out(u)) for u in n.users)
 
     m = a
-    while carrier(m) and len(m.all_input_nodes) == 1:
+    while _carrier(m) and len(m.all_input_nodes) == 1:
         p = m.all_input_nodes[0]
         if p not in scaled or not only_carried_out(p):
             break

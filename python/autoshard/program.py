@@ -103,15 +103,20 @@ class LocalProgram:
     random_states_checked: bool = False  # rng_check: ranks' generators compared once
     split: Any = None           # deferred_tail.SplitForward of fwd, for the training step
     pending: Any = None         # the last training forward's PendingTail
+    # the graphs fwd / bwd run (fwd_gm / bwd_gm rewritten for the step: lower_step), before
+    # any compilation
+    run_fwd_gm: fx.GraphModule = None
+    run_bwd_gm: fx.GraphModule = None
 
     def __post_init__(self):
         self.fwd = self.fwd or self.fwd_gm
         self.bwd = self.bwd or self.bwd_gm
 
     def collectives(self) -> list[dict]:
-        """Every collective in both graphs: phase, kind, joint-graph node that issued it."""
+        """Every collective the step runs: phase, kind, joint-graph node that issued it."""
         out = []
-        for phase, gm in (("forward", self.fwd_gm), ("backward", self.bwd_gm)):
+        for phase, gm in (("forward", self.run_fwd_gm or self.fwd_gm),
+                          ("backward", self.run_bwd_gm or self.bwd_gm)):
             for n in gm.graph.nodes:
                 if is_collective(n):
                     custom = n.meta.get("custom") or {}
@@ -274,12 +279,22 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     from .late_loss_scale import scale_gradients_late
 
     program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
+    # the count of targets (all-reduced early so the backward's start need not wait) and
+    # the loss sum in one all-reduce when the backward divides by the count at its end
+    # instead: one round trip a step instead of two, and the forward waits for neither
+    together = _copy_gm(program.fwd)
+    if coalesce_small_reductions(together, hold_back=True) \
+            and scale_gradients_late(together, program.bwd, n_out):
+        program.fwd, info["late_loss_scale"] = together, 1
+        info["loss_reductions_held_back"] = 1
+    else:
+        info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
     if reduce_inplace:
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
-    info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
     if reduce_inplace:  # eager: the common ops called through their Python bindings
         info["direct_calls"] = sum(bind_direct_calls(gm) for gm in (program.fwd, program.bwd))
+    program.run_fwd_gm, program.run_bwd_gm = program.fwd, program.bwd
     program.split = split_forward(program.fwd, n_out)
     info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program

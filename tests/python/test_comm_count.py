@@ -89,7 +89,11 @@ def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, na
 def test_the_wide_loss_divides_the_gradients_at_the_end_of_the_backward(results):
     """late_loss_scale.py: the forward does not wait for the count of targets; the backward
     divides the reduced gradient by it at its end, and the numerics stay the single
-    process's (checked for every scenario above) with ranks counting different numbers."""
+    process's (checked for every scenario above) with ranks counting different numbers.
+    Nothing waiting for the count early, it is all-reduced with the loss sum: one scalar
+    round trip a step."""
     for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy_wide")):
         assert r["late_loss_scale"] == 1, f"rank {rank}: not rewritten"
         assert r["loss_close"] and r["grad_close"], f"rank {rank}: wrong numerics"
+        scalars = [c for c in r["collectives"] if c["numel"] <= 2]
+        assert [(c["phase"], c["numel"]) for c in scalars] == [("forward", 2)], scalars
