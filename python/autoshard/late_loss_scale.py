@@ -22,8 +22,14 @@ gradients is one of ``_LINEAR`` (linear in the argument the tangent flows throug
 others free of it), no other tangent path joins, and no float16 value (whose range an
 undivided gradient could exceed) lies on the way. Otherwise the graphs stay as they are.
 
-Only the eager program is rewritten (program.fwd / program.bwd); the functional graphs that
-parallel_gm shows and torch.compile compiles keep the division where the trace put it.
+With nothing waiting for the count before the backward's end, program.lower_step also
+all-reduces it together with the loss sum at the end of the forward (one scalar round trip
+a step instead of two); the saved value is then taken out of that buffer, and the
+backward takes it out the same way.
+
+Only the graphs that run are rewritten (program.fwd / program.bwd, eager or compiled with
+``compile=True``); parallel_gm and torch.compile of the module keep the traced ones, with
+the division where the trace put it.
 """
 
 from __future__ import annotations
@@ -162,12 +168,11 @@ def _linear_op(n: fx.Node, scaled: set) -> bool:
     if name in _COLLECTIVE_SUM_ONLY and n.args[1] != "sum":
         return False
     args = list(n.args) + list(n.kwargs.values())
-    tensor_args = [k for k, a in enumerate(args) if isinstance(a, fx.Node)]
-    carrying = [k for k in tensor_args if args[k] in scaled]
+    carrying = [k for k, a in enumerate(args) if isinstance(a, fx.Node) and a in scaled]
     linear_in = _LINEAR[name]
     if linear_in is None:  # add, sub, cat, stack: every tensor argument carries the factor
-        flat = [a for a in (args[0] if name in ("cat", "stack") else args[:2])]
-        return all(isinstance(a, fx.Node) and a in scaled for a in flat)
+        summed = args[0] if name in ("cat", "stack") else args[:2]
+        return all(isinstance(a, fx.Node) and a in scaled for a in summed)
     return len(carrying) == 1 and carrying[0] in linear_in
 
 

@@ -159,9 +159,9 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
                bucket_bytes: int | None = None, reduce_inplace: bool = True) -> LocalProgram:
     """Trace ``runner``'s forward and backward into local graphs. The example tensors give
     local shapes and dtypes only (they are replaced by fake tensors; nothing runs).
-    ``reduce_inplace``: the program runs copies of the graphs whose fresh buffers are
-    all-reduced in place (reduce_in_place); off when inductor compiles the program (it
-    wants functional graphs and re-places them itself)."""
+    ``reduce_inplace`` (eager): fresh buffers are all-reduced in place (reduce_in_place) and
+    common ops called through their Python bindings (direct_calls); off when inductor
+    compiles the program (it wants functional ATen graphs and re-places them itself)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -289,10 +289,9 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["loss_reductions_held_back"] = 1
     else:
         info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
-    if reduce_inplace:
+    if reduce_inplace:  # eager: in-place reductions, common ops through their Python bindings
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
-    if reduce_inplace:  # eager: the common ops called through their Python bindings
         info["direct_calls"] = sum(bind_direct_calls(gm) for gm in (program.fwd, program.bwd))
     program.run_fwd_gm, program.run_bwd_gm = program.fwd, program.bwd
     program.split = split_forward(program.fwd, n_out)
