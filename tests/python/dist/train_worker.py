@@ -40,10 +40,10 @@ def make_model(kind: str, device: str = "cpu"):
 
 
 class Classifier(nn.Module):
-    """A linear classifier under mean cross-entropy with many classes (enough compute
-    that the batch stays sharded): the logits are large enough that the count of targets is all-reduced on its own at the top of the
-    forward (fuse_reductions), and its gradients divided by it at the end of the backward
-    (late_loss_scale)."""
+    """A linear classifier under mean cross-entropy with many classes: enough compute that
+    the planner keeps the batch sharded, so the loss divides by an all-reduced count of
+    targets, and the program divides the gradients by it at the end of the backward
+    (late_loss_scale.py)."""
 
     def __init__(self):
         super().__init__()
