@@ -72,9 +72,24 @@ TEST(OverlapModel, WeightGathersAndGradientReductionsAreOverlappableActivationsA
   // the backward's use of the weight is a re-gather, overlapped with the backward
   EXPECT_EQ(input_factor(m, "mm_2", 1), m.overlap.backward_factor);
   EXPECT_EQ(input_factor(m, "mm_2", 0), 1.0);
+  // the loss, a scalar module output: its reduction is waited for after the backward
   for (size_t j = 0; j < m.graph.outputs.size(); ++j)
     EXPECT_EQ(m.overlap.output_factor[j],
-              m.graph.outputs[j].role == GraphOutput::Role::Grad ? m.overlap.backward_factor : 1.0);
+              m.graph.outputs[j].role == GraphOutput::Role::Grad ? m.overlap.backward_factor : 0.0);
+}
+
+TEST(OverlapModel, TheCountOfTargetsAndTheLossRunBesideTheStep) {
+  // cross_entropy(x @ w.t(), target): loss = nll_sum / count, and the backward starts
+  // with tangent / count; the runtime all-reduces the count from the targets at the top of
+  // the forward and waits for it at the end of the backward, the loss on first use
+  const Modelled m = model(read_graph_file(test_data("classifier_ce_fwd_bwd.json")), "H100");
+  EXPECT_EQ(input_factor(m, "div", 1), 0.0);    // the forward's loss / count
+  EXPECT_EQ(input_factor(m, "div_1", 1), 0.0);  // the backward's tangent / count
+  EXPECT_EQ(input_factor(m, "nll_loss_backward", 3), 0.0);
+  EXPECT_EQ(input_factor(m, "div", 0), 1.0);    // the loss sum itself: an activation
+  EXPECT_EQ(input_factor(m, "mm", 0), 1.0);
+  for (size_t j = 0; j < m.graph.outputs.size(); ++j)
+    if (m.graph.outputs[j].role == GraphOutput::Role::Output) EXPECT_EQ(m.overlap.output_factor[j], 0.0);
 }
 
 TEST(OverlapModel, NoOverlapWhenTheHardwareSaysNoneOrThereIsOneBlockOrOneRank) {

@@ -172,11 +172,15 @@ class Lowerer {
         auto outs = output_layouts(p, o.ref.output);
         const int32_t u = lp_.solver_node[p];
         std::string what = "forward output " + std::to_string(o.output_index) + " (" + g_.nodes[p].name + ")";
+        auto charged = [&](const Layout& from) {
+          return charged_time_us(cache_.time_us(meta, from, target), cache_.collectives(meta, from, target),
+                                 lp_.overlap.launch_us, lp_.overlap.output_launch_share[j], lp_.overlap.output_factor[j]);
+        };
         if (u < 0) {
-          add_constant(cache_.time_us(meta, *outs[0], target), what);
+          add_constant(charged(*outs[0]), what);
         } else {
           auto& pc = lp_.problem.node_costs[u];
-          for (size_t s = 0; s < outs.size(); ++s) pc[s] = clamp_cost(pc[s] + cache_.time_us(meta, *outs[s], target));
+          for (size_t s = 0; s < outs.size(); ++s) pc[s] = clamp_cost(pc[s] + charged(*outs[s]));
         }
       } else {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.

@@ -41,6 +41,21 @@ Layout most_sharded(const TensorMeta& meta, const Mesh& mesh) {
   return best;
 }
 
+// nll_loss's total weight without class weights: the count of targets not ignored, a
+// function of the targets alone. The runtime counts them at the top of the forward and, in a
+// training step, waits for that all-reduce only at the end of the backward
+// (python/autoshard/fuse_reductions.py, late_loss_scale.py).
+bool is_target_count(const Graph& g, const TensorRef& r) {
+  const Node& src = g.nodes[static_cast<size_t>(r.node)];
+  return r.output == 1 && src.op == "aten.nll_loss_forward.default" && src.tensor_inputs().size() == 2;
+}
+
+int64_t numel_of(const Graph& g, const TensorRef& r) {
+  const auto& outs = g.nodes[static_cast<size_t>(r.node)].outputs;
+  const size_t k = static_cast<size_t>(r.output);
+  return k < outs.size() && outs[k] ? outs[k]->numel() : -1;
+}
+
 double pass_factor(double overlap, double compute_us, double comm_us, int blocks) {
   if (!(comm_us > 0) || blocks <= 1 || !(overlap > 0)) return 1.0;
   const double hidden = overlap * std::min(1.0, compute_us / comm_us) * (1.0 - 1.0 / blocks);
@@ -151,12 +166,19 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
   m.forward_factor = pass_factor(overlap, m.forward_compute_us, m.forward_comm_us, m.blocks);
   m.backward_factor = pass_factor(overlap, m.backward_compute_us, m.backward_comm_us, m.blocks);
 
+  // A training step's scalar loss terms run beside everything else: the count of targets
+  // (is_target_count) and the reduction of a scalar module output, the loss, whose wait
+  // the runtime defers to the value's first use, after the backward (deferred_tail.py).
+  const bool training =
+      std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& x) { return x.phase == Phase::Backward; });
   for (size_t c = 0; c < n; ++c) {
     const Node& node = g.nodes[c];
     const double pass = node.phase == Phase::Backward ? m.backward_factor : m.forward_factor;
     const std::vector<TensorRef> refs = node.tensor_inputs();
     for (size_t a = 0; a < refs.size(); ++a) {
-      if (prefetchable[refs[a].node]) {
+      if (training && is_target_count(g, refs[a])) {
+        m.input_factor[c][a] = 0.0;
+      } else if (prefetchable[refs[a].node]) {
         m.input_factor[c][a] = pass;
         m.input_launch_share[c][a] = share;
       } else if (feeds_grads_only[c]) {
@@ -165,11 +187,15 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
       }
     }
   }
-  for (size_t j = 0; j < g.outputs.size(); ++j)
-    if (g.outputs[j].role == GraphOutput::Role::Grad) {
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    const GraphOutput& o = g.outputs[j];
+    if (o.role == GraphOutput::Role::Grad) {
       m.output_factor[j] = m.backward_factor;
       m.output_launch_share[j] = share;
+    } else if (training && numel_of(g, o.ref) == 1) {
+      m.output_factor[j] = 0.0;
     }
+  }
   return m;
 }
 
