@@ -40,6 +40,7 @@ import torch
 import torch.fx as fx
 
 from .fuse_reductions import SMALL_NUMEL
+from .overlap import only_carries
 from .program import is_collective, is_wait, op_name, tensor_val
 
 # op -> positions of the arguments it is linear in (jointly); every other tensor argument
@@ -65,10 +66,6 @@ _LINEAR: dict[str, tuple | None] = {
     **{v: (0, 1) for v in ("mul", "mm", "bmm", "matmul")},  # in one of the two, not both
     **{v: None for v in ("add", "sub", "cat", "stack")},     # in all of them
 }
-# ops that only carry a value (or a piece of it) along: dividing before or after them is
-# the same
-_CARRIERS = {"view", "_unsafe_view", "reshape", "alias", "squeeze", "unsqueeze", "t",
-             "transpose", "permute", "split", "split_with_sizes"}
 _COLLECTIVE_SUM_ONLY = {"all_reduce", "all_reduce_", "reduce_scatter_tensor"}
 
 
@@ -105,7 +102,7 @@ def _saved_reduction(value) -> tuple[fx.Node, list[fx.Node]] | None:
         return None
     chain = []
     while not is_wait(value):
-        if not _carrier(value) or len(value.all_input_nodes) != 1:
+        if not only_carries(value) or len(value.all_input_nodes) != 1:
             return None
         chain.append(value)
         value = value.all_input_nodes[0]
@@ -224,18 +221,14 @@ def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: i
         gm.recompile()
 
 
-def _carrier(n: fx.Node) -> bool:
-    return n.target is operator.getitem or op_name(n) in _CARRIERS
-
-
 def _highest_view_source(a: fx.Node, scaled: set, out: fx.Node) -> fx.Node:
     """The furthest node above gradient ``a``, through carriers, whose every use is a
     carrier chain ending in the output (dividing it divides only returned gradients)."""
     def only_carried_out(n: fx.Node) -> bool:
-        return all(u is out or (_carrier(u) and only_carried_out(u)) for u in n.users)
+        return all(u is out or (only_carries(u) and only_carried_out(u)) for u in n.users)
 
     m = a
-    while _carrier(m) and len(m.all_input_nodes) == 1:
+    while only_carries(m) and len(m.all_input_nodes) == 1:
         p = m.all_input_nodes[0]
         if p not in scaled or not only_carried_out(p):
             break

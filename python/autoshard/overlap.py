@@ -132,11 +132,17 @@ def merge_collectives(g: fx.Graph, pairs: list, split_before: fx.Node | None = N
     return coll
 
 
-# ops that only reshape, copy or slice a gradient on its way out (a partial gradient reduced
-# whole and then sliced to the parameter's shard ends in split -> getitem -> clone)
+# ops that only reshape, copy or slice a value (a partial gradient reduced whole and then
+# sliced to the parameter's shard ends in split -> getitem -> clone)
 _VIEW_OPS = {"t", "view", "reshape", "_unsafe_view", "transpose", "permute", "alias",
              "detach", "squeeze", "unsqueeze", "expand", "clone", "contiguous", "split",
              "split_with_sizes", "chunk", "slice", "narrow", "select"}
+
+
+def only_carries(n: fx.Node) -> bool:
+    """``n`` reshapes, copies or slices its input, or takes one piece of a split: an
+    elementwise op gives the same values before it as after it."""
+    return n.target is operator.getitem or op_name(n) in _VIEW_OPS
 
 
 def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
@@ -147,7 +153,7 @@ def _view_tail(w: fx.Node, output: fx.Node) -> list | None:
         u = stack.pop()
         if u is output:
             continue
-        if op_name(u) not in _VIEW_OPS and u.target is not operator.getitem:
+        if not only_carries(u):
             return None
         if u not in tail:
             tail.append(u)

@@ -50,12 +50,6 @@ bool is_target_count(const Graph& g, const TensorRef& r) {
   return r.output == 1 && src.op == "aten.nll_loss_forward.default" && src.tensor_inputs().size() == 2;
 }
 
-int64_t numel_of(const Graph& g, const TensorRef& r) {
-  const auto& outs = g.nodes[static_cast<size_t>(r.node)].outputs;
-  const size_t k = static_cast<size_t>(r.output);
-  return k < outs.size() && outs[k] ? outs[k]->numel() : -1;
-}
-
 double pass_factor(double overlap, double compute_us, double comm_us, int blocks) {
   if (!(comm_us > 0) || blocks <= 1 || !(overlap > 0)) return 1.0;
   const double hidden = overlap * std::min(1.0, compute_us / comm_us) * (1.0 - 1.0 / blocks);
@@ -192,7 +186,7 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
     if (o.role == GraphOutput::Role::Grad) {
       m.output_factor[j] = m.backward_factor;
       m.output_launch_share[j] = share;
-    } else if (training && numel_of(g, o.ref) == 1) {
+    } else if (training && g.meta(o.ref).numel() == 1) {
       m.output_factor[j] = 0.0;
     }
   }
