@@ -22,7 +22,7 @@ TEST(Placement, ParseAndPrintRoundTrip) {
   for (const char* bad : {"", "S", "S()", "S(-1)", "S(x)", "P(prod)", "Shard(0)", "r"})
     EXPECT_THROW(Placement::parse(bad), std::invalid_argument) << bad;
   EXPECT_EQ(layout_str(L({"S(0)", "R"})), "S(0)R");
-  EXPECT_EQ(layout_json_str(L({"S(0)", "P(sum)"})), "[\"S(0)\",\"P(sum)\"]");
+  EXPECT_EQ(layout_list_str(L({"S(0)", "P(sum)"})), "[\"S(0)\",\"P(sum)\"]");
   EXPECT_NE(Placement::partial(ReduceOp::Sum), Placement::partial(ReduceOp::Max));
 }
 

@@ -101,7 +101,13 @@ TEST_F(StrategyEnumerate, AcceptDedupeAndViews) {
   Graph d = matmul_graph("test.matmul_dup", 8, 4, 6);
   EXPECT_EQ(enumerate_node_strategies(d, 2, m22).size(), 4u);  // {R, S(0)}^2
   Graph v = matmul_graph("test.matmul_view", 8, 4, 6);
-  for (const auto& st : enumerate_node_strategies(v, 2, m22)) EXPECT_EQ(st.compute_us, 0);
+  // a view costs nothing and says that it aliases its input (the lowering reads that for
+  // memory instead of asking the rule registry)
+  for (const auto& st : enumerate_node_strategies(v, 2, m22)) {
+    EXPECT_EQ(st.compute_us, 0);
+    EXPECT_TRUE(st.aliases_input);
+  }
+  for (const auto& st : s) EXPECT_FALSE(st.aliases_input);
 }
 
 TEST_F(StrategyEnumerate, PlaceholdersGetEveryUnpartialLayout) {

@@ -34,7 +34,7 @@ struct Placement {
 // One placement per mesh dim.
 using Layout = std::vector<Placement>;
 std::string layout_str(const Layout& l);  // "S(0)R" compact, for reports
-std::string layout_json_str(const Layout& l);  // ["S(0)","R"]
+std::string layout_list_str(const Layout& l);  // ["S(0)","R"]: the list spelling of constraints, for messages
 
 struct Mesh {
   std::vector<int64_t> shape;           // e.g. {8, 8}

@@ -18,6 +18,9 @@ struct Strategy {
   std::vector<std::optional<Layout>> outputs;  // one per Node::outputs (nullopt for None outputs)
   std::vector<Layout> inputs;                  // one per Node::tensor_inputs()
   double compute_us = 0;
+  // The op is a view: its output is its input's storage (no bytes of its own, no compute).
+  // Set from the op's rule here so that later stages need not ask the rule registry.
+  bool aliases_input = false;
 };
 
 // Raised when an op has no sharding rule: names the op, the node and its source line.

@@ -136,7 +136,7 @@ Redistribution plan_redistribution(const TensorMeta& global, const Layout& from,
                                    const MeshModel& model) {
   const Mesh& mesh = model.mesh;
   if (static_cast<int>(from.size()) != mesh.ndim() || static_cast<int>(to.size()) != mesh.ndim())
-    throw std::invalid_argument("redistribution " + layout_json_str(from) + " -> " + layout_json_str(to) +
+    throw std::invalid_argument("redistribution " + layout_list_str(from) + " -> " + layout_list_str(to) +
                                 ": layouts must have one placement per mesh dim (" + std::to_string(mesh.ndim()) +
                                 ")");
   Planner p(global, from, model);

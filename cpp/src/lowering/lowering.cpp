@@ -11,7 +11,7 @@
 
 #include "autoshard/layout.h"
 #include "autoshard/overlap_model.h"
-#include "autoshard/rules.h"
+#include "autoshard/memory_model.h"
 
 namespace autoshard {
 
@@ -201,25 +201,20 @@ class Lowerer {
   }
 
   void add_intervals_and_usage(bool memlimit) {
-    const int64_t n = static_cast<int64_t>(g_.nodes.size());
-    std::vector<int64_t> last_use(n, -1);
-    for (int64_t c = 0; c < n; ++c)
-      for (const auto& r : g_.nodes[c].tensor_inputs()) last_use[r.node] = std::max(last_use[r.node], c);
-    for (const auto& o : g_.outputs) last_use[o.ref.node] = n;
-    register_all_rules();
+    // A solver node holds all its outputs' bytes over the union of their live intervals
+    // (parameters and buffers: the whole step; graph outputs: to its end).
+    const auto live = graph_live_intervals(g_);
     for (int32_t gi : lp_.graph_node) {
-      const Node& node = g_.nodes[gi];
-      Interval iv;
-      bool resident = node.role == NodeRole::Parameter || node.role == NodeRole::Buffer;
-      iv.start = resident ? 0 : gi;
-      iv.end = resident ? n + 1 : std::max<int64_t>(gi, last_use[gi]) + 1;
+      Interval iv{gi, gi + 1};
+      for (const LiveInterval& o : live[gi]) {
+        if (o.end <= o.start) continue;  // a None output
+        iv.start = std::min(iv.start, o.start);
+        iv.end = std::max(iv.end, o.end);
+      }
       lp_.problem.intervals.push_back(iv);
       std::vector<int64_t> usage;
-      if (memlimit) {
-        const OpRule* rule = node.op == "placeholder" ? nullptr : RuleRegistry::instance().find(node.op);
-        bool view = rule && rule->is_view;  // a view aliases its input's storage
-        for (const auto& s : sm_.strategies[gi]) usage.push_back(view ? 0 : output_bytes(gi, s));
-      }
+      if (memlimit)  // a view aliases its input's storage: no bytes of its own
+        for (const auto& s : sm_.strategies[gi]) usage.push_back(s.aliases_input ? 0 : output_bytes(gi, s));
       lp_.problem.node_usages.push_back(std::move(usage));
     }
     lp_.problem.usage_limit = memlimit ? opt_.memory_limit_bytes : -1;

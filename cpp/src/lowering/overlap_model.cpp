@@ -9,7 +9,6 @@
 
 #include "autoshard/layout.h"
 #include "autoshard/lowering.h"
-#include "autoshard/rules.h"
 
 namespace autoshard {
 
@@ -17,13 +16,12 @@ namespace {
 
 // Ops that only move or re-label data: a gradient reduced before one of these still feeds
 // nothing but the gradient outputs, so no backward compute waits for it.
-bool moves_data_only(const Node& node) {
+bool moves_data_only(const Node& node, const std::vector<Strategy>& strategies) {
   static const std::set<std::string> kMovement = {
       "aten.clone.default", "aten.split.Tensor", "aten.split_with_sizes.default", "aten._to_copy.default",
       "aten.contiguous.default", "aten.cat.default"};
   if (kMovement.count(node.op)) return true;
-  const OpRule* rule = RuleRegistry::instance().find(node.op);
-  return rule && rule->is_view;
+  return !strategies.empty() && strategies.front().aliases_input;
 }
 
 // The layout holding the fewest elements per rank (Shard on every mesh dim it can), i.e.
@@ -106,7 +104,6 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
   m.output_launch_share.assign(g.outputs.size(), 1.0);
   m.launch_us = sm.model->hw.collective_launch_us;
   if (mesh.size() <= 1) return m;
-  register_all_rules();
 
   // Which values exist before the step needs them, and which only feed gradient outputs.
   std::vector<char> prefetchable(n, 0), feeds_grads_only(n, 0);
@@ -127,7 +124,7 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
   for (const GraphOutput& o : g.outputs) (o.role == GraphOutput::Role::Grad ? grad_uses : other_output)[o.ref.node] += 1;
   for (size_t k = n; k-- > 0;) {
     const Node& node = g.nodes[k];
-    if (node.role != NodeRole::Compute || node.phase != Phase::Backward || !moves_data_only(node)) continue;
+    if (node.role != NodeRole::Compute || node.phase != Phase::Backward || !moves_data_only(node, sm.strategies[k])) continue;
     if (other_output[k] || (users[k].empty() && grad_uses[k] == 0)) continue;
     feeds_grads_only[k] = std::all_of(users[k].begin(), users[k].end(), [&](int32_t u) { return feeds_grads_only[u]; });
   }

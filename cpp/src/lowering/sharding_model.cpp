@@ -17,12 +17,12 @@ int first_tensor_output(const Node& n) {
 void check_layout_fits(const TensorMeta& m, const Layout& l, const Mesh& mesh, const std::string& what) {
   for (const auto& p : l)
     if (p.is_shard() && p.dim >= m.rank())
-      throw std::invalid_argument(what + ": layout " + layout_json_str(l) + " shards dim " + std::to_string(p.dim) +
+      throw std::invalid_argument(what + ": layout " + layout_list_str(l) + " shards dim " + std::to_string(p.dim) +
                                   " but the tensor has " + std::to_string(m.rank()) + " dims");
   if (!is_shardable(m.shape, l, mesh))
-    throw std::invalid_argument(what + ": layout " + layout_json_str(l) + " is not shardable for a tensor of shape " +
+    throw std::invalid_argument(what + ": layout " + layout_list_str(l) + " is not shardable for a tensor of shape " +
                                 shape_str(m.shape) + " (a sharded dim is smaller than the mesh dims that split it)");
-  if (has_mixed_partial(l)) throw std::invalid_argument(what + ": layout " + layout_json_str(l) + " mixes Partial kinds");
+  if (has_mixed_partial(l)) throw std::invalid_argument(what + ": layout " + layout_list_str(l) + " mixes Partial kinds");
 }
 
 void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::string& what) {
@@ -36,11 +36,11 @@ void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::strin
   for (auto& s : list) {
     const Layout& l = *s.outputs[k];
     if (l == layout) kept.push_back(s);
-    else if (available.size() < 400) available += (available.empty() ? "" : ", ") + layout_json_str(l);
+    else if (available.size() < 400) available += (available.empty() ? "" : ", ") + layout_list_str(l);
   }
   if (kept.empty())
     throw std::invalid_argument(what + ": no strategy of node '" + n.name + "' (" + n.op + ") produces layout " +
-                                layout_json_str(layout) + "; its possible layouts are: " + available);
+                                layout_list_str(layout) + "; its possible layouts are: " + available);
   list = std::move(kept);
   sm.pinned[node] = true;
 }

@@ -15,11 +15,11 @@ int64_t chunk_size(int64_t size, int64_t parts, int64_t index) {
 
 static void check_dims(const std::vector<int64_t>& global, const Layout& layout, const Mesh& mesh) {
   if (static_cast<int>(layout.size()) != mesh.ndim())
-    throw std::invalid_argument("layout " + layout_json_str(layout) + " has " + std::to_string(layout.size()) +
+    throw std::invalid_argument("layout " + layout_list_str(layout) + " has " + std::to_string(layout.size()) +
                                 " placements but the mesh has " + std::to_string(mesh.ndim()) + " dims");
   for (const auto& p : layout)
     if (p.is_shard() && p.dim >= static_cast<int>(global.size()))
-      throw std::invalid_argument("layout " + layout_json_str(layout) + " shards dim " + std::to_string(p.dim) +
+      throw std::invalid_argument("layout " + layout_list_str(layout) + " shards dim " + std::to_string(p.dim) +
                                   " of a tensor with " + std::to_string(global.size()) + " dims");
 }
 

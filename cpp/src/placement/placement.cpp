@@ -57,7 +57,7 @@ std::string layout_str(const Layout& l) {
   return s;
 }
 
-std::string layout_json_str(const Layout& l) {
+std::string layout_list_str(const Layout& l) {
   std::string s = "[";
   for (size_t i = 0; i < l.size(); ++i) s += (i ? ",\"" : "\"") + l[i].str() + "\"";
   return s + "]";

@@ -326,7 +326,7 @@ std::string describe_constraint(const Graph& graph, const PlannerOptions& option
       const bool input = c.kind == UserConstraint::Kind::Input;
       const Layout* l = pinned_layout(input ? options.constraints.inputs : options.constraints.nodes, c.name);
       std::string s = std::string(input ? "input" : "node") + " constraint on '" + c.name + "' = " +
-                      (l ? layout_py(*l) + " " + layout_json_str(*l) : std::string("?"));
+                      (l ? layout_py(*l) + " " + layout_list_str(*l) : std::string("?"));
       if (const Node* n = node(c.name)) s += ": " + node_where(*n);
       return s;
     }
@@ -334,7 +334,7 @@ std::string describe_constraint(const Graph& graph, const PlannerOptions& option
       auto it = options.constraints.outputs.find(c.output_index);
       std::string s = "output constraint on forward output " + std::to_string(c.output_index) + " = " +
                       (it != options.constraints.outputs.end() ? layout_py(it->second) + " " +
-                                                                     layout_json_str(it->second)
+                                                                     layout_list_str(it->second)
                                                                : std::string("?"));
       for (const auto& o : graph.outputs)
         if (o.role == GraphOutput::Role::Output && o.output_index == c.output_index) {

@@ -229,6 +229,7 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   // count (it depends on local shapes only); a custom op is costed as memory-bound.
   const bool is_view = rule && rule->is_view;
   for (auto& s : out) {
+    s.aliases_input = is_view;
     if (is_view) { s.compute_us = 0; continue; }
     std::vector<TensorMeta> li, lo;
     double bytes = 0;
