@@ -173,7 +173,12 @@ bool Search::polish(const char* how, bool with_lns) {
   for (size_t k = 0; k < price_.size(); ++k) price_[k] = unary_[k] - g_.node_cost[k];
   lns_.set_prices(price_);
   int64_t lns_moves = 0;
-  if (with_lns) {
+  // A descended plan already within the gap tolerance of the proven bound ends the search
+  // this round whatever the tree LNS finds, and the LNS could gain less than the tolerance:
+  // it is skipped (on Llama-3-8B's planner problem it was a third of the whole planning time).
+  const bool within_gap = config_.gap_tolerance > 0 && state_.valid() && std::isfinite(out_.lower_bound) &&
+                          state_.cost() - out_.lower_bound <= config_.gap_tolerance * std::abs(state_.cost() + cost_offset_);
+  if (with_lns && !within_gap) {
     lns_moves = lns_.run(state_, deadline, int64_t(1) << 40, config_.lns_tree_size, rng_, kLnsSweeps * one_sweep_);
     state_.descend(deadline);
   }
