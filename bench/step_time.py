@@ -168,8 +168,16 @@ def _build_variant(a, variant: str, rank: int, world: int) -> tuple:
         return loss
 
     t0 = time.perf_counter()
-    info["first_loss"] = float(step().detach())
+    first = step().detach()
     info["first_step_s"] = time.perf_counter() - t0
+    if not variant.startswith("autoshard"):
+        # DDP's and FSDP2's loss is the rank's own batch mean; autoshard's is the global
+        # batch's (as on one device). Every rank has as many targets, so the mean of the
+        # ranks' means is the global one: the first losses of all variants must agree.
+        first = first.clone()
+        dist.all_reduce(first)
+        first /= world
+    info["first_loss"] = float(first)
     for _ in range(a.warmup - 1):
         step()
     return model, step, info
