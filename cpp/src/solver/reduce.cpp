@@ -60,6 +60,10 @@ class Reducer {
   std::vector<std::vector<int32_t>> adj_;     // edge ids, dead ones filtered lazily
   std::unordered_map<uint64_t, int32_t> edge_of_pair_;
   std::vector<uint8_t> low_slack_;            // per budget: its low bound cannot bind
+  // Per node: something its dominance test reads changed since it was last tested (its
+  // costs, its edges, a neighbour's live strategies). A node tested since finds nothing new:
+  // removing one of its own strategies never makes another dominated.
+  std::vector<uint8_t> dominance_dirty_;
 
   bool live(int32_t i) const {
     return i < static_cast<int32_t>(p_.intervals.size()) && p_.intervals[i].end > p_.intervals[i].start;
@@ -81,6 +85,8 @@ class Reducer {
 
   void kill_label(int32_t i, int32_t s) {
     alive_[i][s] = 0;
+    mark_dirty(i);
+    for (int32_t e : adj_[i]) dominance_dirty_[other(edges_[e], i)] = 1;
     if (--alive_count_[i] == 0) {
       out_.infeasible = true;
       out_.infeasible_reason = "node " + std::to_string(i) +
@@ -88,6 +94,8 @@ class Reducer {
                                "neighbours and within the memory limit";
     }
   }
+
+  void mark_dirty(int32_t i) { dominance_dirty_[i] = 1; }
 
   std::vector<int32_t> alive_edges(int32_t i) {
     auto& list = adj_[i];
@@ -119,6 +127,7 @@ class Reducer {
     alive_.resize(n_);
     alive_count_.resize(n_);
     node_alive_.assign(n_, 1);
+    dominance_dirty_.assign(n_, 1);
     adj_.resize(n_);
     for (int32_t i = 0; i < n_; ++i) {
       size_[i] = static_cast<int32_t>(p_.node_costs[i].size());
@@ -325,28 +334,37 @@ class Reducer {
     return strictly || b < a;  // exact ties keep the lower index
   }
 
-  bool remove_dominated() {
+  bool remove_dominated_at(int32_t i) {
+    const auto inc = alive_edges(i);
+    int64_t work = 0;
+    for (int32_t ei : inc) work += size_[other(edges_[ei], i)];
+    if (work * alive_count_[i] * alive_count_[i] > 50'000'000) return false;  // too costly; skip
     bool changed = false;
-    low_slack_.assign(p_.budgets.size(), 0);
-    for (size_t k = 0; k < p_.budgets.size(); ++k) low_slack_[k] = budget_range(k).first >= p_.budgets[k].low;
-    for (int32_t i = 0; i < n_; ++i) {
-      if (!node_alive_[i] || alive_count_[i] < 2) continue;
-      const auto inc = alive_edges(i);
-      int64_t work = 0;
-      for (int32_t ei : inc) work += size_[other(edges_[ei], i)];
-      if (work * alive_count_[i] * alive_count_[i] > 50'000'000) continue;  // too costly; skip
-      for (int32_t a = 0; a < size_[i]; ++a) {
-        if (!alive_[i][a]) continue;
-        for (int32_t b = 0; b < size_[i]; ++b) {
-          if (b == a || !alive_[i][b]) continue;
-          if (dominates(i, b, a, inc)) {
-            kill_label(i, a);
-            ++out_.stats.dominated_removed;
-            changed = true;
-            break;
-          }
+    for (int32_t a = 0; a < size_[i]; ++a) {
+      if (!alive_[i][a]) continue;
+      for (int32_t b = 0; b < size_[i]; ++b) {
+        if (b == a || !alive_[i][b]) continue;
+        if (dominates(i, b, a, inc)) {
+          kill_label(i, a);
+          ++out_.stats.dominated_removed;
+          changed = true;
+          break;
         }
       }
+    }
+    return changed;
+  }
+
+  bool remove_dominated() {
+    bool changed = false;
+    std::vector<uint8_t> slack(p_.budgets.size(), 0);
+    for (size_t k = 0; k < p_.budgets.size(); ++k) slack[k] = budget_range(k).first >= p_.budgets[k].low;
+    if (slack != low_slack_) dominance_dirty_.assign(n_, 1);  // every budget comparison changes
+    low_slack_ = std::move(slack);
+    for (int32_t i = 0; i < n_; ++i) {
+      if (!dominance_dirty_[i]) continue;
+      if (node_alive_[i] && alive_count_[i] >= 2) changed |= remove_dominated_at(i);
+      dominance_dirty_[i] = 0;  // its own removals change nothing its test reads
     }
     return changed;
   }
@@ -407,6 +425,7 @@ class Reducer {
           rec.choice[t] = arg;
           cost_[j][t] = std::min(kInfeasibleCost, cost_[j][t] + best);
         }
+        mark_dirty(j);
         e.alive = false;
         if (is_free[j]) queue.push_back(j);
       } else {
@@ -450,6 +469,8 @@ class Reducer {
             Cost& c = at(ne, j, tj, tk);
             c = std::min(kInfeasibleCost, c + fold[int64_t(tj) * size_[k] + tk]);
           }
+        mark_dirty(j);
+        mark_dirty(k);
         if (is_free[j]) queue.push_back(j);
         if (is_free[k]) queue.push_back(k);
       }
