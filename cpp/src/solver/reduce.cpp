@@ -438,18 +438,33 @@ class Reducer {
         rec.second_size = size_[k];
         rec.choice.assign(int64_t(size_[j]) * size_[k], -1);
         std::vector<Cost> fold(static_cast<size_t>(size_[j]) * size_[k], kInfeasibleCost);
+        // i's live strategies in increasing order, and per partner strategy a contiguous row
+        // over them: (cost_i + e1) for j, e2 for k. The minimum over s then walks two rows
+        // instead of two matrix columns (the same sums in the same order: the same result).
+        std::vector<int32_t> live_s;
+        for (int32_t s = 0; s < size_[i]; ++s)
+          if (alive_[i][s]) live_s.push_back(s);
+        const size_t ns = live_s.size();
+        std::vector<Cost> row_j(static_cast<size_t>(size_[j]) * ns), row_k(static_cast<size_t>(size_[k]) * ns);
+        for (int32_t tj = 0; tj < size_[j]; ++tj)
+          if (alive_[j][tj])
+            for (size_t q = 0; q < ns; ++q) row_j[tj * ns + q] = cost_[i][live_s[q]] + at(*e1, i, live_s[q], tj);
+        for (int32_t tk = 0; tk < size_[k]; ++tk)
+          if (alive_[k][tk])
+            for (size_t q = 0; q < ns; ++q) row_k[tk * ns + q] = at(*e2, i, live_s[q], tk);
         for (int32_t tj = 0; tj < size_[j]; ++tj) {
           if (!alive_[j][tj]) continue;
+          const Cost* rj = &row_j[tj * ns];
           for (int32_t tk = 0; tk < size_[k]; ++tk) {
             if (!alive_[k][tk]) continue;
+            const Cost* rk = &row_k[tk * ns];
             Cost best = kInfeasibleCost;
-            int32_t arg = -1;
-            for (int32_t s = 0; s < size_[i]; ++s) {
-              if (!alive_[i][s]) continue;
-              const Cost c = cost_[i][s] + at(*e1, i, s, tj) + at(*e2, i, s, tk);
-              if (arg < 0 || c < best) { best = c; arg = s; }
+            size_t arg = 0;
+            for (size_t q = 0; q < ns; ++q) {
+              const Cost c = rj[q] + rk[q];
+              if (q == 0 || c < best) { best = c; arg = q; }
             }
-            rec.choice[int64_t(tj) * size_[k] + tk] = arg;
+            rec.choice[int64_t(tj) * size_[k] + tk] = ns ? live_s[arg] : -1;
             fold[int64_t(tj) * size_[k] + tk] = std::min(best, kInfeasibleCost);
           }
         }
