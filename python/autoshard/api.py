@@ -190,9 +190,19 @@ class AutoParallel:
 
     @property
     def joint_with_descriptors(self):
-        """torch's JointWithDescriptors of the trace (``aot_export_joint_with_descriptors``)."""
+        """torch's JointWithDescriptors of the trace (``aot_export_joint_with_descriptors``).
+        A deep model's step is extrapolated from 3 of its layers (trace_blocks.py) and holds
+        none: the first read traces every layer once for it (the same graph, node for node)."""
         if self._state == "new":
             raise RuntimeError(_NOT_ENTERED)
+        if self.step.joint_with_descriptors is None:
+            from .collectives import planning_on
+
+            with planning_on(self.mesh):
+                full = trace_training_step(self._source_model, self.input_fn,
+                                           _mesh_trace_device(self.mesh), capture=self.capture,
+                                           mp_policy=self.mp_policy, extrapolate_layers=False)
+            self.step.joint_with_descriptors = full.joint_with_descriptors
         return self.step.joint_with_descriptors
 
     @property

@@ -306,7 +306,7 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                         device: torch.device | str | None = None, *,
                         capture: str = "dynamo", decompositions: dict | None = None,
                         mp_policy: Any = None, training: bool | dict | None = None,
-                        joint: bool = True) -> TracedStep:
+                        joint: bool = True, extrapolate_layers: bool = True) -> TracedStep:
     """Trace ``model(*args, **kwargs)`` and its backward as one joint ATen graph.
 
     ``input_fn`` returns the GLOBAL example inputs (called under the fake mode, so it may
@@ -316,23 +316,25 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     mixed_precision.py), traced into the graph. ``training``: the mode the model is traced
     in (None: as it is; False traces eval-mode behaviour: no dropout, stored batch-norm
     statistics; a dict gives the flag per submodule path). ``joint=False`` traces the
-    forward alone (the inference step).
+    forward alone (the inference step). ``extrapolate_layers``: a model with many
+    interchangeable layers (``layers``) is traced with 3 and 4 of them and the rest
+    extrapolated, checked exactly (trace_blocks.py); False (or AUTOSHARD_TRACE_ALL_LAYERS=1)
+    traces every layer.
     Constructs one static graph cannot hold (data-dependent branches, in-place buffer
     updates) raise UnsupportedModelError naming the construct and the workaround.
     """
     with _gc_paused():
         return _trace_training_step(model, input_fn, device, capture=capture,
                                     decompositions=decompositions, mp_policy=mp_policy,
-                                    training=training, joint=joint)
+                                    training=training, joint=joint,
+                                    extrapolate_layers=extrapolate_layers)
 
 
 def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
                          device: torch.device | str | None, *, capture: str,
                          decompositions: dict | None, mp_policy: Any,
-                         training: bool | dict | None, joint: bool) -> TracedStep:
-    from .binding import forward_signature
-    from .mixed_precision import canonical_policy, collective_free_inputs
-
+                         training: bool | dict | None, joint: bool,
+                         extrapolate_layers: bool = True) -> TracedStep:
     if capture not in ("dynamo", "direct"):
         raise ValueError(f"capture must be 'dynamo' or 'direct', got {capture!r}")
     t0 = time.perf_counter()
@@ -344,6 +346,40 @@ def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
             fake.get_submodule(path).training = bool(flag)
     elif training is not None:
         fake.train(training)
+
+    def trace_fake() -> TracedStep:
+        return _trace_fake_model(model, fake, fake_mode, device, input_fn, capture=capture,
+                                 decompositions=decompositions, mp_policy=mp_policy,
+                                 joint=joint)
+
+    step = None
+    if extrapolate_layers and capture == "dynamo":  # the layers are found by module paths
+        from .trace_blocks import trace_by_blocks
+
+        def run_fake(mode) -> None:  # the whole forward once, eagerly, under ``mode``
+            with fake_mode:
+                raw = input_fn() if callable(input_fn) else input_fn
+            given = normalize_inputs(raw)
+            args, kwargs = _fake_inputs((tuple(given.args), dict(given.kwargs)), fake_mode,
+                                        device)
+            with fake_mode, mode, torch.no_grad():  # the forward ops alone: no autograd
+                fake(*args, **kwargs)
+
+        step = trace_by_blocks(fake, fake_mode, trace_fake, run_fake)
+    if step is None:
+        step = trace_fake()
+    step.trace_seconds = time.perf_counter() - t0
+    return step
+
+
+def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMode,
+                      device: torch.device, input_fn: Callable[[], Any] | Any, *,
+                      capture: str, decompositions: dict | None, mp_policy: Any,
+                      joint: bool) -> TracedStep:
+    """One trace of the fake copy ``fake`` of ``model``."""
+    from .binding import forward_signature
+    from .mixed_precision import canonical_policy, collective_free_inputs
+
     traced_training = fake.training
     # the fake copy's parameters -> original names (identity survives Dynamo's renaming)
     fqn_of_fake = {}
@@ -465,7 +501,6 @@ def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     if mp is not None:
         grads = {o.grad_of: o.node for o in outputs if o.role == "grad" and o.grad_of in param_fqns}
         step.local_inputs = collective_free_inputs(gm, list(param_fqns), grads, mp)
-    step.trace_seconds = time.perf_counter() - t0
     return step
 
 

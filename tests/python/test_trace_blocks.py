@@ -1,0 +1,254 @@
+"""Block-trace extrapolation (trace_blocks.py): a model with many interchangeable layers is
+traced with 3 and 4 of them and the rest extrapolated; the result must equal the full trace
+exactly, and anything else must fall back to the full trace."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autoshard import _core
+from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.trace import trace_training_step
+from autoshard.trace_blocks import MIN_LAYERS, describe_step, find_layer_container, \
+    first_difference
+
+needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
+                                   reason="the C++ planner (_core.plan_graph) is not built")
+
+
+def _long(*shape):
+    return torch.empty(shape, dtype=torch.long)
+
+
+def _llama(n_layers, **kw):
+    with torch.device("meta"):
+        return Llama(LlamaConfig(n_layers=n_layers, **kw))
+
+
+def _llama_inputs():
+    return _long(2, 16), _long(2, 16)
+
+
+def _mlp(n_layers):
+    with torch.device("meta"):
+        return MLP(16, 32, n_layers)
+
+
+def _mlp_inputs():
+    return torch.empty(8, 16), torch.empty(8, 16)
+
+
+def _both(model, inputs, caplog, **kw):
+    """(extrapolated-or-fallen-back trace, full trace, whether it extrapolated)."""
+    with caplog.at_level(logging.INFO, logger="autoshard"):
+        caplog.clear()
+        fast = trace_training_step(model, inputs, **kw)
+        extrapolated = any(r.getMessage().startswith("autoshard: traced 3 and 4 of")
+                           for r in caplog.records)
+    full = trace_training_step(model, inputs, **{**kw, "extrapolate_layers": False})
+    return fast, full, extrapolated
+
+
+def _assert_same(a, b):
+    assert first_difference(a, b) is None
+    assert a.gm.code == b.gm.code
+    assert describe_step(a) == describe_step(b)
+
+
+@pytest.mark.parametrize("n_layers", [6, 8])
+def test_llama_extrapolated_equals_full_trace(n_layers, caplog):
+    fast, full, extrapolated = _both(_llama(n_layers), _llama_inputs, caplog)
+    assert extrapolated
+    assert any(f"traced 3 and 4 of {n_layers} layers of layers" in r.getMessage()
+               for r in caplog.records)
+    _assert_same(fast, full)
+    assert fast.param_fqns == full.param_fqns
+    assert f"layers.{n_layers - 1}.feed_forward.w3.weight" in fast.param_fqns.values()
+    # every node carries its own value and metadata
+    vals = [n.meta["val"] for n in fast.gm.graph.nodes if "val" in n.meta]
+    assert len({id(v) for v in vals}) == len(vals)
+
+
+def test_llama_sdpa_extrapolated_equals_full_trace(caplog):
+    fast, full, extrapolated = _both(_llama(7, attention="sdpa"), _llama_inputs, caplog)
+    assert extrapolated
+    _assert_same(fast, full)
+
+
+def test_mlp_stack_extrapolated_equals_full_trace(caplog):
+    fast, full, extrapolated = _both(_mlp(7), _mlp_inputs, caplog)
+    assert extrapolated
+    _assert_same(fast, full)
+
+
+def test_forward_only_extrapolated_equals_full_trace(caplog):
+    fast, full, extrapolated = _both(_llama(6), _llama_inputs, caplog, joint=False)
+    _assert_same(fast, full)
+    assert not fast.joint
+
+
+def test_mixed_precision_equals_full_trace(caplog):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    fast, full, _ = _both(_mlp(6), _mlp_inputs, caplog, mp_policy=mp)
+    _assert_same(fast, full)
+    assert fast.local_inputs == full.local_inputs
+
+
+class _ScaledBlock(nn.Module):
+    """A block whose forward uses its layer index as a constant."""
+
+    def __init__(self, i):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.scale = 1.0 + i  # differs per layer: never interchangeable
+
+    def forward(self, x):
+        return F.relu(self.lin(x)) * self.scale
+
+
+class _IndexBlock(nn.Module):
+    """The same attributes except ``layer_idx`` (as transformers' layers), which forward
+    uses: every 4th layer is different."""
+
+    def __init__(self, i):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.layer_idx = i
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y * 0.5 if self.layer_idx % 4 == 3 else F.relu(y)
+
+
+class _Stack(nn.Module):
+    def __init__(self, blocks, widths=None):
+        super().__init__()
+        self.layers = nn.ModuleList(blocks)
+
+    def forward(self, x, target):
+        for layer in self.layers:
+            x = layer(x)
+        return ((x - target) ** 2).mean()
+
+
+class _WideBlock(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.up = nn.Linear(16, hidden)
+        self.down = nn.Linear(hidden, 16)
+
+    def forward(self, x):
+        return self.down(F.relu(self.up(x)))
+
+
+class _ConstIndexStack(nn.Module):
+    """The model's own loop passes the layer index into an op (a constant in the graph)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.layers = nn.ModuleList(_WideBlock(32) for _ in range(n))
+
+    def forward(self, x, target):
+        for i, layer in enumerate(self.layers):
+            x = layer(x) + i
+        return ((x - target) ** 2).mean()
+
+
+class _MiddleIndexBlock(_IndexBlock):
+    """Only layer 3 differs: in an 8-layer stack neither the first 3 nor the last 4 hold it,
+    so only the eager pass over the whole model (layers_run_alike) sees it."""
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y * 0.5 if self.layer_idx == 3 else F.relu(y)
+
+
+class _TruncatedStack(_Stack):
+    """The forward runs only the first 5 layers of the list (transformers' ``layers[:n]``
+    with a smaller n): a 3- and a 4-layer trace look the same as for a full loop."""
+
+    def forward(self, x, target):
+        for layer in self.layers[:5]:
+            x = layer(x)
+        return ((x - target) ** 2).mean()
+
+
+def _stack_inputs():
+    return torch.empty(8, 16), torch.empty(8, 16)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _Stack([_WideBlock(32) for _ in range(6)] + [_WideBlock(48)]),  # one wider layer
+    lambda: _Stack([_ScaledBlock(i) for i in range(7)]),
+    lambda: _Stack([_IndexBlock(i) for i in range(7)]),
+    lambda: _ConstIndexStack(7),
+    lambda: _Stack([_MiddleIndexBlock(i) for i in range(8)]),
+    lambda: _TruncatedStack([_WideBlock(32) for _ in range(8)]),
+], ids=["hidden-size", "attribute", "layer-index-in-forward", "index-constant",
+        "middle-layer-differs", "forward-runs-fewer-layers"])
+def test_layers_that_differ_fall_back_to_the_full_trace(make, caplog):
+    with torch.device("meta"):
+        model = make()
+    fast, full, extrapolated = _both(model, _stack_inputs, caplog)
+    assert not extrapolated
+    _assert_same(fast, full)
+
+
+def test_index_constant_fallback_says_why(caplog):
+    with torch.device("meta"):
+        model = _ConstIndexStack(7)
+    with caplog.at_level(logging.INFO, logger="autoshard"):
+        trace_training_step(model, _stack_inputs)
+    assert any("tracing all 7 layers of layers" in r.getMessage() for r in caplog.records)
+
+
+def test_containers():
+    assert find_layer_container(_llama(3))[0] == "layers"
+    with torch.device("meta"):
+        assert find_layer_container(_Stack([_WideBlock(32)] * 4)) is None  # one module, 4x
+        assert find_layer_container(_Stack([_ScaledBlock(i) for i in range(6)])) is None
+        assert find_layer_container(nn.Sequential(nn.Linear(4, 4), nn.ReLU())) is None
+
+
+def test_under_threshold_and_turned_off_trace_fully(caplog, monkeypatch):
+    for model, inputs in [(_llama(MIN_LAYERS - 1), _llama_inputs), (_mlp(2), _mlp_inputs)]:
+        _, _, extrapolated = _both(model, inputs, caplog)
+        assert not extrapolated
+    _, _, extrapolated = _both(_llama(6), _llama_inputs, caplog, extrapolate_layers=False)
+    assert not extrapolated
+    monkeypatch.setenv("AUTOSHARD_TRACE_ALL_LAYERS", "1")
+    _, _, extrapolated = _both(_llama(6), _llama_inputs, caplog)
+    assert not extrapolated
+
+
+@needs_planner
+def test_planner_gives_the_same_plan(monkeypatch):
+    from torch.distributed.tensor import Replicate, Shard
+
+    from autoshard import AutoParallel
+    from autoshard.fake_pg import fake_world
+
+    def plan():
+        with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
+            with AutoParallel(_llama(6), _llama_inputs, mesh, plan_cache=False) as autop:
+                autop.add_input_constraints([(Shard(0), Replicate())] * 2)
+                result = autop.optimize_placement()
+                step = autop.step
+                extrapolated = step.joint_with_descriptors is None
+                # AutoParallel's property traces every layer for it on first read
+                code = autop.joint_with_descriptors.graph_module.code
+                return step, getattr(result, "plan", result), extrapolated, code
+
+    step_fast, plan_fast, extrapolated, code_fast = plan()
+    monkeypatch.setenv("AUTOSHARD_TRACE_ALL_LAYERS", "1")
+    step_full, plan_full, full_extrapolated, code_full = plan()
+    assert extrapolated and not full_extrapolated
+    assert code_fast == code_full == step_full.gm.code
+    _assert_same(step_fast, step_full)
+    assert plan_fast["nodes"] == plan_full["nodes"]
+    assert plan_fast["summary"]["total_us"] == plan_full["summary"]["total_us"]
