@@ -33,6 +33,9 @@ SCENARIOS = [
     {"name": "classifier_ddp_compiled", "model": "classifier", "mesh": [4], "plan": "auto",
      "param_memory": [1.0, 1.0], "hardware": "CPU", "compile": True},
     # plans costed for the CPU ranks they run on (the default on a gloo mesh)
+    # 6 layers traced as 3 and 4, the rest extrapolated: the built graph runs and trains
+    {"name": "llama_deep_extrapolated", "model": "llama_deep", "mesh": [2, 2],
+     "dim_names": ["dp", "tp"], "plan": "auto", "capture": "dynamo"},
     {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto",
      "hardware": "CPU"},
 ]
@@ -93,6 +96,13 @@ def test_dp_tp_mesh_shards_linear_weights_on_tp(results):
     assert linears
     for fqn, layout in linears.items():
         assert layout[1].startswith("S("), f"{fqn} is {layout}, not sharded on tp"
+
+
+def test_an_extrapolated_trace_trains_like_the_single_process(results):
+    """The 6-layer Llama's joint graph was built from its 3- and 4-layer traces
+    (trace_blocks.py); test_planned_module_trains_like_single_process checks its numerics."""
+    for rank, r in enumerate(ok_on_every_rank(results, "llama_deep_extrapolated")):
+        assert r["extrapolated"], f"rank {rank} traced every layer"
 
 
 def test_the_compiled_loss_normaliser_is_not_waited_for_in_the_forward(results):

@@ -31,9 +31,9 @@ _TRACED: dict = {}
 def make_model(kind: str, device: str = "cpu"):
     if kind == "mlp":
         return MLP(dim=16, hidden=32, layers=2)
-    if kind == "llama":
-        return Llama(LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
-                                 ffn_dim=64, max_seq_len=8))
+    if kind in ("llama", "llama_deep"):  # deep: its trace is extrapolated (trace_blocks.py)
+        return Llama(LlamaConfig(dim=32, n_layers=6 if kind == "llama_deep" else 2, n_heads=4,
+                                 n_kv_heads=2, vocab_size=64, ffn_dim=64, max_seq_len=8))
     if kind == "classifier":
         return Classifier()
     raise ValueError(kind)
@@ -203,6 +203,7 @@ def run_scenario(sc: dict, rank: int) -> dict:
                       "grad_types": grad_types, "grad_layouts_ok": grad_layouts_ok,
                       **compare_parameters(parallel, ref, RTOL, ATOL)})
     result["steps"] = steps
+    result["extrapolated"] = step.joint_with_descriptors is None
     program = getattr(parallel, "_autoshard_program", None)
     result["program_info"] = {k: v for k, v in (program.info if program else {}).items()
                               if isinstance(v, int)}
