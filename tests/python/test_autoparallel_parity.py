@@ -114,6 +114,20 @@ def test_hand_edited_placement_is_applied(mesh22):
     assert tuple(parallel.a.weight.placements) == (Replicate(), Replicate())
 
 
+def test_the_node_view_is_built_on_first_use(mesh22):
+    """A result handed straight to apply_placement never builds its {node: OpSpec} view (a
+    second on a 70B-sized graph); the first dict read builds it."""
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        placement = autop.optimize_placement()
+        assert placement._gm is not None  # not built
+        assert placement.to_plan() == placement.plan
+        assert placement["summary"] and placement._gm is not None  # the JSON view: no build
+        nodes = list(placement)
+        assert placement._gm is None and len(placement) == len(nodes) > 0
+        assert all(isinstance(n, fx.Node) for n in nodes)
+
+
 def test_sharding_optimizer_constraints_json_and_files(mesh22, tmp_path):
     with AutoParallel(_net(), _x, mesh22) as autop:
         autop.add_input_constraints([(Shard(0), Replicate())])
