@@ -416,7 +416,8 @@ def compile_program(program: LocalProgram) -> LocalProgram:
                "reorder_for_compute_comm_overlap_passes": ["sink_waits"]}
 
     def compiled(gm):
-        return _InductorGraph(gm, overlap)
+        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False,
+                             options=overlap)
 
     # compiled on first call: the training step runs split.main (when the forward has a
     # deferred tail; the tail's few scalar ops stay eager), the no-grad step fwd
@@ -425,24 +426,6 @@ def compile_program(program: LocalProgram) -> LocalProgram:
         program.split.main = compiled(program.split.main)
     program.compiled = True
     return program
-
-
-class _InductorGraph:
-    """``gm`` compiled by inductor on its first call, for the static shapes of that call,
-    without Dynamo: the graph is already ATen, and Dynamo's guards would be evaluated on
-    every call (about 0.14 ms of CPU per call, two calls a step). Nothing is lost: the
-    program's inputs have fixed shapes, strides and dtypes (the generated code checks them),
-    and it always runs under the same grad mode (inside the autograd.Function)."""
-
-    def __init__(self, gm: fx.GraphModule, options: dict):
-        self.gm, self.options, self.run = gm, options, None
-
-    def __call__(self, *args):
-        if self.run is None:
-            self.run = torch._inductor.standalone_compile(
-                self.gm, list(args), dynamic_shapes="from_example_inputs",
-                options={"config_patches": self.options})
-        return self.run(*args)
 
 
 class ProgramFunction(torch.autograd.Function):

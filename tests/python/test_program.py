@@ -313,16 +313,19 @@ class _DTensorOut(torch.nn.Module):
 
 
 @needs_planner
-def test_torch_compile_fullgraph_of_the_module_with_dtensor_output():
+@pytest.mark.parametrize("program_compiled", [False, True], ids=["eager", "compile=True"])
+def test_torch_compile_fullgraph_of_the_module_with_dtensor_output(program_compiled):
     """torch.compile(fullgraph=True) traces the program (lowered when the state was
     materialised, not under Dynamo), and a DTensor output's tangent flows back: the
-    gradients equal the uncompiled module's."""
+    gradients equal the uncompiled module's, also when the program's own graphs are
+    compiled (compile=True)."""
     with fake_world((2,), device_type="cpu") as mesh:
         with torch.device("meta"):
             model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                         torch.nn.Linear(32, 16))
         with AutoParallel(model, lambda: (torch.empty(64, 16),), mesh, hardware="CPU",
-                          capture="direct", time_limit_s=5.0) as autop:
+                          capture="direct", time_limit_s=5.0,
+                          compile=program_compiled) as autop:
             autop.add_input_constraints([(Shard(0),)])
             autop.add_output_constraints([(Shard(0),)])
             autop.add_parameter_memory_constraint()
