@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,20 +22,40 @@ REPO = Path(__file__).resolve().parents[2]
 def run_torchrun(script: str, config: list, tmp_path: Path, nproc: int = 4,
                  timeout: float = 240.0) -> list[list[dict]]:
     """Runs ``script CONFIG OUT`` under torchrun (--standalone picks a free port) and
-    returns each rank's result list. Fails the test with the workers' output on error."""
+    returns each rank's result list. Fails the test with the workers' output on error.
+
+    A run in which a worker was killed by a signal (SIGSEGV, SIGABRT) is run once more, with
+    a warning that keeps the first run's output: 4 gloo ranks on this 2-core machine crash
+    now and then (heap corruption found by gloo's TCP loop thread, in a different test and
+    scenario each time, not reproduced in isolation), which a clean second run tells apart
+    from a failure of the code under test. A second crash fails the test."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
-    out = tmp_path / "out"
-    out.mkdir()
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", str(DIST_DIR / script), str(cfg), str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
-                    f"{proc.stderr[-8000:]}")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+    # A worker killed by a signal (abort, segfault) prints every thread's Python stack.
+    env["PYTHONFAULTHANDLER"] = "1"
+    for attempt in (1, 2):
+        out = tmp_path / f"out{attempt}"
+        out.mkdir()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", str(DIST_DIR / script), str(cfg), str(out)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode == 0:
+            return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+        written = sorted(p.name for p in out.iterdir())
+        report = (f"torchrun failed ({proc.returncode}); result files written: {written}\n"
+                  f"{proc.stdout[-4000:]}\n{proc.stderr[-12000:]}")
+        if attempt == 1 and _SIGNAL_DEATH.search(proc.stderr):
+            warnings.warn(f"{script}: a worker died by a signal; running once more.\n{report}")
+            continue
+        pytest.fail(report)
+    raise AssertionError("unreachable")
+
+
+# torchrun's line for the first worker to fail, when a crash killed it (SIGABRT, SIGBUS,
+# SIGSEGV): "failed (exitcode: -11) local_rank: 3 (pid: 123)"
+_SIGNAL_DEATH = re.compile(r"failed \(exitcode: -(6|7|11)\) local_rank")
 
 
 def by_name(results: list[dict]) -> dict[str, dict]:
