@@ -61,32 +61,8 @@ def contiguous_stride(shape: Sequence[int]) -> tuple:
 def tensor_refs(args: Any, kwargs: dict) -> list[fx.Node]:
     """Node references in args then kwargs, depth first (the plan's ``inputs`` order)."""
     refs: list[fx.Node] = []
-
-    def walk(v):
-        if isinstance(v, fx.Node):
-            refs.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-
-    walk(args)
-    walk(kwargs)
+    fx.node.map_arg((args, kwargs), refs.append)  # (torch's C walk; its results unused)
     return refs
-
-
-def _map_nodes(v: Any, fn) -> Any:
-    if isinstance(v, fx.Node):
-        return fn(v)
-    if isinstance(v, tuple):
-        return tuple(_map_nodes(x, fn) for x in v)
-    if isinstance(v, list):
-        return [_map_nodes(x, fn) for x in v]
-    if isinstance(v, dict):
-        return {k: _map_nodes(x, fn) for k, x in v.items()}
-    return v
 
 
 def _node_source(node: fx.Node) -> str:
@@ -298,8 +274,8 @@ class StepRunner:
                             if isinstance(value, DTensor) else None)
                 return value
 
-            args = _map_nodes(node.args, fetch)
-            kwargs = _map_nodes(node.kwargs, fetch)
+            args = fx.node.map_arg(node.args, fetch)
+            kwargs = fx.node.map_arg(node.kwargs, fetch)
             kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
             if local_per_plan:
                 out = self._run_local(node, entry, args, kwargs)

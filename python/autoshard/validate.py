@@ -472,25 +472,9 @@ def tensor_ref_nodes(node: fx.Node) -> list[fx.Node]:
     return tensor_refs(node.args, node.kwargs)
 
 
-def _substitute(args: Any, local_of: dict[str, torch.Tensor]) -> Any:
-    def sub(v):
-        if isinstance(v, fx.Node):
-            return local_of[v.name]
-        if isinstance(v, (list, tuple)):
-            return type(v)(sub(x) for x in v)
-        return v
-    return sub(args)
-
-
-def _contiguous_stride(shape: Sequence[int]) -> list[int]:
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.append(acc)
-        acc *= max(int(s), 1)
-    return list(reversed(stride))
-
-
 def _localise_sizes(op: str, args: tuple, out_local_shape: list[int] | None) -> tuple:
+    from .runtime import contiguous_stride
+
     spec = OUTPUT_SHAPE_ARGS.get(op)
     if spec is None or out_local_shape is None:
         if op == "aten.embedding_dense_backward.default" and out_local_shape is not None:
@@ -502,7 +486,7 @@ def _localise_sizes(op: str, args: tuple, out_local_shape: list[int] | None) -> 
     args = list(args)
     args[size_at] = list(out_local_shape)
     if stride_at is not None and stride_at < len(args):
-        args[stride_at] = _contiguous_stride(out_local_shape)
+        args[stride_at] = list(contiguous_stride(out_local_shape))
     return tuple(args)
 
 
@@ -553,8 +537,8 @@ def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict]
                     raise ValidationSetupError(f"rank {c} gets an empty block, on which the CPU "
                                                "kernel crashes")
                 local_of = {r.name: per_input[k][c] for k, r in enumerate(refs)}
-                args = _substitute(node.args, local_of)
-                kwargs = {key: _substitute(v, local_of) for key, v in node.kwargs.items()}
+                args = fx.node.map_arg(node.args, lambda n: local_of[n.name])
+                kwargs = dict(fx.node.map_arg(node.kwargs, lambda n: local_of[n.name]))
                 out_shape = None
                 if ref0 is not None and out_layouts and out_layouts[0] is not None:
                     out_shape = local_shape(ref0.shape, out_layouts[0], mesh, c)
