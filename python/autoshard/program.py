@@ -292,6 +292,7 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     if reduce_inplace:  # eager: in-place reductions, common ops through their Python bindings
         info["all_reduces_in_place"] = sum(reduce_in_place(gm)
                                            for gm in (program.fwd, program.bwd))
+        info["divisions_in_place"] = divide_in_place(program.bwd)
         info["direct_calls"] = sum(bind_direct_calls(gm) for gm in (program.fwd, program.bwd))
     program.run_fwd_gm, program.run_bwd_gm = program.fwd, program.bwd
     program.split = split_forward(program.fwd, n_out)
@@ -324,6 +325,28 @@ def reduce_in_place(gm: fx.GraphModule) -> int:
                     or any(r.alias_info is not None for r in src.target._schema.returns))
 
     return _retarget(gm, qualifies, torch.ops._c10d_functional.all_reduce_.default)
+
+
+def divide_in_place(gm: fx.GraphModule) -> int:
+    """A gradient bucket's reduced buffer divided by the count of targets (late_loss_scale)
+    is divided in place when the division is the buffer's only reader: a new buffer would
+    be one more allocation and pass over every reduced byte. Run after reduce_in_place,
+    which makes the buffer the program's own. Returns how many were changed."""
+    def qualifies(n: fx.Node) -> bool:
+        if n.target is not torch.ops.aten.div.Tensor or not isinstance(n.args[0], fx.Node):
+            return False
+        buf = n.args[0]
+        if not (is_wait(buf) and len(buf.users) == 1 and isinstance(buf.args[0], fx.Node)
+                and buf.args[0].target is torch.ops._c10d_functional.all_reduce_.default):
+            return False
+        val, by = tensor_val(buf), n.args[1]
+        by = tensor_val(by) if isinstance(by, fx.Node) else by
+        # in place only when the quotient has the buffer's shape and dtype (late_loss_scale's
+        # divisions carry no meta of their own: read their operands)
+        return not (val is None or by is None or torch.result_type(val, by) != val.dtype
+                    or (isinstance(by, torch.Tensor) and by.dim() > 0))
+
+    return _retarget(gm, qualifies, torch.ops.aten.div_.Tensor)
 
 
 def _retarget(gm: fx.GraphModule, qualifies: Callable[[fx.Node], bool], target) -> int:

@@ -7,6 +7,7 @@ import operator
 
 import pytest
 import torch
+import torch.fx as fx
 
 from torch.distributed.tensor import DTensor, Shard
 
@@ -16,7 +17,7 @@ from autoshard.apply import build_parallel_module
 from autoshard.fake_pg import fake_world
 from autoshard.models import MLP
 from autoshard.overlap import _reads_an_input, block_of, schedule_collectives
-from autoshard.program import is_collective, is_wait, op_name
+from autoshard.program import divide_in_place, is_collective, is_wait, op_name
 from autoshard.trace import trace_training_step
 
 needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
@@ -356,3 +357,33 @@ def test_program_is_lowered_again_when_the_state_changes_dtype():
         assert par._autoshard_program is not first
         placeholders = [n for n in par.parallel_gm.graph.nodes if n.op == "placeholder"]
         assert placeholders[0].meta["val"].dtype == torch.float64
+
+
+def _reduced_then_divided(extra_reader: bool) -> fx.GraphModule:
+    """cat -> all_reduce_ -> wait -> div by a 0-dim count (late_loss_scale's division of a
+    gradient bucket), the wait optionally read by one more node."""
+    c10d = torch.ops._c10d_functional
+    g = fx.Graph()
+    a, b, count = (g.placeholder(n) for n in ("a", "b", "count"))
+    for node, val in ((a, torch.ones(3)), (b, torch.ones(2)), (count, torch.tensor(2.0))):
+        node.meta["val"] = val
+    buf = g.call_function(torch.ops.aten.cat.default, ([a, b],))
+    buf.meta["val"] = torch.ones(5)
+    red = g.call_function(c10d.all_reduce_.default, (buf, "sum", "0"))
+    wait = g.call_function(c10d.wait_tensor.default, (red,))
+    wait.meta["val"] = torch.ones(5)
+    div = g.call_function(torch.ops.aten.div.Tensor, (wait, count))
+    outs = [div, g.call_function(torch.ops.aten.mul.Tensor, (wait, 2))] if extra_reader \
+        else [div]
+    g.output(tuple(outs))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_a_reduced_bucket_is_divided_in_place_only_when_nothing_else_reads_it():
+    gm = _reduced_then_divided(extra_reader=False)
+    assert divide_in_place(gm) == 1
+    div = next(n for n in gm.graph.nodes if "div" in str(n.target))
+    assert div.target is torch.ops.aten.div_.Tensor
+    # the wait is read twice: dividing in place would change what the other reader sees
+    gm = _reduced_then_divided(extra_reader=True)
+    assert divide_in_place(gm) == 0
