@@ -59,7 +59,7 @@ def _model_and_inputs(key: str):
     """(meta model, input_fn) of a case."""
     import torch
 
-    from autoshard.models import LlamaConfig, Llama, llama3_8b_config
+    from autoshard.testing.models import LlamaConfig, Llama, llama3_8b_config
 
     long = lambda *shape: torch.empty(shape, dtype=torch.long)  # noqa: E731
     with torch.device("meta"):
@@ -70,16 +70,16 @@ def _model_and_inputs(key: str):
             a = argparse.Namespace(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, hidden=512)
             return make_model(a), lambda: (long(8, 64), long(8, 64))
         if key == "gpt2_tiny":
-            from autoshard.models_zoo import GPT2LM
+            from autoshard.testing.models_zoo import GPT2LM
 
             return GPT2LM(dropout=0.0), lambda: (long(64, 32), long(64, 32))
         if key == "moe_block":
-            from autoshard.models_zoo import MoEBlock
+            from autoshard.testing.models_zoo import MoEBlock
 
             return MoEBlock(dim=64, hidden=96, n_experts=8), \
                 lambda: (torch.empty(64, 16, 64), torch.empty(64, 16, 64))
         if key == "deepseek_moe":
-            from autoshard.models_zoo import DeepSeekMoEBlock
+            from autoshard.testing.models_zoo import DeepSeekMoEBlock
 
             return DeepSeekMoEBlock(dim=2048, hidden=1408, n_experts=64, top_k=6,
                                     shared_hidden=2816, n_layers=8), \

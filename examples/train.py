@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml \
         --data.path README.md --parallel.preset ddp --training.steps 40
 
-The model (autoshard.models.Llama) is built on the meta device, planned by AutoParallel
+The model (autoshard.testing.models.Llama) is built on the meta device, planned by AutoParallel
 under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
 initialised from one seeded full model. Every step logs loss, tokens/s, an MFU estimate and
 peak memory (rank 0; CUDA: max allocated, CPU: the process's peak RSS); every
@@ -69,7 +69,7 @@ class Batches:
 # ---- model and plan -------------------------------------------------------------------------
 def build(cfg: dict, mesh, device: torch.device):
     from autoshard import AutoParallel, load_full_state_dict
-    from autoshard.models import Llama, LlamaConfig
+    from autoshard.testing.models import Llama, LlamaConfig
 
     m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
     llama_cfg = LlamaConfig(dim=m["dim"], n_layers=m["n_layers"], n_heads=m["n_heads"],

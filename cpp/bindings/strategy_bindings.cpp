@@ -1,6 +1,6 @@
 // `_core.enumerate_strategies(graph_json, options_json, allow_unsupported=False) -> str`:
 // every node's strategies on the options' mesh, as the op rules offer them, for the numeric
-// rule validator (python/autoshard/validate.py) and for tools that inspect rules.
+// rule validator (python/autoshard/testing/validate.py) and for tools that inspect rules.
 //
 // Result JSON:
 //   {"mesh": {"shape": [2, 2]},

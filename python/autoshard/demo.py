@@ -70,7 +70,7 @@ def main(argv=None) -> int:
 
     from .api import AutoParallel
     from .fake_pg import fake_world
-    from .models import Llama, llama3_8b_config
+    from .testing.models import Llama, llama3_8b_config
 
     mesh_shape = args.mesh
     if args.dim_names:

@@ -24,11 +24,13 @@ def run_torchrun(script: str, config: list, tmp_path: Path, nproc: int = 4,
     """Runs ``script CONFIG OUT`` under torchrun (--standalone picks a free port) and
     returns each rank's result list. Fails the test with the workers' output on error.
 
-    A run in which a worker was killed by a signal (SIGSEGV, SIGABRT) is run once more, with
-    a warning that keeps the first run's output: 4 gloo ranks on this 2-core machine crash
-    now and then (heap corruption found by gloo's TCP loop thread, in a different test and
-    scenario each time, not reproduced in isolation), which a clean second run tells apart
-    from a failure of the code under test. A second crash fails the test."""
+    A run in which a worker was killed by a signal (SIGSEGV, SIGABRT, SIGBUS) is run once
+    more, with a warning that keeps the first run's output: gloo workers (2 or 4 ranks on
+    this 2-core machine) crash now and then, in a different test and scenario each time and not reproduced in
+    isolation: heap corruption found by gloo's TCP loop thread mid-run, or "terminate called
+    without an active exception" at interpreter exit after every rank wrote its results. A
+    clean second run tells that apart from a failure of the code under test; a second crash
+    fails the test."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
     env = dict(os.environ)

@@ -12,7 +12,7 @@ from torch.distributed.tensor import Replicate, Shard
 from autoshard import AutoParallel, _core
 from autoshard.apply import build_parallel_module
 from autoshard.fake_pg import fake_world
-from autoshard.models import MLP
+from autoshard.testing.models import MLP
 from autoshard.trace import trace_training_step
 
 needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),

@@ -1,7 +1,7 @@
 """Common Hugging Face model families plan out of the box (issue 14), and messages about ops
 without a rule point at the user's model.
 
-Every family of python/autoshard/hf_zoo.py (Llama, Qwen2/3, Mistral, Mixtral in float32 and
+Every family of python/autoshard/testing/hf_zoo.py (Llama, Qwen2/3, Mistral, Mixtral in float32 and
 bfloat16, Gemma2/3, Phi3, GPT-2, BERT, T5, ViT, CLIP, a DeepSeek-V3-style MoE, and a head
 with the common torch losses) is built with a tiny config on the meta device, traced and
 planned on a virtual 8x8 mesh (fake process group) with a short solver time limit, as
@@ -18,7 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autoshard import _core, hf_zoo
+from autoshard import _core
+from autoshard.testing import hf_zoo
 from autoshard.user_frames import Frame, frame_rank, parse_stack_trace, user_frame
 
 pytest.importorskip("transformers")
@@ -41,7 +42,7 @@ def test_hugging_face_nodes_name_the_modeling_file():
     loss in loss/loss_utils.py, torch.nn.functional.pad) are attributed to the line of
     modeling_mixtral.py that called the helper."""
     from autoshard.trace import trace_training_step
-    from autoshard.validate import export_graph
+    from autoshard.testing.validate import export_graph
 
     model, input_fn = hf_zoo.build("mixtral")
     graph = export_graph(trace_training_step(model, input_fn))

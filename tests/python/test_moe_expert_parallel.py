@@ -67,7 +67,7 @@ def _plan(mesh_shape, model_kwargs, batch, seq, pin_token_sharded_experts=False)
     """Traces and plans the block on a virtual mesh; returns (step, plan, param layouts)."""
     from autoshard import AutoParallel
     from autoshard.fake_pg import fake_world
-    from autoshard.models_zoo import DeepSeekMoEBlock
+    from autoshard.testing.models_zoo import DeepSeekMoEBlock
 
     with torch.device("meta"):
         model = DeepSeekMoEBlock(**model_kwargs)
@@ -155,7 +155,7 @@ def test_capacity_dispatch_equals_dense_top_k_routing_when_nothing_is_dropped():
     assignments of a group are dropped, deterministically."""
     import torch.nn.functional as F
 
-    from autoshard.models_zoo import DeepSeekMoELayer
+    from autoshard.testing.models_zoo import DeepSeekMoELayer
 
     torch.manual_seed(0)
     for score in ("softmax", "sigmoid"):
@@ -186,9 +186,9 @@ def test_capacity_dispatch_equals_dense_top_k_routing_when_nothing_is_dropped():
 def test_every_rule_the_block_needs_validates(mesh):
     """The ops of the block's joint graph (einsum's bmm/permute/view, cumsum, topk, eq,
     arange, sigmoid/softmax, means) all have rules, and every strategy they offer matches
-    the unsharded op (python/autoshard/validate.py), softmax and sigmoid routers, with
+    the unsharded op (python/autoshard/testing/validate.py), softmax and sigmoid routers, with
     dropped tokens."""
-    from autoshard import validate as V
+    from autoshard.testing import validate as V
 
     report = V.validate_all(V.standard_captures(("deepseek_moe", "deepseek_moe_sigmoid")),
                             [mesh])

@@ -41,7 +41,7 @@ def test_errors_name_the_misfit(name, shape, names, needle):
 @pytest.fixture(scope="module")
 def mlp_graph(tmp_path_factory):
     from autoshard.graph_export import graph_json
-    from autoshard.models import MLP
+    from autoshard.testing.models import MLP
     from autoshard.trace import trace_training_step
 
     with torch.device("meta"):
@@ -86,7 +86,7 @@ def test_cli_preset_errors(mlp_graph, capsys):
 def test_autoparallel_preset():
     from autoshard import AutoParallel
     from autoshard.fake_pg import fake_world
-    from autoshard.models import MLP
+    from autoshard.testing.models import MLP
 
     with torch.device("meta"):
         model = MLP(dim=32, hidden=64, layers=2)

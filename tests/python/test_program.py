@@ -15,7 +15,7 @@ from autoshard import _core
 from autoshard.api import AutoParallel
 from autoshard.apply import build_parallel_module
 from autoshard.fake_pg import fake_world
-from autoshard.models import MLP
+from autoshard.testing.models import MLP
 from autoshard.overlap import _reads_an_input, block_of, schedule_collectives
 from autoshard.program import divide_in_place, is_collective, is_wait, op_name
 from autoshard.trace import trace_training_step

@@ -1,4 +1,4 @@
-"""Planted faults: the rule validator (python/autoshard/validate.py) must catch known
+"""Planted faults: the rule validator (python/autoshard/testing/validate.py) must catch known
 DTensor-style rule bugs, and the real rules must not contain them.
 
 A fault is planted with ``validate(..., extra_strategies=hook)``: the hook adds strategies to
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autoshard import validate as V
+from autoshard.testing import validate as V
 
 
 def plant(node_name: str, *strategies: tuple[list, list]):

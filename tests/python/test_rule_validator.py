@@ -1,4 +1,5 @@
-"""Numeric validation of every sharding rule on real joint graphs (python/autoshard/validate.py).
+"""Numeric validation of every sharding rule on real joint graphs
+(python/autoshard/testing/validate.py).
 
 Three models are traced with the project's tracer and run eagerly on CPU with real random
 weights: a Llama-3-style model (RMSNorm, rotary embeddings, GQA through SDPA, SwiGLU,
@@ -9,8 +10,8 @@ meshes (2,), (4,), (2,2) (all strategies) and (2,2,2) (a sample per node) and co
 unsharded op. The summary (printed with -s) lists ops x strategies validated and every failure.
 The op families added for Hugging Face models (issue 14: convolutions, grouped matmuls,
 histograms, elementwise losses, scatters) are validated the same way on targeted graphs
-(python/autoshard/op_cases.py) and on the whole joint graphs of the tiny families of
-python/autoshard/hf_zoo.py.
+(python/autoshard/testing/op_cases.py) and on the whole joint graphs of the tiny families of
+python/autoshard/testing/hf_zoo.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 from autoshard import _core
-from autoshard import validate as V
+from autoshard.testing import validate as V
 
 
 # ----------------------------------------------------------------------------- the models
@@ -76,7 +77,7 @@ def test_models_cover_the_op_families(captures):
 
 # The op families common Hugging Face models needed (convolutions, grouped matmuls, histc,
 # the elementwise losses, select/slice_scatter, fill.Tensor), in targeted graphs
-# (python/autoshard/op_cases.py) and in the tiny Hugging Face models of hf_zoo.py.
+# (python/autoshard/testing/op_cases.py) and in the tiny Hugging Face models of hf_zoo.py.
 OP_CASES = ("convolutions", "losses_raw", "losses", "histograms", "scatters", "grouped_mm")
 NEW_OPS = {"aten.convolution.default", "aten.convolution_backward.default",
            "aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",

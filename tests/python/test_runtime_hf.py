@@ -1,6 +1,6 @@
-"""Runtime paths that the Hugging Face families (python/autoshard/hf_zoo.py) exercise, on small
-stand-ins (tests/python/dist/hf_runtime_worker.py), under both runtimes, gradients compared
-with the eager model at rtol 1e-5 / atol 1e-6:
+"""Runtime paths that the Hugging Face families (python/autoshard/testing/hf_zoo.py)
+exercise, on small stand-ins (tests/python/dist/hf_runtime_worker.py), under both runtimes,
+gradients compared with the eager model at rtol 1e-5 / atol 1e-6:
 
 - a custom op with its own autograd (like transformers' ``grouped_mm_fallback``), which has no
   DTensor rule and runs replicated, with its weight gradient planned as P(sum): the

@@ -134,7 +134,7 @@ def test_shift_right_and_relative_buckets_match_eager(mesh1, runtime):
 
 
 def _t5(dropout: float):
-    from autoshard import hf_zoo
+    from autoshard.testing import hf_zoo
 
     transformers = pytest.importorskip("transformers")
     cfg = transformers.T5Config(

@@ -7,7 +7,7 @@ import torch
 from torch.distributed.tensor import Replicate, Shard
 
 from autoshard.graph_export import encode_arg, graph_dict, graph_json
-from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.testing.models import MLP, Llama, LlamaConfig
 from autoshard.placements import (layout_from_strs, layout_to_strs, local_shape,
                                   placement_from_str)
 from autoshard.trace import trace_training_step

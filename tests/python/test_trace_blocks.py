@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autoshard import _core
-from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.testing.models import MLP, Llama, LlamaConfig
 from autoshard.trace import trace_training_step
 from autoshard.trace_blocks import MIN_LAYERS, describe_step, find_layer_container, \
     first_difference

@@ -24,7 +24,7 @@ from scenario_runner import (compare_losses, compare_parameters, reference_step,
 from train_worker import ATOL, RTOL, layouts_by_fqn, param_fraction
 
 from autoshard.apply import load_full_state_dict, local_inputs
-from autoshard.models_zoo import DeepSeekMoEBlock
+from autoshard.testing.models_zoo import DeepSeekMoEBlock
 
 
 # the lowered program all-reduces into a buffer nothing else reads (program.py: all_reduce_)

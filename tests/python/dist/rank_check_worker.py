@@ -26,7 +26,7 @@ from torch.distributed.tensor import Replicate, Shard
 
 from autoshard import AutoParallel
 from autoshard.apply import local_inputs
-from autoshard.models import MLP
+from autoshard.testing.models import MLP
 
 
 class DropoutMLP(torch.nn.Module):

@@ -21,7 +21,7 @@ from scenario_runner import (compare_losses, compare_parameters, reference_step,
                              run_scenarios)
 
 from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
-from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.testing.models import MLP, Llama, LlamaConfig
 from autoshard.trace import trace_training_step
 
 RTOL, ATOL = 1e-5, 1e-6

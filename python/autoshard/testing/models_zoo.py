@@ -1,4 +1,4 @@
-"""Models for the numeric rule validator (python/autoshard/validate.py) beyond models.py:
+"""Models for the numeric rule validator (python/autoshard/testing/validate.py) beyond models.py:
 GPT-2 from ``transformers`` (random weights, loss from labels), a Mixtral/DeepSeek-style
 mixture-of-experts block (``MoEBlock``: index-based dispatch) and a DeepSeek-style MoE in the
 grouped, capacity-based form (``DeepSeekMoEBlock``: einsum dispatch, experts as batched

@@ -109,7 +109,7 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
     """The Megatron (TP + SP + FSDP + DP) plan of a Llama-style graph as pins.
 
     ``graph`` is the tensor graph (docs/formats.md section 1) as JSON text or dict, traced
-    from ``autoshard.models.Llama`` or a model with the same module names. ``sp_dim`` is the
+    from ``autoshard.testing.models.Llama`` or a model with the same module names. ``sp_dim`` is the
     dim of the [batch, seq, dim] residual stream that tp shards between the blocks: 1, the
     sequence (Megatron's recipe), or 0, the batch. Both split the tokens tp ways; Megatron's
     [seq, batch] activations make its sequence split a contiguous token range, which in
@@ -222,7 +222,7 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
     missing = [k for k, v in found.items() if v == 0]
     if missing:
         raise BaselineError(f"graph lacks the Llama layers the recipe pins ({', '.join(missing)}); "
-                            "trace autoshard.models.Llama or a model with its module names "
+                            "trace autoshard.testing.models.Llama or a model with its module names "
                             "(layers.N.attention.wq, ..., layers.N.attention_norm, ...)")
     return pins
 
@@ -291,7 +291,7 @@ def _batch_splits_over(graph: dict, ways: int) -> bool:
 
 def parameter_bytes(graph: dict) -> int:
     """Total bytes of every parameter of the graph (global shapes)."""
-    from . import _core
+    from .. import _core
 
     total = 0
     for n in graph["nodes"]:
@@ -313,7 +313,7 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
     Megatron plans' own parameter bytes per GPU (as a fraction of all parameter bytes; the
     variants pin the weights alike), so the Megatron plans lie inside autoshard's search
     space and the comparison is of equal memory."""
-    from . import _core
+    from .. import _core
 
     graph = json.loads(graph_json)
     if variants is None:
@@ -366,14 +366,14 @@ class TracedGraph:
 
 def trace_llama(cfg, mesh_shape: Sequence[int], mesh_dim_names: Sequence[str] = ("dp", "tp"),
                 batch: int | None = None, batch_per_dp: int = 8) -> TracedGraph:
-    """Builds ``autoshard.models.Llama(cfg)`` on the meta device and traces one training step
-    on a fake process group of ``mesh_shape`` (no GPU, no collectives). ``batch`` is the
-    global batch (default ``batch_per_dp`` sequences per rank of the "dp" mesh dim, else of
-    the first mesh dim) of ``cfg.max_seq_len`` tokens."""
+    """Builds ``autoshard.testing.models.Llama(cfg)`` on the meta device and traces one
+    training step on a fake process group of ``mesh_shape`` (no GPU, no collectives).
+    ``batch`` is the global batch (default ``batch_per_dp`` sequences per rank of the "dp"
+    mesh dim, else of the first mesh dim) of ``cfg.max_seq_len`` tokens."""
     import torch
 
-    from .api import AutoParallel
-    from .fake_pg import fake_world
+    from ..api import AutoParallel
+    from ..fake_pg import fake_world
     from .models import Llama
 
     names = list(mesh_dim_names)

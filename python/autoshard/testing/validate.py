@@ -41,8 +41,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from .graph_export import graph_dict
-from .trace import TracedStep, trace_training_step
+from ..graph_export import graph_dict
+from ..trace import TracedStep, trace_training_step
 
 Coord = tuple
 
@@ -467,13 +467,13 @@ class ValidationReport:
 def tensor_ref_nodes(node: fx.Node) -> list[fx.Node]:
     """The node's tensor references in args then kwargs, depth first (the order of the
     strategies' ``inputs``, docs/formats.md section 3), as the runtime walks them."""
-    from .runtime import tensor_refs
+    from ..runtime import tensor_refs
 
     return tensor_refs(node.args, node.kwargs)
 
 
 def _localise_sizes(op: str, args: tuple, out_local_shape: list[int] | None) -> tuple:
-    from .runtime import contiguous_stride
+    from ..runtime import contiguous_stride
 
     spec = OUTPUT_SHAPE_ARGS.get(op)
     if spec is None or out_local_shape is None:
@@ -592,7 +592,7 @@ StrategyHook = Callable[[dict, list[dict]], list[dict]]
 
 def enumerate_strategies(graph: dict | str, mesh: Sequence[int]) -> dict:
     """``_core.enumerate_strategies`` on a graph (unsupported ops listed, not raised)."""
-    from . import _core
+    from .. import _core
 
     text = graph if isinstance(graph, str) else json.dumps(graph, allow_nan=False)
     options = json.dumps({"mesh": {"shape": list(mesh)}})
@@ -690,7 +690,7 @@ def validate_all(captures: Sequence[CapturedGraph], meshes: Sequence[Sequence[in
 
 def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: int = 0
                       ) -> list[CapturedGraph]:
-    """The validator's models (python/autoshard/models_zoo.py), traced and run eagerly:
+    """The validator's models (python/autoshard/testing/models_zoo.py), traced and run eagerly:
     ``llama3`` (2 layers, SDPA with GQA), ``moe`` (4 experts, top-2), ``deepseek_moe`` /
     ``deepseek_moe_sigmoid`` (DeepSeekMoEBlock: capacity-based dispatch with einsums, shared
     expert; softmax / sigmoid router), ``gpt2`` (transformers, 2 layers; needs the
@@ -737,11 +737,12 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m autoshard.validate [--models llama3,moe,gpt2] [--meshes 2,4,2x2,2x2x2]
+    """``python -m autoshard.testing.validate [--models llama3,moe,gpt2] [--meshes 2,4,2x2,2x2x2]
     [--sample N]``: validates every rule of the standard models and prints the summary."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m autoshard.validate", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m autoshard.testing.validate",
+                                 description=main.__doc__)
     ap.add_argument("--models", default="llama3,moe,gpt2")
     ap.add_argument("--meshes", default="2,4,2x2,2x2x2")
     ap.add_argument("--sample", type=int, default=None,

@@ -237,8 +237,8 @@ def check_family(name: str, mesh_shape: tuple[int, ...] = (8, 8),
 
     from torch.distributed.tensor import Replicate, Shard
 
-    from .api import AutoParallel
-    from .fake_pg import fake_world
+    from ..api import AutoParallel
+    from ..fake_pg import fake_world
 
     model, input_fn = build(name)
     res = FamilyResult(name, ok=False)
