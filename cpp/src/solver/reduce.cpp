@@ -310,9 +310,11 @@ class Reducer {
     return changed;
   }
 
-  bool dominates(int32_t i, int32_t b, int32_t a, const std::vector<int32_t>& inc) {
+  // Whether strategy b of node i dominates a on the node's own terms (cost, memory, budget
+  // usages); `strictly` says whether b is better on one of them.
+  bool node_terms_dominate(int32_t i, int32_t b, int32_t a, bool& strictly) {
     if (cost_[i][b] > cost_[i][a] || usage(i, b) > usage(i, a)) return false;
-    bool strictly = cost_[i][b] < cost_[i][a] || usage(i, b) < usage(i, a);
+    strictly = cost_[i][b] < cost_[i][a] || usage(i, b) < usage(i, a);
     // Less budget usage is no worse where the budget's low bound cannot bind (every plan left
     // reaches it); otherwise the usages must be equal.
     for (size_t k = 0; k < p_.budgets.size(); ++k) {
@@ -320,6 +322,67 @@ class Reducer {
       if (ub == ua) continue;
       if (ub > ua || !low_slack_[k]) return false;
       strictly = true;
+    }
+    return true;
+  }
+
+  // Node i's live strategies, each with its costs against every live strategy of every
+  // neighbour laid out in one contiguous row (edge by edge: the order the test compares in),
+  // and each row's sum. Rows are kept only up to kMaxRowCells cells (else `cells` is empty
+  // and the test reads the edge tables); the sums always.
+  static constexpr int64_t kMaxRowCells = 2'000'000;
+  struct EdgeRows {
+    int64_t width = 0;
+    std::vector<int32_t> slot;  // per strategy (original index): its row, -1 if dead
+    std::vector<Cost> cells;    // row r at [r * width, (r + 1) * width)
+    std::vector<Cost> sum;      // per strategy (original index)
+  };
+
+  EdgeRows edge_rows(int32_t i, const std::vector<int32_t>& inc) {
+    EdgeRows r;
+    for (int32_t ei : inc) r.width += alive_count_[other(edges_[ei], i)];
+    const bool keep = int64_t(alive_count_[i]) * r.width <= kMaxRowCells;
+    if (keep) r.cells.reserve(size_t(alive_count_[i]) * size_t(r.width));
+    std::vector<Cost> row(r.width);
+    r.slot.assign(size_[i], -1);
+    r.sum.assign(size_[i], 0.0);
+    int32_t rows = 0;
+    for (int32_t s = 0; s < size_[i]; ++s) {
+      if (!alive_[i][s]) continue;
+      int64_t k = 0;
+      for (int32_t ei : inc) {
+        WorkEdge& e = edges_[ei];
+        const int32_t j = other(e, i);
+        for (int32_t t = 0; t < size_[j]; ++t)
+          if (alive_[j][t]) row[k++] = at(e, i, s, t);
+      }
+      // Summed in row order: rounding is monotone, so b <= a cell by cell implies
+      // sum(b) <= sum(a), and a larger sum rules the pair out exactly.
+      Cost total = 0;
+      for (k = 0; k < r.width; ++k) total += row[k];
+      r.sum[s] = total;
+      if (keep) {
+        r.slot[s] = rows++;
+        r.cells.insert(r.cells.end(), row.begin(), row.end());
+      }
+    }
+    return r;
+  }
+
+  // Whether b dominates a: no worse on the node's terms and against every neighbour
+  // strategy, better somewhere (exact ties keep the lower index).
+  bool dominates(int32_t i, int32_t b, int32_t a, const std::vector<int32_t>& inc, const EdgeRows& rows) {
+    bool strictly = false;
+    if (!node_terms_dominate(i, b, a, strictly)) return false;
+    if (rows.sum[b] > rows.sum[a]) return false;  // some cell of b exceeds a's
+    if (!rows.cells.empty()) {
+      const Cost* rb = rows.cells.data() + int64_t(rows.slot[b]) * rows.width;
+      const Cost* ra = rows.cells.data() + int64_t(rows.slot[a]) * rows.width;
+      for (int64_t k = 0; k < rows.width; ++k) {
+        if (rb[k] > ra[k]) return false;
+        strictly |= rb[k] < ra[k];
+      }
+      return strictly || b < a;
     }
     for (int32_t ei : inc) {
       WorkEdge& e = edges_[ei];
@@ -331,7 +394,7 @@ class Reducer {
         strictly |= cb < ca;
       }
     }
-    return strictly || b < a;  // exact ties keep the lower index
+    return strictly || b < a;
   }
 
   bool remove_dominated_at(int32_t i) {
@@ -339,12 +402,14 @@ class Reducer {
     int64_t work = 0;
     for (int32_t ei : inc) work += size_[other(edges_[ei], i)];
     if (work * alive_count_[i] * alive_count_[i] > 50'000'000) return false;  // too costly; skip
+    // Killing i's own strategies changes no neighbour's, so the rows stay valid throughout.
+    const EdgeRows rows = edge_rows(i, inc);
     bool changed = false;
     for (int32_t a = 0; a < size_[i]; ++a) {
       if (!alive_[i][a]) continue;
       for (int32_t b = 0; b < size_[i]; ++b) {
         if (b == a || !alive_[i][b]) continue;
-        if (dominates(i, b, a, inc)) {
+        if (dominates(i, b, a, inc, rows)) {
           kill_label(i, a);
           ++out_.stats.dominated_removed;
           changed = true;
