@@ -217,11 +217,16 @@ class AutoParallel:
 
     @property
     def parallel_gm(self):
-        """This rank's lowered forward graph of the module apply_placement built (lowered
-        when its state is materialised: call ``to_empty`` first)."""
+        """This rank's step as one forward + backward graph, as AutoParallel's: backward
+        nodes tagged ``meta["partitioner_tag"] = "is_backward"``, one ``tangents_k``
+        placeholder per module output. The module runs it as two graphs,
+        ``parallel_model.parallel_gm`` (forward) and ``parallel_model.parallel_bwd_gm``.
+        Lowered from the meta state until ``to_empty``, then the program that runs."""
         if self.parallel_model is None:
             raise RuntimeError("parallel_gm exists after apply_placement(): call it first")
-        return self.parallel_model.parallel_gm
+        from .apply import parallel_joint_gm
+
+        return parallel_joint_gm(self.parallel_model)
 
     # ---- constraints ---------------------------------------------------------------------
     def add_parameter_memory_constraint(self, low: float | None = None,

@@ -376,6 +376,18 @@ def _inspect_program(module: nn.Module):
     return prog
 
 
+def parallel_joint_gm(module: nn.Module) -> torch.fx.GraphModule:
+    """The module's step as one forward + backward graph (program.joint_graph), with the
+    user's annotations: what ``AutoParallel.parallel_gm`` returns, as AutoParallel's."""
+    from .program import joint_graph
+
+    program = _inspect_program(module)
+    step = module._autoshard_runner.step
+    _with_user_annotations(program.fwd_gm, step)
+    _with_user_annotations(program.bwd_gm, step)
+    return joint_graph(program)
+
+
 def _with_user_annotations(gm: torch.fx.GraphModule, step: TracedStep):
     """Copies the user's ``fx.traceback.annotate`` metadata (``meta["custom"]``) of each
     traced node onto the lowered nodes computed from it (``custom["autoshard_node"]``

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -396,6 +397,52 @@ def _output_slots(outs: list) -> list:
         else:
             slots.append(("const", o))
     return slots
+
+
+def joint_graph(program: LocalProgram) -> fx.GraphModule:
+    """The step as one forward + backward graph, as AutoParallel's ``parallel_gm``: the
+    forward's placeholders, then one ``tangents_k`` placeholder per module output; the
+    forward's nodes, then the backward's (tagged ``meta["partitioner_tag"] =
+    "is_backward"``, reading the forward's saved values directly); outputs: the module
+    outputs, then the gradients (None where an input has none). A step with no gradient
+    at all (nothing requires grad) is its forward alone, without tangents. A view of the
+    two graphs the module runs (``fwd_gm`` / ``bwd_gm``), for inspection; built anew on
+    each call."""
+    g = fx.Graph()
+    env: dict[fx.Node, Any] = {}
+    fwd_nodes = [n for n in program.fwd_gm.graph.nodes if n.op != "output"]
+    fwd_outs = _graph_outputs(program.fwd_gm)
+    grads = _graph_outputs(program.bwd_gm)
+    backward = any(isinstance(o, fx.Node) for o in grads)
+    bwd_inputs = [n for n in program.bwd_gm.graph.nodes if n.op == "placeholder"] \
+        if backward else []
+    n_saved = len(fwd_outs) - program.n_outputs
+    for n in (n for n in fwd_nodes if n.op == "placeholder"):
+        env[n] = g.node_copy(n)
+    for k, ph in enumerate(bwd_inputs[n_saved:]):
+        env[ph] = g.placeholder(f"tangents_{k + 1}")
+        env[ph].meta = {key: v for key, v in ph.meta.items() if key != "custom"}
+    for n in (n for n in fwd_nodes if n.op != "placeholder"):
+        env[n] = g.node_copy(n, lambda a: env[a])
+    for ph, saved in zip(bwd_inputs[:n_saved], fwd_outs[program.n_outputs:]):
+        env[ph] = env[saved] if isinstance(saved, fx.Node) else saved
+    for n in program.bwd_gm.graph.nodes if backward else ():
+        if n.op in ("placeholder", "output"):
+            continue
+        env[n] = g.node_copy(n, lambda a: env[a])
+        env[n].meta["partitioner_tag"] = "is_backward"
+    outs = fwd_outs[:program.n_outputs] + (grads if backward else [])
+    g.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outs))
+    # constants (get_attr) of both graphs on one root, under names unique in it
+    root = torch.nn.Module()
+    for gm in (program.fwd_gm, program.bwd_gm) if backward else (program.fwd_gm,):
+        for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
+            name = n.target.replace(".", "_")
+            while hasattr(root, name):
+                name += "_"
+            setattr(root, name, functools.reduce(getattr, n.target.split("."), gm))
+            env[n].target = name
+    return fx.GraphModule(root, g)
 
 
 def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:

@@ -328,12 +328,53 @@ def test_parallel_gm_carries_user_annotations(mesh22):
         autop.add_input_constraints([(Shard(0), Replicate())])
         autop.add_output_constraints([(Shard(0), Replicate())])
         parallel = autop.apply_placement(autop.optimize_placement())
-    stages = [n.meta["custom"].get("stage") for n in autop.parallel_gm.graph.nodes
-              if n.target == torch.ops.aten.mm.default]
-    assert stages == ["first", "second"]
-    bwd = [n.meta["custom"].get("stage") for n in parallel.parallel_bwd_gm.graph.nodes
-           if n.target == torch.ops.aten.mm.default]
+    joint = autop.parallel_gm  # forward + backward, as AutoParallel's
+    mms = [n for n in joint.graph.nodes if n.target == torch.ops.aten.mm.default]
+    fwd = [n.meta["custom"].get("stage") for n in mms if "partitioner_tag" not in n.meta]
+    bwd = [n.meta["custom"].get("stage") for n in mms
+           if n.meta.get("partitioner_tag") == "is_backward"]
+    assert fwd == ["first", "second"]
     assert set(bwd) == {"first", "second"}
+    assert [n.meta["custom"].get("stage") for n in parallel.parallel_bwd_gm.graph.nodes
+            if n.target == torch.ops.aten.mm.default] == bwd
+
+
+def test_parallel_gm_is_the_joint_of_the_graphs_the_module_runs(mesh22):
+    """autop.parallel_gm: the forward's placeholders, a tangent per module output, the
+    forward's nodes, the backward's (tagged), outputs = module outputs then gradients."""
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        parallel = autop.apply_placement(autop.optimize_placement())
+    joint = autop.parallel_gm
+    fwd, bwd = parallel.parallel_gm, parallel.parallel_bwd_gm
+
+    def calls(gm):
+        return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+    nodes = [n for n in joint.graph.nodes if n.op == "call_function"]
+    tagged = [n for n in nodes if n.meta.get("partitioner_tag") == "is_backward"]
+    assert [str(n.target) for n in nodes if n not in tagged] == calls(fwd)
+    assert [str(n.target) for n in tagged] == calls(bwd)
+    placeholders = [n.name for n in joint.graph.nodes if n.op == "placeholder"]
+    fwd_in = [n.name for n in fwd.graph.nodes if n.op == "placeholder"]
+    assert placeholders == fwd_in + ["tangents_1"]  # the Net has one output
+    outs = joint.graph.output_node().args[0]
+    assert len(outs) == 1 + len(bwd.graph.output_node().args[0])
+    assert all("custom" not in n.meta for n in joint.graph.nodes if n.op == "placeholder")
+
+
+def test_parallel_gm_without_gradients_is_the_forward_alone(mesh22):
+    """Nothing requires grad (inference): no tangents and no backward nodes, as AutoParallel's."""
+    model = _net()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with AutoParallel(model, _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        parallel = autop.apply_placement(autop.optimize_placement())
+    joint = autop.parallel_gm
+    assert [n.name for n in joint.graph.nodes if n.op == "placeholder"] == \
+        [n.name for n in parallel.parallel_gm.graph.nodes if n.op == "placeholder"]
+    assert not any(n.meta.get("partitioner_tag") == "is_backward" for n in joint.graph.nodes)
 
 
 def test_sharding_optimizer_graph_and_named_constraints(mesh22):
