@@ -91,8 +91,7 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
                           else cap)
     merged = [b for b in buckets if len(b) > 1]
     for bucket in merged:
-        coll = merge_collectives(gm.graph, [(c, w) for c, w, _ in bucket], split_before=output)
-        _label_bucket(coll, [c for c, _, _ in bucket])
+        merge_collectives(gm.graph, [(c, w) for c, w, _ in bucket], split_before=output)
         # the views between each result and the output now follow the split
         for n in sorted({t for _, _, tail in bucket for t in tail}, key=_position(gm.graph)):
             output.prepend(n)
@@ -124,10 +123,14 @@ def merge_collectives(g: fx.Graph, pairs: list, split_before: fx.Node | None = N
     with g.inserting_before(split_before if split_before is not None else last_c):
         sizes = [int(c.args[0].meta["val"].numel()) // group_size for c, _ in pairs]
         split = g.call_function(aten.split_with_sizes.default, (wait, sizes, 1 if scatter else 0))
+        pieces = []
         for k, (_, w) in enumerate(pairs):
             piece = g.call_function(operator.getitem, (split, k))
-            w.replace_all_uses_with(
-                g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape))))
+            pieces.append((piece, g.call_function(aten.reshape.default,
+                                                  (piece, list(w.meta["val"].shape)))))
+            w.replace_all_uses_with(pieces[-1][1])
+    _label_bucket(coll, [c for c, _ in pairs], shared=[cat, split],
+                  per_member=[(flat, *piece) for flat, piece in zip(flats, pieces)])
     _erase(g, pairs)
     return coll
 
@@ -206,11 +209,14 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
             rows = g.call_function(aten.reshape.default, (wait, [group_size, -1]))
             sizes = [int(c.args[0].meta["val"].numel()) for c, _ in bucket]
             split = g.call_function(aten.split_with_sizes.default, (rows, sizes, 1))
+            helpers = []
             for k, (c, w) in enumerate(bucket):
                 piece = g.call_function(operator.getitem, (split, k))
                 out = g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape)))
                 w.replace_all_uses_with(out)
-        _label_bucket(coll, [c for c, _ in bucket])
+                helpers.append((flats[k], piece, out))
+        _label_bucket(coll, [c for c, _ in bucket], shared=[cat, rows, split],
+                      per_member=helpers)
         _erase(g, bucket)
     return _finish(gm, merged)
 
@@ -322,10 +328,18 @@ def _split(members: list, size_of, limit) -> list[list]:
     return buckets
 
 
-def _label_bucket(coll: fx.Node, members: list[fx.Node]) -> None:
-    """A bucket names the joint-graph nodes of the collectives it replaces."""
-    coll.meta["custom"] = {"autoshard_node": "bucket of " + ", ".join(
+def _label_bucket(coll: fx.Node, members: list[fx.Node], shared: list[fx.Node] = (),
+                  per_member: list[tuple] = ()) -> None:
+    """A bucket names the joint-graph nodes of the collectives it replaces; so do the ops
+    it adds around them (``shared``: the concatenation and split; ``per_member[k]``: the
+    reshapes and pieces of member k, which name member k's node)."""
+    label = {"autoshard_node": "bucket of " + ", ".join(
         (c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c in members)}
+    for n in (coll, *shared):
+        n.meta["custom"] = dict(label)
+    for c, ops in zip(members, per_member):
+        for n in ops:
+            n.meta["custom"] = dict(c.meta.get("custom") or {})
 
 
 def _erase(g: fx.Graph, pairs) -> None:

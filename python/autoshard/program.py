@@ -271,6 +271,8 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
         for gm in (fwd_gm, bwd_gm):
             _tidy(gm)  # the buckets' flattening adds views of 1-D shards
+    for gm in (fwd_gm, bwd_gm):
+        _label_outside_nodes(gm)
     program = LocalProgram(fwd_gm, bwd_gm, n_out, meta["output_slots"], tensor_pos, info=info)
     # what runs: copies of the graphs, rewritten for the eager (or inductor-compiled) step;
     # fwd_gm / bwd_gm stay as traced and scheduled (parallel_gm, torch.compile of the
@@ -397,6 +399,15 @@ def _output_slots(outs: list) -> list:
         else:
             slots.append(("const", o))
     return slots
+
+
+def _label_outside_nodes(gm: fx.GraphModule) -> None:
+    """Ops that no joint-graph node ran (the graph outputs' redistribution, after the last
+    node) name ``OUTSIDE`` in ``meta["custom"]``, as every other op names its node: only
+    waits carry no name (AutoParallel's parallel_gm leaves its collectives' waits bare)."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.meta.get("custom") is None and not is_wait(n):
+            n.meta["custom"] = {"autoshard_node": OUTSIDE}
 
 
 def joint_graph(program: LocalProgram) -> fx.GraphModule:

@@ -20,6 +20,7 @@ import torch.fx as fx
 from torch.distributed.tensor import Shard
 
 from .fake_pg import on_real_process_group
+from .program import OUTSIDE
 
 
 def random_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -33,7 +34,7 @@ def replicated_random_dims(program, runner) -> dict[int, list[str]]:
     dims: dict[int, list[str]] = {}
     for n in random_nodes(program.fwd_gm):
         joint = (n.meta.get("custom") or {}).get("autoshard_node")
-        layout = runner.planned_output(joint) if joint else None
+        layout = runner.planned_output(joint) if joint and joint != OUTSIDE else None
         for d in range(runner.mesh.ndim):
             if layout is None or not isinstance(layout[d], Shard):
                 dims.setdefault(d, []).append(joint or n.name)
