@@ -417,7 +417,8 @@ def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMo
     if "autoshard.local_map_region" in sys.modules:  # local_map regions: one strategy each
         sharding_pins.update(sys.modules["autoshard.local_map_region"].region_pins(gm))
 
-    # Dynamo renames parameters (L__self___w1_weight); map them back through identity.
+    # The names in the traced module (FQNs after _restore_state_dict, else whatever the
+    # capture made of them) map back to the model's FQNs through identity.
     names_in_traced = {n: id(p) for n, p in traced_mod.named_parameters(remove_duplicate=False)}
     bufs_in_traced = {n: id(b) for n, b in traced_mod.named_buffers(remove_duplicate=False)}
 
@@ -524,6 +525,12 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
                 traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
                                                                      **inputs.kwargs)
             source_captured = True
+            # Dynamo flattens names (L__self___w1_weight); the export's descriptors and
+            # joint_with_descriptors.params_spec should name the model's own FQNs, as
+            # AutoParallel's do (users index their state dicts with them)
+            from torch.export import _restore_state_dict
+
+            _restore_state_dict(root, traced_mod)
         except Exception as e:  # Dynamo cannot capture every model; keep going without it
             log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
                         "without source lines", type(e).__name__, str(e).splitlines()[0])

@@ -97,8 +97,11 @@ def test_optimize_placement_returns_node_keyed_specs_and_the_plan(mesh22):
     assert "summary" in placement and placement.get("summary")["total_us"] > 0
     json.dumps(placement.plan)
     assert isinstance(parallel, Net)
-    # readable after the with block, with the AOT descriptors
-    assert autop.gm is not None and autop.joint_with_descriptors is not None
+    # readable after the with block, with the AOT descriptors naming the model's own FQNs
+    # (as AutoParallel's do), not Dynamo's flattened L__self___a_weight
+    assert autop.gm is not None
+    assert list(autop.joint_with_descriptors.params_spec) == [
+        name for name, _ in _net().named_parameters()]
 
 
 def test_hand_edited_placement_is_applied(mesh22):
