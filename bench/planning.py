@@ -49,6 +49,8 @@ CASES = {
                          (8, 8), ("dp", "ep")),
     "llama8b_2l": Case("Llama-3-8B shape, 2 layers, seq 2048", (8, 8), ("dp", "tp")),
     "llama8b": Case("Llama-3-8B, 32 layers, seq 8192", (8, 8), ("dp", "tp")),
+    "hf_llama8b": Case("transformers LlamaForCausalLM, Llama-3-8B config, 32 layers, seq 8192",
+                       (8, 8), ("dp", "tp")),
     "llama70b": Case("Llama-3-70B, 80 layers, seq 2048", (32, 8), ("dp", "tp"), quick=False),
     "llama405b": Case("Llama-3-405B, 126 layers, seq 2048", (16, 8, 8), ("dp", "tp", "cp"),
                       quick=False),
@@ -84,6 +86,18 @@ def _model_and_inputs(key: str):
             return DeepSeekMoEBlock(dim=2048, hidden=1408, n_experts=64, top_k=6,
                                     shared_hidden=2816, n_layers=8), \
                 lambda: (torch.empty(64, 512, 2048), torch.empty(64, 512, 2048))
+        if key == "hf_llama8b":
+            import transformers
+
+            from autoshard.testing.hf_zoo import LossOf
+
+            hf = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336,
+                                          num_hidden_layers=32, num_attention_heads=32,
+                                          num_key_value_heads=8, vocab_size=128256,
+                                          max_position_embeddings=8192, rope_theta=500000.0,
+                                          tie_word_embeddings=False)
+            model = LossOf(transformers.LlamaForCausalLM(hf), ("input_ids", "labels"))
+            return model, lambda: (long(64, 8192), long(64, 8192))
         cfg = {"llama8b_2l": lambda: llama3_8b_config(n_layers=2, seq_len=2048),
                "llama8b": lambda: llama3_8b_config(n_layers=32, seq_len=8192),
                "llama70b": lambda: LlamaConfig(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,

@@ -25,8 +25,10 @@ for an extrapolated step, and ``meta["from_node"]`` (torch's provenance through 
 which autoshard does not read) is dropped. What no trace of 3 and 4 layers can show is not
 checked: a forward that runs only some of the container's members when it holds all of them
 (``self.layers[:cfg.n]`` with n smaller than the list), or one that treats a layer in the
-middle of a long stack differently by its index (the ends are checked). Layers holding tensor
-constants (``get_attr`` nodes: transformers' decoder layers) are traced fully for now. Turn the
+middle of a long stack differently by its index (the ends are checked). Tensor constants a
+layer reads (``get_attr`` of ``_tensor_constantK``: transformers' decoder layers hold two empty
+ones each) must be equal in B0, B1 and B2; every copy reads the same tensor under the name a
+full trace gives it (K affine in the layer index). Turn the
 extrapolation off with ``trace_training_step(..., extrapolate_layers=False)`` or
 AUTOSHARD_TRACE_ALL_LAYERS=1.
 """
@@ -370,7 +372,7 @@ class _Layout:
                     m = in_layer.match(_dotted_module_path(p) or "")
                     if m:
                         found.add(int(m.group(1)))
-                if node.op not in ("call_function",) and found:
+                if node.op not in ("call_function", "get_attr") and found:
                     raise _Fallback(f"layer node {node.name} is a {node.op}")
             if len(found) > 1:
                 raise _Fallback(f"node {node.name} is in layers {sorted(found)}")
@@ -490,11 +492,11 @@ def _check_triple(triple: list, layout: _Layout) -> None:
     nodes."""
     t0 = triple[0][1]
     for b, t in triple:
-        if t.op != t0.op or (t.op != "placeholder" and not _same(t.target, t0.target)) or (
+        if t.op == "get_attr" and t0.op == "get_attr":
+            _check_same_constant(t0, t, layout.step.gm)
+        elif t.op != t0.op or (t.op != "placeholder" and not _same(t.target, t0.target)) or (
                 _split_name(t.name)[0] != _split_name(t0.name)[0]):
             raise _Fallback(f"layers differ: {t0.name} ({t0.target}) vs {t.name} ({t.target})")
-        if t.op == "get_attr":
-            raise _Fallback(f"layer node {t.name} reads a constant attribute")
         if _constants(t) != _constants(t0):
             raise _Fallback(f"layers differ in the arguments of {t0.name} vs {t.name} "
                             f"(the layer index used as a constant?)")
@@ -502,6 +504,31 @@ def _check_triple(triple: list, layout: _Layout) -> None:
             c = layout.label[u]
             if c is not None and c - b not in (-1, 0, 1):
                 raise _Fallback(f"{t.name} in layer {b} reads {u.name} of layer {c}")
+
+
+_CONSTANT = re.compile(r"_tensor_constant(\d+)")
+
+
+def _check_same_constant(t0: fx.Node, t: fx.Node, gm: fx.GraphModule) -> None:
+    """Two layers' get_attr nodes at one position: tensor constants named as the trace names
+    them (so their copies can be named by an affine fit), with equal values."""
+    for x in (t0, t):
+        if not (_CONSTANT.fullmatch(str(x.target)) and x.name == x.target):
+            raise _Fallback(f"layer node {x.name} reads the attribute {x.target}")
+    a, b = getattr(gm, t0.target), getattr(gm, t.target)
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and type(a) is torch.Tensor and type(b) is torch.Tensor
+            and a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
+            and a.device.type != "meta" and torch.equal(a, b)):
+        raise _Fallback(f"layers read different constants: {t0.target} vs {t.target}")
+
+
+def _constant_target(t: fx.Node, L: int, layout: "_Layout") -> str:
+    """The name a full trace gives layer L's copy of the tensor constant ``t`` reads."""
+    points, xs = layout.fit_points(t)
+    k = _fit([int(_CONSTANT.fullmatch(u.target).group(1)) for u in points], xs,
+             f"the number of {t.target}").at(L)
+    return f"_tensor_constant{k}"
 
 
 def _constants(node: fx.Node) -> str:
@@ -706,8 +733,16 @@ def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
     """The TracedStep of ``n`` layers built from the 3-layer one (module ids of ``target``)."""
     from .trace import GraphOutput, TracedStep
 
-    _check_sequential_names(layout.nodes, "3-layer")
-    _check_sequential_names(list(shared4[0].graph.nodes), "4-layer")
+    # the nodes before the first layer op (parameters count as placeholders, not ops)
+    prefix3 = _first_layer_op(layout.nodes, lambda x: layout.label[x] is not None)
+    nodes4 = list(shared4[0].graph.nodes)
+    in_shared4 = set(shared4)
+    prefix4 = _first_layer_op(nodes4, lambda x: x not in in_shared4)
+    _check_sequential_names(layout.nodes, "3-layer", prefix3)
+    _check_sequential_names(nodes4, "4-layer", prefix4)
+    # ops before the layers keep their names (placeholders are renumbered: layers' params
+    # come first)
+    before_layers = {x for x in layout.nodes[:prefix3] if x.op != "placeholder"}
     shared3 = layout.shared_nodes()
     if len(shared3) != len(shared4):
         raise _Fallback(f"{len(shared3)} shared nodes with 3 layers, {len(shared4)} with 4")
@@ -763,20 +798,26 @@ def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
             raise _Fallback(f"{u.name} is read before it is computed in the unrolled graph")
         return new[key]
 
-    def next_name(template: fx.Node) -> str:
-        base = _split_name(template.name)[0]
-        k = counters.get(base, starts[base])
+    def next_name(template: fx.Node, before_layers: bool) -> str:
+        base, k = _split_name(template.name)
+        if not before_layers:
+            k = counters.get(base, starts[base])
         counters[base] = k + 1
         return f"{base}_{k}" if k else base
 
     out_template = None
+    constants: dict[str, torch.Tensor] = {}  # layer copies' get_attr targets -> tensor
     for t, L in order:
         b = None if L is None else layout.where[t][1]
         if t.op == "output":
             out_template = (t, L)
             continue
-        name = next_name(t)
-        if t.op == "placeholder":
+        name = (next_name(t, L is None and t in before_layers) if t.op != "get_attr" or L is None
+                else _constant_target(t, L, layout))
+        if t.op == "get_attr" and L is not None:  # every copy reads B0's equal constant
+            constants[name] = getattr(k3.gm, t.target)
+            node = graph.get_attr(name)
+        elif t.op == "placeholder":
             if t.target != t.name:
                 raise _Fallback(f"placeholder {t.name} has target {t.target}")
             node = graph.placeholder(name)
@@ -807,6 +848,8 @@ def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
     # the pytree calling convention (flat lists of placeholders / outputs)
     graph._codegen = _unrolled_codegen(k3.gm.graph._codegen, layout, order, out,
                                        elem_instances)
+    for name, value in constants.items():  # k3 is this module's own trace: GraphModule copies
+        setattr(k3.gm, name, value)        # what the graph reads from it
     gm = fx.GraphModule(k3.gm, graph)
     gm.meta = dict(k3.gm.meta)
     if hasattr(k3.gm, "shape_env"):
@@ -1124,19 +1167,27 @@ def _resized_spec(spec, templates: list):
     return pytree.tree_structure(rebuild(tree))
 
 
-def _check_sequential_names(nodes, what: str) -> None:
+def _check_sequential_names(nodes, what: str, prefix: int = 0) -> None:
     """Node names are ``base``, ``base_1``, ... (or from ``base_1``) in graph order, as FX
-    names nodes created in order: then the new graph's names are counted the same way."""
+    names nodes created in order: then the new graph's names are counted the same way. The
+    first ``prefix`` nodes (those before the first layer op) may skip numbers: a trace drops
+    nodes nothing reads (transformers' mask code: arange, arange_3), and the nodes before the
+    layers keep their names in every trace, so the copies keep them too."""
     if not nodes:
         return
     seen: dict[str, int] = {}
-    for x in nodes:
+    for j, x in enumerate(nodes):
         base, k = _split_name(x.name)
-        if base in seen:
+        if base in seen and j >= prefix:
             if k != seen[base] + 1:
                 raise _Fallback(f"{what} trace: node names are not in creation order "
                                 f"({x.name})")
         seen[base] = k
+
+
+def _first_layer_op(nodes: list, in_layer: Callable[[fx.Node], bool]) -> int:
+    return next((j for j, x in enumerate(nodes) if x.op != "placeholder" and in_layer(x)),
+                len(nodes))
 
 
 def _name_starts(nodes) -> dict:
@@ -1258,6 +1309,10 @@ def describe_step(step) -> dict:
             else:
                 v = repr(v)
             meta.append((k, v))
+        if x.op == "get_attr":  # a constant by its value: copies read equal tensors
+            c = getattr(step.gm, x.target, None)
+            meta.append(("constant", repr((c.dtype, tuple(c.shape), c.tolist())) if (
+                isinstance(c, torch.Tensor) and c.device.type != "meta") else repr(c)))
         nodes.append((x.name, x.op, repr(x.target),
                       repr(fx.node.map_arg((x.args, x.kwargs), lambda u: _Ref(u.name))),
                       tuple(meta)))

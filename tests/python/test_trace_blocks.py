@@ -178,8 +178,56 @@ class _TruncatedStack(_Stack):
         return ((x - target) ** 2).mean()
 
 
+class _ConstantBlock(nn.Module):
+    """A block that builds a tensor constant in forward (a get_attr node in the graph), as
+    transformers' attention does: the same in every layer, or (``by_index``) made from the
+    layer index, which the attribute check allows (transformers' layer_idx)."""
+
+    def __init__(self, i, by_index=False):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.layer_idx = i
+        self.by_index = by_index
+
+    def forward(self, x):
+        v = float(self.layer_idx) if self.by_index else 2.0
+        return F.relu(self.lin(x)) * torch.tensor([v, v]).sum()
+
+
 def _stack_inputs():
     return torch.empty(8, 16), torch.empty(8, 16)
+
+
+def test_equal_tensor_constants_in_layers_are_extrapolated(caplog):
+    with torch.device("meta"):
+        model = _Stack([_ConstantBlock(i) for i in range(7)])
+    fast, full, extrapolated = _both(model, _stack_inputs, caplog)
+    assert extrapolated
+    _assert_same(fast, full)  # describe_step compares the constants' values too
+    assert sum(n.op == "get_attr" for n in fast.gm.graph.nodes) == 7
+
+
+def test_transformers_llama_extrapolated_equals_full_trace(caplog):
+    """transformers' decoder layers read two tensor constants each, and its mask code drops
+    nodes before the layers (names skip numbers): both are extrapolated exactly."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=128)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).logits.float().pow(2).mean()
+
+    fast, full, extrapolated = _both(Loss(), lambda: (torch.randint(0, 128, (2, 16)),), caplog)
+    assert extrapolated
+    _assert_same(fast, full)
 
 
 @pytest.mark.parametrize("make", [
@@ -189,8 +237,9 @@ def _stack_inputs():
     lambda: _ConstIndexStack(7),
     lambda: _Stack([_MiddleIndexBlock(i) for i in range(8)]),
     lambda: _TruncatedStack([_WideBlock(32) for _ in range(8)]),
+    lambda: _Stack([_ConstantBlock(i, by_index=True) for i in range(7)]),
 ], ids=["hidden-size", "attribute", "layer-index-in-forward", "index-constant",
-        "middle-layer-differs", "forward-runs-fewer-layers"])
+        "middle-layer-differs", "forward-runs-fewer-layers", "tensor-constant-differs"])
 def test_layers_that_differ_fall_back_to_the_full_trace(make, caplog):
     with torch.device("meta"):
         model = make()
