@@ -46,7 +46,14 @@ def module_path(node: fx.Node) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _dotted_module_path(path: str) -> str | None:
     """``L['self'].layers[0]._modules['wq']`` -> ``layers.0.wq``; remembered, since the
-    nodes of one module (forward and backward) share its path."""
+    nodes of one module (forward and backward) share its path. Dynamo also spells a child
+    ``getattr(L['self'].inner.layers, '0')`` (a module under a wrapper such as the mixed
+    precision CastingStep)."""
+    while True:
+        unwrapped = re.sub(r"getattr\(([^(),]*), '([^']+)'\)", r"\1.\2", path)
+        if unwrapped == path:
+            break
+        path = unwrapped
     path = re.sub(r"^L\['self'\]\.?", "", path)
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"\[(\d+)\]", r".\1", path)

@@ -25,7 +25,11 @@ for an extrapolated step, and ``meta["from_node"]`` (torch's provenance through 
 which autoshard does not read) is dropped. What no trace of 3 and 4 layers can show is not
 checked: a forward that runs only some of the container's members when it holds all of them
 (``self.layers[:cfg.n]`` with n smaller than the list), or one that treats a layer in the
-middle of a long stack differently by its index (the ends are checked). Tensor constants a
+middle of a long stack differently by its index (the ends are checked). A mixed-precision
+policy's casts (no module path) belong to the layer whose parameter or gradient they cast;
+they all run before the layers, so each layer's seq_nr and Dynamo names also grow with the
+depth, by what layer 0's nodes move from 3 to 4 layers. The forward-only step's placeholders
+(named by position, arg7_1) are renumbered. Tensor constants a
 layer reads (``get_attr`` of ``_tensor_constantK``: transformers' decoder layers hold two empty
 ones each) must be equal in B0, B1 and B2; every copy reads the same tensor under the name a
 full trace gives it (K affine in the layer index). Turn the
@@ -192,17 +196,19 @@ def trace_by_blocks(fake: nn.Module, fake_mode, trace_fn: Callable[[], Any],
         layout = _Layout(k3, path, 3)  # checks B0, B1, B2 before paying for the 4-layer trace
         times.append(time.perf_counter())
         k4 = _traced_with(fake, path, container, members[-4:], trace_fn)
-        shared4 = _Layout(k4, path, 4).shared_nodes()
+        layout4 = _Layout(k4, path, 4)
+        shared4 = layout4.shared_nodes()
+        first4 = [x for x in layout4.nodes if layout4.label[x] == 0]
         times.append(time.perf_counter())
         coords3 = _Coords(fake, path, container, members[:3])
-        check = _extrapolate(k3, layout, shared4, 4, coords3,
+        check = _extrapolate(k3, layout, shared4, first4, 4, coords3,
                              _Coords(fake, path, container, members[-4:]))
         diff = first_difference(check, k4)
         if diff is not None:
             raise _Fallback(f"the 3-layer trace extrapolated to 4 layers differs from the "
                             f"4-layer trace: {diff}")
         times.append(time.perf_counter())
-        step = _extrapolate(k3, layout, shared4, n, coords3,
+        step = _extrapolate(k3, layout, shared4, first4, n, coords3,
                             _Coords(fake, path, container, members))
         times.append(time.perf_counter())
         log.debug("autoshard: trace_blocks: eager pass %.2f s, 3 layers %.2f s, 4 layers %.2f s, "
@@ -326,9 +332,27 @@ class _Coords:
 _NAME = re.compile(r"(.*)_(\d+)")
 
 
+def _is_policy_cast(node: fx.Node) -> bool:
+    """A dtype cast made by mixed_precision.CastingStep outside any module (a parameter to
+    param_dtype, a gradient to reduce_dtype): an empty module stack, like the model's own
+    top-level code, but it belongs to the layer of what it casts."""
+    return node.target is torch.ops.aten._to_copy.default and not any(
+        node.meta.get(k) for k in _STACKS)
+
+
 def _split_name(name: str) -> tuple[str, int]:
     m = _NAME.fullmatch(name)
     return (m.group(1), int(m.group(2))) if m else (name, 0)
+
+
+# an inference graph's placeholders (the forward-only step) are named by position: arg7_1
+_POSITIONAL = re.compile(r"arg(\d+)_1")
+
+
+def _name_base(node: fx.Node) -> str:
+    if node.op == "placeholder" and _POSITIONAL.fullmatch(node.name):
+        return "arg"
+    return _split_name(node.name)[0]
 
 
 class _Layout:
@@ -358,7 +382,8 @@ class _Layout:
         unknown = []  # nodes without a module stack (the model's own code has an empty one)
         for node in self.nodes:
             found = set()
-            if node.op == "call_function" and not any(k in node.meta for k in _STACKS):
+            if node.op == "call_function" and (not any(k in node.meta for k in _STACKS)
+                                               or _is_policy_cast(node)):
                 unknown.append(node)
                 continue
             if node.op == "placeholder":
@@ -495,7 +520,7 @@ def _check_triple(triple: list, layout: _Layout) -> None:
         if t.op == "get_attr" and t0.op == "get_attr":
             _check_same_constant(t0, t, layout.step.gm)
         elif t.op != t0.op or (t.op != "placeholder" and not _same(t.target, t0.target)) or (
-                _split_name(t.name)[0] != _split_name(t0.name)[0]):
+                _name_base(t) != _name_base(t0)):
             raise _Fallback(f"layers differ: {t0.name} ({t0.target}) vs {t.name} ({t.target})")
         if _constants(t) != _constants(t0):
             raise _Fallback(f"layers differ in the arguments of {t0.name} vs {t.name} "
@@ -728,21 +753,20 @@ class _MetaFit:
 # building the N-layer step
 
 
-def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
+def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coords3: _Coords,
                  target: _Coords):
     """The TracedStep of ``n`` layers built from the 3-layer one (module ids of ``target``)."""
     from .trace import GraphOutput, TracedStep
 
-    # the nodes before the first layer op (parameters count as placeholders, not ops)
-    prefix3 = _first_layer_op(layout.nodes, lambda x: layout.label[x] is not None)
+    # bases no layer node has: their nodes keep their names (placeholders are renumbered:
+    # the layers' parameters come first)
+    kept = _shared_bases(layout.nodes, lambda x: layout.label[x] is None)
     nodes4 = list(shared4[0].graph.nodes)
     in_shared4 = set(shared4)
-    prefix4 = _first_layer_op(nodes4, lambda x: x not in in_shared4)
-    _check_sequential_names(layout.nodes, "3-layer", prefix3)
-    _check_sequential_names(nodes4, "4-layer", prefix4)
-    # ops before the layers keep their names (placeholders are renumbered: layers' params
-    # come first)
-    before_layers = {x for x in layout.nodes[:prefix3] if x.op != "placeholder"}
+    if kept != _shared_bases(nodes4, lambda x: x in in_shared4):
+        raise _Fallback("the layers hold other kinds of nodes with 3 and 4 layers")
+    _check_sequential_names(layout.nodes, "3-layer", kept)
+    _check_sequential_names(nodes4, "4-layer", kept)
     shared3 = layout.shared_nodes()
     if len(shared3) != len(shared4):
         raise _Fallback(f"{len(shared3)} shared nodes with 3 layers, {len(shared4)} with 4")
@@ -756,6 +780,7 @@ def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
     base3 = _seq_base(layout.nodes)
     base4 = _seq_base(list(shared4[0].graph.nodes))
     seq_of = _shared_seq_nrs(twin, base3, base4, n)
+    depth_shift = _depth_shifts(layout, first4, base3, base4)
 
     # the new graph's order: shared nodes where they are, each group's runs unrolled
     order: list[tuple[fx.Node, int | None]] = []  # (template node, layer or None)
@@ -798,22 +823,28 @@ def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
             raise _Fallback(f"{u.name} is read before it is computed in the unrolled graph")
         return new[key]
 
-    def next_name(template: fx.Node, before_layers: bool) -> str:
+    def next_name(template: fx.Node, keep: bool) -> str:
         base, k = _split_name(template.name)
-        if not before_layers:
+        if not keep:
             k = counters.get(base, starts[base])
         counters[base] = k + 1
         return f"{base}_{k}" if k else base
 
     out_template = None
     constants: dict[str, torch.Tensor] = {}  # layer copies' get_attr targets -> tensor
+    placeholders = 0
     for t, L in order:
         b = None if L is None else layout.where[t][1]
         if t.op == "output":
             out_template = (t, L)
             continue
-        name = (next_name(t, L is None and t in before_layers) if t.op != "get_attr" or L is None
-                else _constant_target(t, L, layout))
+        if t.op == "placeholder" and _POSITIONAL.fullmatch(t.name):
+            name = f"arg{placeholders}_1"
+        elif t.op == "get_attr" and L is not None:
+            name = _constant_target(t, L, layout)
+        else:
+            name = next_name(t, _split_name(t.name)[0] in kept)
+        placeholders += t.op == "placeholder"
         if t.op == "get_attr" and L is not None:  # every copy reads B0's equal constant
             constants[name] = getattr(k3.gm, t.target)
             node = graph.get_attr(name)
@@ -827,7 +858,7 @@ def _extrapolate(k3, layout: _Layout, shared4: list, n: int, coords3: _Coords,
         if node.name != name:
             raise _Fallback(f"fx named {name} {node.name}")
         meta = _node_meta(t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, n,
-                          seq_of)
+                          seq_of, depth_shift)
         if "val" in t.meta:
             meta["val"] = _value(t, fake_mode, recipes, lambda u: resolve(u, b, L))
         # in the template's key order (a full trace's)
@@ -964,7 +995,7 @@ def _entry_of(k3, out: fx.Node, j: int):
 
 
 def _node_meta(t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, n,
-               seq_of) -> dict:
+               seq_of, depth_shift) -> dict:
     if L is None:
         meta = _shared_meta(t, twin[t], coords3, base3, base4, n)
     else:
@@ -982,7 +1013,61 @@ def _node_meta(t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, 
             if seq_of[seq.v] is None:
                 raise _Fallback(f"{t.name}: seq_nr {seq.v} is ambiguous")
             meta["seq_nr"] = seq_of[seq.v]
+        elif "seq_nr" in meta:
+            meta["seq_nr"] += (n - 3) * depth_shift.get(layout.where[t][::2], 0)
+        for key in _COUNTED:  # Dynamo's names count on the same way
+            shift = depth_shift.get((key,) + layout.where[t][::2])
+            if shift and key in meta:
+                meta[key] = _shift_names(meta[key], (n - 3) * shift)
     return _concrete_meta(meta, target, t.name)
+
+
+def _counted_names(v) -> list | None:
+    """The numbers of a source_fn_stack's names ([("to_33", "to")] -> [33]), or None."""
+    if not isinstance(v, list) or not all(isinstance(e, tuple) and e and isinstance(e[0], str)
+                                          for e in v):
+        return None
+    return [_split_name(e[0])[1] for e in v]
+
+
+def _shift_names(v: list, by: int) -> list:
+    out = []
+    for e in v:
+        base, k = _split_name(e[0])
+        out.append((f"{base}_{k + by}" if k + by else base,) + tuple(e[1:]))
+    return out
+
+
+def _depth_shifts(layout: _Layout, first4: list, base3: int, base4: int) -> dict:
+    """(group, position) -> how much a layer node's seq_nr grows per layer the model has, and
+    (key, group, position) -> the same for the numbers of Dynamo's names in meta[key].
+    Autograd and Dynamo number ops in order, so a layer's numbers move with the depth when
+    something per layer runs before the layers (mixed precision casts every parameter
+    first). Read off layer 0's nodes with 3 and with 4 layers, position for position."""
+    first3 = [x for x in layout.nodes if layout.label[x] == 0]
+    if len(first3) != len(first4):
+        raise _Fallback(f"layer 0 has {len(first3)} nodes with 3 layers, {len(first4)} with 4")
+    shifts: dict = {}
+    by_group: dict = {}
+    for a, b in zip(first3, first4):
+        if a not in layout.where or "seq_nr" not in a.meta or "seq_nr" not in b.meta:
+            continue
+        g, _, i = layout.where[a]
+        shift = (b.meta["seq_nr"] - base4) - (a.meta["seq_nr"] - base3)
+        by_group.setdefault(g, set()).add(shift)
+        if layout.groups[g][2]:  # B0's run matches B1's and B2's position for position
+            shifts[(g, i)] = shift
+            for key in _COUNTED:  # one shift for all of a node's names
+                ka, kb = _counted_names(a.meta.get(key)), _counted_names(b.meta.get(key))
+                if ka and kb and len(ka) == len(kb) and len({y - x for x, y in zip(ka, kb)}) == 1:
+                    shifts[(key, g, i)] = kb[0] - ka[0]
+    # a group whose B0 run is its own (layer 0's backward computes no input gradient) takes
+    # the shift all of its B0 nodes agree on
+    for g, values in by_group.items():
+        if len(values) == 1:
+            for i in range(len(layout.groups[g][1][1])):
+                shifts.setdefault((g, i), next(iter(values)))
+    return shifts
 
 
 def _shared_seq_nrs(twin: dict, base3: int, base4: int, n: int) -> dict:
@@ -1167,27 +1252,29 @@ def _resized_spec(spec, templates: list):
     return pytree.tree_structure(rebuild(tree))
 
 
-def _check_sequential_names(nodes, what: str, prefix: int = 0) -> None:
+def _check_sequential_names(nodes, what: str, kept: set) -> None:
     """Node names are ``base``, ``base_1``, ... (or from ``base_1``) in graph order, as FX
-    names nodes created in order: then the new graph's names are counted the same way. The
-    first ``prefix`` nodes (those before the first layer op) may skip numbers: a trace drops
-    nodes nothing reads (transformers' mask code: arange, arange_3), and the nodes before the
-    layers keep their names in every trace, so the copies keep them too."""
+    names nodes created in order: then the new graph's names are counted the same way. Names
+    of a base in ``kept`` (no layer node has it) may skip numbers: a trace drops nodes nothing
+    reads (transformers' mask code: arange, arange_3); such names do not depend on the
+    depth, so the copies keep them."""
     if not nodes:
         return
     seen: dict[str, int] = {}
-    for j, x in enumerate(nodes):
+    for x in nodes:
         base, k = _split_name(x.name)
-        if base in seen and j >= prefix:
+        if base in seen and base not in kept:
             if k != seen[base] + 1:
                 raise _Fallback(f"{what} trace: node names are not in creation order "
                                 f"({x.name})")
         seen[base] = k
 
 
-def _first_layer_op(nodes: list, in_layer: Callable[[fx.Node], bool]) -> int:
-    return next((j for j, x in enumerate(nodes) if x.op != "placeholder" and in_layer(x)),
-                len(nodes))
+def _shared_bases(nodes: list, shared: Callable[[fx.Node], bool]) -> set:
+    """Name bases (``arange`` of arange_3) of ops only shared nodes have."""
+    in_layers = {_split_name(x.name)[0] for x in nodes if not shared(x)}
+    return {b for x in nodes if x.op != "placeholder"
+            for b in [_split_name(x.name)[0]] if b not in in_layers}
 
 
 def _name_starts(nodes) -> dict:

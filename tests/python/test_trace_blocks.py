@@ -86,6 +86,7 @@ def test_mlp_stack_extrapolated_equals_full_trace(caplog):
 
 def test_forward_only_extrapolated_equals_full_trace(caplog):
     fast, full, extrapolated = _both(_llama(6), _llama_inputs, caplog, joint=False)
+    assert extrapolated  # its placeholders are named by position (arg7_1), renumbered
     _assert_same(fast, full)
     assert not fast.joint
 
@@ -94,7 +95,10 @@ def test_mixed_precision_equals_full_trace(caplog):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    fast, full, _ = _both(_mlp(6), _mlp_inputs, caplog, mp_policy=mp)
+    fast, full, extrapolated = _both(_mlp(6), _mlp_inputs, caplog, mp_policy=mp)
+    # the policy's casts (no module path) belong to the layer they cast for, and the casts
+    # of every parameter before the layers shift each layer's seq_nr with the depth
+    assert extrapolated
     _assert_same(fast, full)
     assert fast.local_inputs == full.local_inputs
 
@@ -207,9 +211,13 @@ def test_equal_tensor_constants_in_layers_are_extrapolated(caplog):
     assert sum(n.op == "get_attr" for n in fast.gm.graph.nodes) == 7
 
 
-def test_transformers_llama_extrapolated_equals_full_trace(caplog):
+@pytest.mark.parametrize("mixed_precision", [False, True])
+def test_transformers_llama_extrapolated_equals_full_trace(mixed_precision, caplog):
     """transformers' decoder layers read two tensor constants each, and its mask code drops
-    nodes before the layers (names skip numbers): both are extrapolated exactly."""
+    nodes before the layers (names skip numbers): both are extrapolated exactly, also under a
+    mixed-precision policy (whose casts of every parameter come before the layers)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                                    num_attention_heads=4, num_key_value_heads=2,
@@ -225,7 +233,9 @@ def test_transformers_llama_extrapolated_equals_full_trace(caplog):
         def forward(self, ids):
             return self.m(input_ids=ids).logits.float().pow(2).mean()
 
-    fast, full, extrapolated = _both(Loss(), lambda: (torch.randint(0, 128, (2, 16)),), caplog)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    fast, full, extrapolated = _both(Loss(), lambda: (torch.randint(0, 128, (2, 16)),), caplog,
+                                     **({"mp_policy": mp} if mixed_precision else {}))
     assert extrapolated
     _assert_same(fast, full)
 
