@@ -37,6 +37,7 @@ class Case:
     mesh: tuple
     dim_names: tuple
     quick: bool = True
+    bf16: bool = False  # plan under MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
 
 
 CASES = {
@@ -51,6 +52,8 @@ CASES = {
     "llama8b": Case("Llama-3-8B, 32 layers, seq 8192", (8, 8), ("dp", "tp")),
     "hf_llama8b": Case("transformers LlamaForCausalLM, Llama-3-8B config, 32 layers, seq 8192",
                        (8, 8), ("dp", "tp")),
+    "hf_llama8b_bf16": Case("the same under a bf16 mixed-precision policy", (8, 8), ("dp", "tp"),
+                            quick=False, bf16=True),
     "llama70b": Case("Llama-3-70B, 80 layers, seq 2048", (32, 8), ("dp", "tp"), quick=False),
     "llama405b": Case("Llama-3-405B, 126 layers, seq 2048", (16, 8, 8), ("dp", "tp", "cp"),
                       quick=False),
@@ -86,7 +89,7 @@ def _model_and_inputs(key: str):
             return DeepSeekMoEBlock(dim=2048, hidden=1408, n_experts=64, top_k=6,
                                     shared_hidden=2816, n_layers=8), \
                 lambda: (torch.empty(64, 512, 2048), torch.empty(64, 512, 2048))
-        if key == "hf_llama8b":
+        if key.startswith("hf_llama8b"):
             import transformers
 
             from autoshard.testing.hf_zoo import LossOf
@@ -123,7 +126,14 @@ def run_case(key: str, time_limit: float) -> dict:
     model, input_fn = _model_and_inputs(key)
     t0, cpu0 = time.perf_counter(), time.process_time()
     with fake_world(case.mesh, case.dim_names) as mesh:
-        with AutoParallel(model, input_fn, mesh, time_limit_s=time_limit, plan_cache=False) as autop:
+        mp = None
+        if case.bf16:
+            import torch
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        with AutoParallel(model, input_fn, mesh, mp, time_limit_s=time_limit,
+                          plan_cache=False) as autop:
             trace_s, trace_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
             nodes = sum(1 for n in autop.gm.graph.nodes if n.op == "call_function")
             n_inputs = len(input_fn())
