@@ -524,13 +524,16 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
             with fake_mode, _export_guard_check_skipped():
                 traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
                                                                      **inputs.kwargs)
-            source_captured = True
             # Dynamo flattens names (L__self___w1_weight); the export's descriptors and
             # joint_with_descriptors.params_spec should name the model's own FQNs, as
-            # AutoParallel's do (users index their state dicts with them)
-            from torch.export import _restore_state_dict
+            # AutoParallel's do (users index their state dicts with them). torch's renaming
+            # breaks the captured graph when a tensor has two names (tied embeddings: GPT-2's
+            # wte / lm_head), so such models keep Dynamo's names.
+            if not _has_aliased_tensors(root):
+                from torch.export import _restore_state_dict
 
-            _restore_state_dict(root, traced_mod)
+                _restore_state_dict(root, traced_mod)
+            source_captured = True
         except Exception as e:  # Dynamo cannot capture every model; keep going without it
             log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
                         "without source lines", type(e).__name__, str(e).splitlines()[0])
@@ -543,6 +546,13 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
                                                    dict(inputs.kwargs),
                                                    decompositions=decomps)
     return traced_mod, source_captured, jd
+
+
+def _has_aliased_tensors(m: nn.Module) -> bool:
+    """Whether some parameter or buffer is reachable under two names."""
+    ids = [id(t) for _, t in m.named_parameters(remove_duplicate=False)]
+    ids += [id(t) for _, t in m.named_buffers(remove_duplicate=False)]
+    return len(ids) != len(set(ids))
 
 
 @contextlib.contextmanager

@@ -145,6 +145,38 @@ def test_tracing_restores_the_collector_and_dynamos_check():
         gc.enable()
 
 
+class _TiedLM(torch.nn.Module):
+    """An embedding and an output projection sharing one weight (GPT-2's wte / lm_head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.head = torch.nn.Linear(16, 32, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.head(self.emb(ids)).float().pow(2).mean()
+
+
+def test_dynamo_names_become_fqns_and_tied_weights_keep_the_capture():
+    """The AOT descriptors name parameters by their FQNs (Dynamo's own names are
+    L__self___emb_weight); renaming breaks the capture of a tensor with two names, so a tied
+    model keeps Dynamo's names, but still its capture (source lines, module paths)."""
+    with torch.device("meta"):
+        mlp, tied = MLP(dim=16, hidden=32, layers=1), _TiedLM()
+    step = trace_training_step(mlp, lambda: (torch.empty(8, 16), torch.empty(8, 16)))
+    assert step.source_captured
+    assert list(step.joint_with_descriptors.params_spec) == [n for n, _ in mlp.named_parameters()]
+    step = trace_training_step(tied, lambda: (torch.zeros(4, 8, dtype=torch.long),))
+    assert step.source_captured
+    assert sorted(step.param_fqns.values()) == ["emb.weight"]
+    pytest.importorskip("transformers")
+    from autoshard.testing import hf_zoo
+
+    gpt2, inputs = hf_zoo.build("gpt2")  # lm_head.weight is transformer.wte.weight
+    assert trace_training_step(gpt2, inputs).source_captured
+
+
 def test_addmm_is_split_into_mm_and_add(mlp_step):
     ops = {str(n.target) for n in mlp_step.gm.graph.nodes if n.op == "call_function"}
     assert "aten.addmm.default" not in ops and "aten.mm.default" in ops
