@@ -521,18 +521,26 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
         try:
             from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
 
-            with fake_mode, _export_guard_check_skipped():
-                traced_mod = _dynamo_graph_capture_for_export(root)(*inputs.args,
-                                                                     **inputs.kwargs)
+            def capture():
+                with fake_mode, _export_guard_check_skipped():
+                    return _dynamo_graph_capture_for_export(root)(*inputs.args, **inputs.kwargs)
+
+            traced_mod = capture()
             # Dynamo flattens names (L__self___w1_weight); the export's descriptors and
             # joint_with_descriptors.params_spec should name the model's own FQNs, as
             # AutoParallel's do (users index their state dicts with them). torch's renaming
             # breaks the captured graph when a tensor has two names (tied embeddings: GPT-2's
-            # wte / lm_head), so such models keep Dynamo's names.
+            # wte / lm_head), so such models keep Dynamo's names, as does any model the
+            # renaming fails on (captured again: the failed renaming leaves it half done).
             if not _has_aliased_tensors(root):
                 from torch.export import _restore_state_dict
 
-                _restore_state_dict(root, traced_mod)
+                try:
+                    _restore_state_dict(root, traced_mod)
+                except Exception as e:
+                    log.debug("autoshard: keeping Dynamo's parameter names (%s: %s)",
+                              type(e).__name__, e)
+                    traced_mod = capture()
             source_captured = True
         except Exception as e:  # Dynamo cannot capture every model; keep going without it
             log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
