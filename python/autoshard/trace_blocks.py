@@ -765,8 +765,8 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
     in_shared4 = set(shared4)
     if kept != _shared_bases(nodes4, lambda x: x in in_shared4):
         raise _Fallback("the layers hold other kinds of nodes with 3 and 4 layers")
-    _check_sequential_names(layout.nodes, "3-layer", kept)
-    _check_sequential_names(nodes4, "4-layer", kept)
+    skips = _name_skips(layout.nodes, "3-layer", kept)
+    _name_skips(nodes4, "4-layer", kept)
     shared3 = layout.shared_nodes()
     if len(shared3) != len(shared4):
         raise _Fallback(f"{len(shared3)} shared nodes with 3 layers, {len(shared4)} with 4")
@@ -826,7 +826,7 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
     def next_name(template: fx.Node, keep: bool) -> str:
         base, k = _split_name(template.name)
         if not keep:
-            k = counters.get(base, starts[base])
+            k = counters.get(base, starts[base]) + skips.get(template, 0)
         counters[base] = k + 1
         return f"{base}_{k}" if k else base
 
@@ -1252,22 +1252,24 @@ def _resized_spec(spec, templates: list):
     return pytree.tree_structure(rebuild(tree))
 
 
-def _check_sequential_names(nodes, what: str, kept: set) -> None:
-    """Node names are ``base``, ``base_1``, ... (or from ``base_1``) in graph order, as FX
-    names nodes created in order: then the new graph's names are counted the same way. Names
-    of a base in ``kept`` (no layer node has it) may skip numbers: a trace drops nodes nothing
-    reads (transformers' mask code: arange, arange_3); such names do not depend on the
-    depth, so the copies keep them."""
-    if not nodes:
-        return
+def _name_skips(nodes, what: str, kept: set) -> dict:
+    """node -> how many numbers of its name's base the trace skipped just before it. FX names
+    nodes ``base``, ``base_1``, ... as they are created, and a trace drops nodes nothing reads
+    (ViT: add_1 then add_3, the dropped add_2 made by shared code before the first layer), so
+    the new graph's names are counted the same way, skipping where its template's were
+    (every copy of a layer's node skips what that layer's node skipped). Bases in ``kept``
+    (no layer node has them) keep their names and are not counted."""
+    skips: dict = {}
     seen: dict[str, int] = {}
     for x in nodes:
         base, k = _split_name(x.name)
         if base in seen and base not in kept:
-            if k != seen[base] + 1:
+            if k <= seen[base]:
                 raise _Fallback(f"{what} trace: node names are not in creation order "
                                 f"({x.name})")
+            skips[x] = k - seen[base] - 1
         seen[base] = k
+    return skips
 
 
 def _shared_bases(nodes: list, shared: Callable[[fx.Node], bool]) -> set:

@@ -211,6 +211,19 @@ def test_equal_tensor_constants_in_layers_are_extrapolated(caplog):
     assert sum(n.op == "get_attr" for n in fast.gm.graph.nodes) == 7
 
 
+def test_names_that_skip_numbers_are_counted_alike(caplog, monkeypatch):
+    """A trace drops nodes nothing reads, so a name base skips numbers (CLIP: add_1 in shared
+    code, then add_3 in the first layer); the copies skip where their templates did."""
+    pytest.importorskip("transformers")
+    from autoshard.testing import hf_zoo
+
+    monkeypatch.setattr(hf_zoo, "LAYERS", 6)
+    model, inputs = hf_zoo.build("clip")
+    fast, full, extrapolated = _both(model, inputs, caplog)
+    assert extrapolated
+    _assert_same(fast, full)
+
+
 @pytest.mark.parametrize("mixed_precision", [False, True])
 def test_transformers_llama_extrapolated_equals_full_trace(mixed_precision, caplog):
     """transformers' decoder layers read two tensor constants each, and its mask code drops
