@@ -20,6 +20,8 @@ python3 -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.
   || pip install -q torch==2.13.0
 python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy transformers \
   matplotlib tqdm
+# HiGHS (the C++ solver's MILP) as a static library under build/highs, once.
+bash scripts/build_highs.sh
 # No build isolation: the build tools are installed above, and isolation would download them.
 python3 -m pip install -q --no-build-isolation -e . 
 
