@@ -2,6 +2,8 @@
 // parallel and reversed edges, memory limits and global budgets; with and without a start.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <random>
 
 #include "autoshard/problem.h"
@@ -78,12 +80,29 @@ TEST(Milp, DispatcherProvesADenseProblemOptimal) {
     }
   SolveOptions o;
   o.time_limit_s = 20;
-  const SolveResult r = solve(p, o);
-  ASSERT_TRUE(r.found);
-  EXPECT_TRUE(r.proven_optimal) << r.status << ", cost " << r.cost << ", bound " << r.lower_bound;
   const SolveResult m = detail::solve_milp(detail::build_graph_view(p), -1, true, o, nullptr);
   ASSERT_TRUE(m.found);
-  EXPECT_EQ(r.cost, m.cost);
+  // One thread: the MILP after the search's share; two: beside the search, from the start.
+  for (int threads : {1, 2}) {
+    o.threads = threads;
+    const SolveResult r = solve(p, o);
+    ASSERT_TRUE(r.found);
+    EXPECT_TRUE(r.proven_optimal) << threads << " threads: " << r.status << ", cost " << r.cost << ", bound "
+                                  << r.lower_bound;
+    EXPECT_EQ(r.cost, m.cost) << threads << " threads";
+  }
+}
+
+TEST(Milp, StopsWhenInterrupted) {
+  std::mt19937_64 rng(3);
+  const Problem p = random_problem(rng, 8, 4, false);
+  SolveOptions o;
+  o.time_limit_s = 30;
+  const std::atomic<bool> proven_elsewhere{true};
+  const auto t0 = std::chrono::steady_clock::now();
+  const SolveResult r = detail::solve_milp(detail::build_graph_view(p), p.usage_limit, true, o, nullptr, &proven_elsewhere);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  if (r.found) EXPECT_TRUE(plan_valid(p, r.solution, nullptr));
 }
 
 }  // namespace

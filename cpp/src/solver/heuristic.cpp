@@ -2,7 +2,9 @@
 // thread on the shared reduced graph (a portfolio: each run has its own seed and schedule)
 // and keep the best plan and the best bound. No run reads another's state while it works,
 // so the result depends only on the problem, the options and the thread count (and, with no
-// work limit, on where the clock stopped the runs).
+// work limit, on where the clock stopped the runs). A small reduced problem also gets the
+// MILP (milp.h): after the search's share of the time with one thread, as a portfolio member
+// beside the searches with more; a proof by either stops the other.
 #include "autoshard/heuristic.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "graph_view.h"
 #include "lagrangian_search.h"
 #include "memory_profile.h"
+#include "milp.h"
 
 namespace autoshard {
 namespace {
@@ -40,6 +43,58 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
     default: break;
   }
   return c;
+}
+
+// Seconds of HiGHS presolve plus root LP per MILP column, roughly, on one slow core: 4e-5 on
+// G-mem0.97 (78 k columns), 1e-4 on S-sub2000 (123 k, under load). Presolve cannot be
+// interrupted, so this gates which problems the MILP may start on.
+constexpr double kMilpSecondsPerColumn = 5e-5;
+// With one thread, the search's share of the time before the MILP takes over.
+constexpr double kSearchShareBeforeMilp = 0.3;
+
+// Whether the reduced problem gets the MILP: small enough, its presolve and root LP likely to
+// take at most 30 % of the time, no work limit (HiGHS's clock would make the run depend on
+// the machine), and no budget branch and bound to follow (the dispatcher then sets
+// stall_rounds; that branching closes the planner's budget gaps in well under a second).
+bool milp_gets_a_turn(const Problem& reduced, const detail::GraphView& g, const SolveOptions& o) {
+  if (o.work_limit > 0 || o.stall_rounds > 0 || detail::milp_column_bound(reduced) < 0) return false;
+  return kMilpSecondsPerColumn * static_cast<double>(detail::milp_columns(g)) < 0.3 * o.time_limit_s;
+}
+
+// The MILP on the reduced problem until `deadline`, as a portfolio run's outcome (costs and
+// bound in the reduced problem's terms). Its plan is kept only if the reduced problem's own
+// evaluation accepts it; a proof (or the gap tolerance) sets `proven` for the other runs.
+detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& reduced, bool integer_costs,
+                                   const SolveOptions& options, Clock::time_point deadline,
+                                   const std::vector<int32_t>* start, std::atomic<bool>* proven,
+                                   Clock::time_point t0) {
+  detail::SearchOutcome out;
+  out.lower_bound = -kInfeasibleCost;
+  SolveOptions mo = options;
+  mo.time_limit_s = std::chrono::duration<double>(deadline - Clock::now()).count();
+  if (mo.time_limit_s <= 0.05) return out;
+  const SolveResult m = detail::solve_milp(g, reduced.usage_limit, integer_costs, mo,
+                                           start != nullptr && !start->empty() ? start : nullptr, proven);
+  out.lower_bound = m.lower_bound;
+  if (m.found) {
+    const Evaluation ev = evaluate(reduced, m.solution);
+    if (ev.valid) {
+      out.best = m.solution;
+      out.best_cost = ev.cost;
+      out.time_to_first_s = seconds_since(t0);
+      if (bound_proves_optimal(ev.cost, m.lower_bound, integer_costs)) {
+        out.stopped_by = "proven optimal";
+      } else if (options.gap_tolerance > 0 && ev.cost - m.lower_bound <= options.gap_tolerance * std::abs(ev.cost)) {
+        out.stopped_by = "gap tolerance";
+      }
+    }
+  }
+  if (std::string(out.stopped_by) != "time limit") proven->store(true);
+  else if (proven->load()) out.stopped_by = "another run's proof";
+  if (options.verbose)
+    std::fprintf(stderr, "[milp] %s after %.2fs: cost %.17g, bound %.17g\n", m.status.c_str(),
+                 seconds_since(t0), out.best.empty() ? NAN : out.best_cost, out.lower_bound);
+  return out;
 }
 
 }  // namespace
@@ -97,19 +152,32 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const detail::Clusters clusters = detail::find_clusters(g);
   const int32_t runs = std::max(1, options.threads);
   const bool integer_costs = has_integer_costs(red.reduced) && std::nearbyint(red.cost_offset) == red.cost_offset;
-  std::vector<detail::SearchOutcome> outcomes(runs);
-  auto run = [&](int32_t k) {
+  const bool milp = milp_gets_a_turn(red.reduced, g, options);
+  std::vector<detail::SearchOutcome> outcomes(runs + (milp && runs == 1 ? 1 : 0));
+  auto run = [&](int32_t k, const detail::SearchStop& until) {
     detail::SearchConfig config = portfolio_config(options, k);
     config.integer_costs = integer_costs;
     config.gap_tolerance = options.gap_tolerance;
     config.stall_rounds = options.stall_rounds;
-    outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, stop, red.cost_offset);
+    outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, until, red.cost_offset);
   };
-  if (runs == 1) {
-    run(0);
+  auto run_milp = [&](int32_t k, const std::vector<int32_t>* start) {
+    outcomes[k] = milp_outcome(g, red.reduced, integer_costs, options, stop.deadline, start, &proven, t0);
+  };
+  if (runs == 1 && milp) {
+    detail::SearchStop first = stop;
+    first.deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                              (stop.deadline - t0) * kSearchShareBeforeMilp);
+    run(0, first);
+    if (!proven.load()) run_milp(1, &outcomes[0].best);
+  } else if (runs == 1) {
+    run(0, stop);
   } else {
     std::vector<std::thread> workers;
-    for (int32_t k = 0; k < runs; ++k) workers.emplace_back(run, k);
+    for (int32_t k = 0; k < runs; ++k) {
+      if (milp && k == runs - 1) workers.emplace_back(run_milp, k, nullptr);
+      else workers.emplace_back(run, k, std::cref(stop));
+    }
     for (auto& w : workers) w.join();
   }
 
@@ -117,7 +185,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   // run index, so the pick is deterministic.
   int32_t winner = -1;
   bool by_proof = false;
-  for (int32_t k = 0; k < runs; ++k) {
+  for (int32_t k = 0; k < static_cast<int32_t>(outcomes.size()); ++k) {
     const auto& o = outcomes[k];
     result.lower_bound = std::max(result.lower_bound, o.lower_bound + red.cost_offset);
     if (o.best.empty() || by_proof) continue;

@@ -12,6 +12,7 @@
 //   global budgets: one row each.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "autoshard/problem.h"
@@ -24,11 +25,16 @@ namespace autoshard::detail {
 // is too large to try (the LP relaxation alone would take minutes). Reads sizes only.
 int64_t milp_column_bound(const Problem& p);
 
-// Solves the MILP within o.time_limit_s (HiGHS's own clock, one thread, seed o.seed), starting
-// from `incumbent` when given. Returns the best plan HiGHS found (found = false if none, or if
-// the model grew past its caps while being built) and its proven lower bound; the caller
-// re-evaluates the plan on the problem. Never throws for a problem that passed validation.
+// How many columns the MILP has (strategies with a finite cost, plus the finite entries of
+// the edges that are not folded into node costs). Linear in the edge matrices.
+int64_t milp_columns(const GraphView& g);
+
+// Solves the MILP within o.time_limit_s (HiGHS's own clock, one thread, seed o.seed) or until
+// `interrupt` is set (another search proved its plan), starting from `incumbent` when given.
+// Returns the best plan HiGHS found (found = false if none, or if the model grew past its caps
+// while being built) and its proven lower bound; the caller re-evaluates the plan on the
+// problem. Never throws for a problem that passed validation.
 SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_costs, const SolveOptions& o,
-                       const Solution* incumbent);
+                       const Solution* incumbent, const std::atomic<bool>* interrupt = nullptr);
 
 }  // namespace autoshard::detail

@@ -13,8 +13,6 @@
 #include "autoshard/solver.h"
 #include "budget_branch.h"
 #include "exact_model.h"
-#include "graph_view.h"
-#include "milp.h"
 
 #if __has_include("autoshard/heuristic.h")
 #include "autoshard/heuristic.h"
@@ -57,21 +55,6 @@ bool may_branch_on_budget(const Problem& p) {
 bool within_gap(const SolveResult& r, double tolerance) {
   return r.found && tolerance > 0 && r.cost - r.lower_bound <= tolerance * std::abs(r.cost);
 }
-
-// Seconds of LP relaxation per MILP column, roughly (HiGHS, this kind of model, one slow
-// core): 180 k columns took 1-2 s.
-constexpr double kMilpSecondsPerColumn = 1e-5;
-
-// Whether the MILP (milp.h) gets a turn after the heuristic, and then the heuristic's share
-// of the time: small problems only, only where its LP relaxation is likely to solve several
-// times over in the time left, and never under a work limit (HiGHS's clock would make the
-// run depend on the machine).
-bool milp_gets_a_turn(const Problem& p, const SolveOptions& o, bool exact_only) {
-  if (exact_only || o.exact || o.work_limit > 0) return false;
-  const int64_t columns = detail::milp_column_bound(p);
-  return columns >= 0 && 3 * kMilpSecondsPerColumn * static_cast<double>(columns) < 0.6 * o.time_limit_s;
-}
-constexpr double kHeuristicShareBeforeMilp = 0.4;
 
 SolveResult run_heuristic(const Problem& p, const SolveOptions& o) {
 #if AUTOSHARD_HAVE_HEURISTIC
@@ -133,7 +116,6 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
 
   const bool exact_only = small_enough_for_exact(problem);
   const bool budget_branching = !exact_only && !options.exact && may_branch_on_budget(problem);
-  const bool milp = milp_gets_a_turn(problem, options, exact_only);
   if (!exact_only) {
     // Safety net first: the memory-reserving greedy finds a valid plan in a fraction of the
     // time on every IOPDDL instance measured where one exists, so a heuristic that finds
@@ -144,7 +126,6 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     SolveOptions ho = options;
     // The heuristic always gets most of the time, even if the greedy ran over its share.
     ho.time_limit_s = std::max(0.8 * options.time_limit_s, options.time_limit_s - deadline.elapsed());
-    if (milp) ho.time_limit_s = kHeuristicShareBeforeMilp * options.time_limit_s;
     // With --exact the heuristic only provides the warm start; the search gets most of the time.
     if (options.exact) ho.time_limit_s = std::min(ho.time_limit_s, options.time_limit_s * 0.25);
     // With a budget branch and bound to follow, the heuristic only has to settle its bound
@@ -162,20 +143,6 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
       if (bo.time_limit_s > 0 && detail::solve_budget_branch(problem, bo, best.found ? &best.solution : nullptr, b)) {
         merge_into(best, b, problem, before);
         if (b.proven_optimal) best.proven_optimal = true;
-      }
-    }
-    if (milp && !best.proven_optimal && !within_gap(best, options.gap_tolerance)) {
-      SolveOptions mo = options;
-      const double before = deadline.elapsed();
-      mo.time_limit_s = options.time_limit_s - before;
-      if (mo.time_limit_s > 0.05) {
-        SolveResult m = detail::solve_milp(detail::build_graph_view(problem), problem.usage_limit,
-                                           has_integer_costs(problem), mo, best.found ? &best.solution : nullptr);
-        if (options.verbose)
-          fmt::print(stderr, "milp: {} after {:.2f} s, cost {}, bound {}\n", m.status, deadline.elapsed() - before,
-                     m.found ? fmt::format("{:.17g}", m.cost) : "-", m.lower_bound);
-        m.status.clear();  // its plan and bound only: the status is settled below
-        merge_into(best, m, problem, before);
       }
     }
   }
