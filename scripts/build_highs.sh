@@ -21,10 +21,14 @@ src=$root/highspy-$version
 # library is built: the pkg-config template and the command-line app's folder.
 touch "$src/highs.pc.in"
 mkdir -p "$src/app" && touch "$src/app/CMakeLists.txt"
-cmake -S "$src" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-  -DBUILD_TESTING=OFF -DBUILD_CXX_EXE=OFF -DBUILD_EXAMPLES=OFF -DZLIB=OFF \
-  -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
-cmake --build "$root/build" -j 2 >/dev/null
-cmake --install "$root/build" >/dev/null
-rm -rf "$root/build" "$src" "$root/download"
+log=$root/build.log
+if ! { cmake -S "$src" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+         -DBUILD_TESTING=OFF -DBUILD_CXX_EXE=OFF -DBUILD_EXAMPLES=OFF -DZLIB=OFF \
+         -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$prefix" &&
+       cmake --build "$root/build" -j 2 && cmake --install "$root/build"; } >"$log" 2>&1; then
+  tail -n 30 "$log" >&2
+  echo "scripts/build_highs.sh: building HiGHS $version failed; the whole log is $log" >&2
+  exit 1
+fi
+rm -rf "$root/build" "$src" "$root/download" "$log"
 touch "$prefix/.version-$version"

@@ -1255,7 +1255,7 @@ def _resized_spec(spec, templates: list):
 def _name_skips(nodes, what: str, kept: set) -> dict:
     """node -> how many numbers of its name's base the trace skipped just before it. FX names
     nodes ``base``, ``base_1``, ... as they are created, and a trace drops nodes nothing reads
-    (ViT: add_1 then add_3, the dropped add_2 made by shared code before the first layer), so
+    (CLIP: add_1 in shared code, then add_3 in the first layer, add_2 dropped), so
     the new graph's names are counted the same way, skipping where its template's were
     (every copy of a layer's node skips what that layer's node skipped). Bases in ``kept``
     (no layer node has them) keep their names and are not counted."""
