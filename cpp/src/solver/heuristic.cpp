@@ -62,12 +62,13 @@ bool milp_gets_a_turn(const Problem& reduced, const detail::GraphView& g, const 
 }
 
 // The MILP on the reduced problem until `deadline`, as a portfolio run's outcome (costs and
-// bound in the reduced problem's terms). Its plan is kept only if the reduced problem's own
+// bound in the reduced problem's terms; the gap is relative to the whole cost, offset
+// included, as the searches measure it). Its plan is kept only if the reduced problem's own
 // evaluation accepts it; a proof (or the gap tolerance) sets `proven` for the other runs.
 detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& reduced, bool integer_costs,
                                    const SolveOptions& options, Clock::time_point deadline,
                                    const std::vector<int32_t>* start, std::atomic<bool>* proven,
-                                   Clock::time_point t0) {
+                                   Clock::time_point t0, Cost cost_offset) {
   detail::SearchOutcome out;
   out.lower_bound = -kInfeasibleCost;
   SolveOptions mo = options;
@@ -84,7 +85,8 @@ detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& re
       out.time_to_first_s = seconds_since(t0);
       if (bound_proves_optimal(ev.cost, m.lower_bound, integer_costs)) {
         out.stopped_by = "proven optimal";
-      } else if (options.gap_tolerance > 0 && ev.cost - m.lower_bound <= options.gap_tolerance * std::abs(ev.cost)) {
+      } else if (options.gap_tolerance > 0 &&
+                 ev.cost - m.lower_bound <= options.gap_tolerance * std::abs(ev.cost + cost_offset)) {
         out.stopped_by = "gap tolerance";
       }
     }
@@ -162,7 +164,8 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, until, red.cost_offset);
   };
   auto run_milp = [&](int32_t k, const std::vector<int32_t>* start) {
-    outcomes[k] = milp_outcome(g, red.reduced, integer_costs, options, stop.deadline, start, &proven, t0);
+    outcomes[k] = milp_outcome(g, red.reduced, integer_costs, options, stop.deadline, start, &proven, t0,
+                               red.cost_offset);
   };
   if (runs == 1 && milp) {
     detail::SearchStop first = stop;
