@@ -198,7 +198,7 @@ def trace_by_blocks(fake: nn.Module, fake_mode, trace_fn: Callable[[], Any],
         k4 = _traced_with(fake, path, container, members[-4:], trace_fn)
         layout4 = _Layout(k4, path, 4)
         shared4 = layout4.shared_nodes()
-        first4 = [x for x in layout4.nodes if layout4.label[x] == 0]
+        first4 = layout4.layer_nodes(0)
         times.append(time.perf_counter())
         coords3 = _Coords(fake, path, container, members[:3])
         check = _extrapolate(k3, layout, shared4, first4, 4, coords3,
@@ -432,7 +432,11 @@ class _Layout:
             self._group()
 
     def shared_nodes(self) -> list:
-        return [n for n in self.nodes if self.label[n] is None]
+        return self.layer_nodes(None)
+
+    def layer_nodes(self, layer: int | None) -> list:
+        """The nodes of one layer (None: the shared ones), in graph order."""
+        return [n for n in self.nodes if self.label[n] == layer]
 
     def _group(self):
         """Runs -> segments: ("shared", node) or ("group", g) with self.groups[g] =
@@ -541,8 +545,7 @@ def _check_same_constant(t0: fx.Node, t: fx.Node, gm: fx.GraphModule) -> None:
         if not (_CONSTANT.fullmatch(str(x.target)) and x.name == x.target):
             raise _Fallback(f"layer node {x.name} reads the attribute {x.target}")
     a, b = getattr(gm, t0.target), getattr(gm, t.target)
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and type(a) is torch.Tensor and type(b) is torch.Tensor
+    if not (type(a) is torch.Tensor and type(b) is torch.Tensor
             and a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
             and a.device.type != "meta" and torch.equal(a, b)):
         raise _Fallback(f"layers read different constants: {t0.target} vs {t.target}")
@@ -1044,7 +1047,7 @@ def _depth_shifts(layout: _Layout, first4: list, base3: int, base4: int) -> dict
     Autograd and Dynamo number ops in order, so a layer's numbers move with the depth when
     something per layer runs before the layers (mixed precision casts every parameter
     first). Read off layer 0's nodes with 3 and with 4 layers, position for position."""
-    first3 = [x for x in layout.nodes if layout.label[x] == 0]
+    first3 = layout.layer_nodes(0)
     if len(first3) != len(first4):
         raise _Fallback(f"layer 0 has {len(first3)} nodes with 3 layers, {len(first4)} with 4")
     shifts: dict = {}

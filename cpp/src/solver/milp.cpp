@@ -23,8 +23,9 @@ bool finite(Cost c) { return c < kInfeasibleCost; }
 
 // The model in HiGHS's row-wise form, with x's column per (node, strategy) (-1 when the
 // strategy's cost is infeasible) and each y column's edge entry, to write a start from a plan.
+// Every column lies in [0, 1].
 struct Model {
-  std::vector<double> cost, col_lo, col_hi;
+  std::vector<double> cost;
   std::vector<double> row_lo, row_hi;
   std::vector<HighsInt> start{0}, index;
   std::vector<double> value;
@@ -37,18 +38,15 @@ struct Model {
   std::vector<YBlock> y;
   bool too_big = false;
 
-  int32_t add_column(double c, double hi = 1.0) {
+  int32_t add_column(double c) {
     cost.push_back(c);
-    col_lo.push_back(0.0);
-    col_hi.push_back(hi);
     return static_cast<int32_t>(cost.size() - 1);
   }
   void add_row(double lo, double hi) {
     row_lo.push_back(lo);
     row_hi.push_back(hi);
     start.push_back(static_cast<HighsInt>(index.size()));
-    if (static_cast<int64_t>(index.size()) > kMaxNonzeros || static_cast<int64_t>(cost.size()) > kMaxColumns)
-      too_big = true;
+    if (static_cast<int64_t>(index.size()) > kMaxNonzeros) too_big = true;
   }
   void term(int32_t col, double v) {
     index.push_back(col);
@@ -115,12 +113,11 @@ void mark_allowed(const GraphView& g, Model& md) {
   }
 }
 
-Model build(const GraphView& g, int64_t usage_limit) {
-  Model md;
-  const int32_t n = g.num_nodes;
-  // Node costs with the additive edges folded in; filled before x's columns exist.
-  std::vector<double> node_cost(g.node_cost.begin(), g.node_cost.end());
+// The columns: x per allowed strategy (its cost with the additive edges folded in), then y per
+// finite entry of every other edge. No rows yet.
+void add_columns(const GraphView& g, Model& md) {
   mark_allowed(g, md);
+  std::vector<double> node_cost(g.node_cost.begin(), g.node_cost.end());
   std::vector<char> folded(g.num_edges(), 0);
   std::vector<double> r, c;
   for (int32_t e = 0; e < g.num_edges(); ++e) {
@@ -130,17 +127,11 @@ Model build(const GraphView& g, int64_t usage_limit) {
     for (int32_t s = 0; s < g.labels(a); ++s) node_cost[g.label_offset[a] + s] += r[s];
     for (int32_t t = 0; t < g.labels(b); ++t) node_cost[g.label_offset[b] + t] += c[t];
   }
-  for (int32_t i = 0; i < n; ++i)
+  for (int32_t i = 0; i < g.num_nodes; ++i)
     for (int32_t s = 0; s < g.labels(i); ++s)
       if (md.x_col[i][s] == 0) md.x_col[i][s] = md.add_column(node_cost[g.label_offset[i] + s]);
   md.num_x = static_cast<int64_t>(md.cost.size());
-
-  for (int32_t i = 0; i < n; ++i) {
-    for (int32_t col : md.x_col[i])
-      if (col >= 0) md.term(col, 1.0);
-    md.add_row(1.0, 1.0);
-  }
-  for (int32_t e = 0; e < g.num_edges() && !md.too_big; ++e) {
+  for (int32_t e = 0; e < g.num_edges(); ++e) {
     if (folded[e]) continue;
     const int32_t a = g.edge_a[e], b = g.edge_b[e], sa = g.labels(a), sb = g.labels(b);
     const Cost* m = g.edge_matrix(e);
@@ -151,21 +142,44 @@ Model build(const GraphView& g, int64_t usage_limit) {
       for (int32_t t = 0; t < sb; ++t)
         if (md.x_col[a][s] >= 0 && md.x_col[b][t] >= 0 && finite(m[int64_t(s) * sb + t]))
           blk.col[int64_t(s) * sb + t] = md.add_column(m[int64_t(s) * sb + t]);
-    for (int32_t s = 0; s < sa; ++s) {
-      if (md.x_col[a][s] < 0) continue;
-      md.term(md.x_col[a][s], -1.0);
-      for (int32_t t = 0; t < sb; ++t)
-        if (blk.col[int64_t(s) * sb + t] >= 0) md.term(blk.col[int64_t(s) * sb + t], 1.0);
-      md.add_row(0.0, 0.0);
-    }
-    for (int32_t t = 0; t < sb; ++t) {
-      if (md.x_col[b][t] < 0) continue;
-      md.term(md.x_col[b][t], -1.0);
-      for (int32_t s = 0; s < sa; ++s)
-        if (blk.col[int64_t(s) * sb + t] >= 0) md.term(blk.col[int64_t(s) * sb + t], 1.0);
-      md.add_row(0.0, 0.0);
-    }
     md.y.push_back(std::move(blk));
+    if (static_cast<int64_t>(md.cost.size()) > kMaxColumns) {
+      md.too_big = true;
+      return;
+    }
+  }
+}
+
+// One edge's marginal rows on one side: for each allowed strategy s of `node`, the block's
+// entries in s's row (stride_own) sum to x[node, s]; `other` strategies at stride_other.
+void add_marginal_rows(Model& md, const Model::YBlock& blk, int32_t node, int32_t other, int64_t stride_own,
+                       int64_t stride_other) {
+  for (int32_t s = 0; s < static_cast<int32_t>(md.x_col[node].size()); ++s) {
+    if (md.x_col[node][s] < 0) continue;
+    md.term(md.x_col[node][s], -1.0);
+    for (int32_t t = 0; t < other; ++t) {
+      const int32_t col = blk.col[s * stride_own + t * stride_other];
+      if (col >= 0) md.term(col, 1.0);
+    }
+    md.add_row(0.0, 0.0);
+  }
+}
+
+Model build(const GraphView& g, int64_t usage_limit) {
+  Model md;
+  const int32_t n = g.num_nodes;
+  add_columns(g, md);
+  if (md.too_big) return md;
+  for (int32_t i = 0; i < n; ++i) {
+    for (int32_t col : md.x_col[i])
+      if (col >= 0) md.term(col, 1.0);
+    md.add_row(1.0, 1.0);
+  }
+  for (const Model::YBlock& blk : md.y) {
+    if (md.too_big) break;
+    const int32_t a = g.edge_a[blk.edge], b = g.edge_b[blk.edge], sa = g.labels(a), sb = g.labels(b);
+    add_marginal_rows(md, blk, a, sb, sb, 1);
+    add_marginal_rows(md, blk, b, sa, 1, sb);
   }
 
   if (usage_limit >= 0) {
@@ -218,19 +232,8 @@ int64_t milp_column_bound(const Problem& p) {
 
 int64_t milp_columns(const GraphView& g) {
   Model md;
-  mark_allowed(g, md);
-  int64_t columns = 0;
-  for (const auto& row : md.x_col) columns += std::count(row.begin(), row.end(), 0);
-  std::vector<double> r, c;
-  for (int32_t e = 0; e < g.num_edges(); ++e) {
-    if (additive(g, e, md, r, c)) continue;
-    const int32_t a = g.edge_a[e], b = g.edge_b[e], sb = g.labels(b);
-    const Cost* m = g.edge_matrix(e);
-    for (int32_t s = 0; s < g.labels(a); ++s)
-      for (int32_t t = 0; t < sb; ++t)
-        columns += md.x_col[a][s] == 0 && md.x_col[b][t] == 0 && finite(m[int64_t(s) * sb + t]);
-  }
-  return columns;
+  add_columns(g, md);
+  return static_cast<int64_t>(md.cost.size());
 }
 
 SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_costs, const SolveOptions& o,
@@ -252,8 +255,8 @@ SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_cos
   lp.num_col_ = static_cast<HighsInt>(md.cost.size());
   lp.num_row_ = static_cast<HighsInt>(md.row_lo.size());
   lp.col_cost_ = std::move(md.cost);
-  lp.col_lower_ = std::move(md.col_lo);
-  lp.col_upper_ = std::move(md.col_hi);
+  lp.col_lower_.assign(lp.num_col_, 0.0);
+  lp.col_upper_.assign(lp.num_col_, 1.0);
   lp.row_lower_ = std::move(md.row_lo);
   lp.row_upper_ = std::move(md.row_hi);
   lp.a_matrix_.format_ = MatrixFormat::kRowwise;

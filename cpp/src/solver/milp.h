@@ -26,7 +26,8 @@ namespace autoshard::detail {
 int64_t milp_column_bound(const Problem& p);
 
 // How many columns the MILP has (strategies with a finite cost, plus the finite entries of
-// the edges that are not folded into node costs). Linear in the edge matrices.
+// the edges that are not folded into node costs; counting stops once past the model's cap).
+// Linear in the edge matrices.
 int64_t milp_columns(const GraphView& g);
 
 // Solves the MILP within o.time_limit_s (HiGHS's own clock, one thread, seed o.seed) or until
