@@ -114,7 +114,7 @@ def _model_and_inputs(key: str):
         return Llama(cfg), lambda: (long(batch, seq), long(batch, seq))
 
 
-def run_case(key: str, time_limit: float) -> dict:
+def run_case(key: str, time_limit: float, repeated_layers: str = "auto") -> dict:
     """One case in this process: trace and plan; figures as a dict."""
     from torch.distributed.tensor import Replicate, Shard
 
@@ -133,7 +133,7 @@ def run_case(key: str, time_limit: float) -> dict:
 
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         with AutoParallel(model, input_fn, mesh, mp, time_limit_s=time_limit,
-                          plan_cache=False) as autop:
+                          plan_cache=False, repeated_layers=repeated_layers) as autop:
             trace_s, trace_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
             nodes = sum(1 for n in autop.gm.graph.nodes if n.op == "call_function")
             n_inputs = len(input_fn())
@@ -149,6 +149,7 @@ def run_case(key: str, time_limit: float) -> dict:
             "solve_s": float(s.get("solve_time_s", float("nan"))), "total_us": total,
             "gap": (total - bound) / total if total > 0 else 0.0,
             "status": s.get("solver_status", ""),
+            "tied": any("planned tied" in n for n in plan.get("notes", [])),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -158,34 +159,39 @@ def main() -> None:
                    help="comma-separated case names, 'quick' (default) or 'all'; cases: "
                         + ", ".join(CASES))
     p.add_argument("--time-limit", type=float, default=10.0, help="planner time limit (s)")
+    p.add_argument("--repeated-layers", default="auto", choices=("auto", "tie", "untie"),
+                   help="identical layers tied, untied, or tied where large (default auto)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        print(json.dumps(run_case(a.worker, a.time_limit)))
+        print(json.dumps(run_case(a.worker, a.time_limit, a.repeated_layers)))
         return
     keys = [k for k, c in CASES.items() if c.quick or a.cases == "all"] \
         if a.cases in ("quick", "all") else a.cases.split(",")
     unknown = [k for k in keys if k not in CASES]
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    print(f"planner time limit {a.time_limit:g} s; one process per case\n")
+    print(f"planner time limit {a.time_limit:g} s, repeated layers {a.repeated_layers}; one "
+          f"process per case\n")
     print("| case | mesh | nodes | trace | trace CPU | plan | solve | whole | gap | status | "
-          "peak RSS |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+          "peak RSS | plan cost |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for key in keys:
-        cmd = [sys.executable, __file__, "--worker", key, "--time-limit", str(a.time_limit)]
+        cmd = [sys.executable, __file__, "--worker", key, "--time-limit", str(a.time_limit),
+               "--repeated-layers", a.repeated_layers]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         mesh = "x".join(map(str, CASES[key].mesh))
         if proc.returncode != 0:
             err = (proc.stderr.strip().splitlines() or ["?"])[-1][:120]
-            print(f"| {key} | {mesh} | - | - | - | - | - | - | - | failed: {err} | - |",
+            print(f"| {key} | {mesh} | - | - | - | - | - | - | - | failed: {err} | - | - |",
                   flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"| {key} | {mesh} | {r['nodes']} | {r['trace_s']:.1f} s | "
               f"{r['trace_cpu_s']:.1f} s | {r['plan_s']:.1f} s | "
               f"{r['solve_s']:.1f} s | {r['trace_s'] + r['plan_s']:.1f} s | "
-              f"{100 * r['gap']:.2f} % | {r['status']} | {r['peak_rss_mb']:.0f} MB |",
+              f"{100 * r['gap']:.2f} % | {r['status']}{', tied' if r['tied'] else ''} | "
+              f"{r['peak_rss_mb']:.0f} MB | {r['total_us']:.0f} us |",
               flush=True)
     print("\ncases: " + "; ".join(f"{k}: {c.name}" for k, c in CASES.items() if k in keys))
 

@@ -55,6 +55,11 @@ class AutoParallel:
     AutoParallel's keywords ``reshard_after_forward``, ``dynamic``, ``cost_model`` and
     ``repeated_subgraphs`` are accepted with the values autoshard can honour; any other value
     is refused with the reason (compat.py, docs/autoparallel_compat.md).
+    ``repeated_layers``: identical repeated layers (``layers.0 .. layers.N-1``) are "tie"d
+    (one layer priced, every copy takes its strategies: planning time and memory stop growing
+    with depth), "untie"d (each layer planned on its own) or, by default ("auto"), tied only
+    where planning each layer on its own would be large (docs/repeated_layers.md).
+    ``repeated_subgraphs=False`` means "untie".
     ``dynamic=True``: the parallel module accepts inputs whose sizes differ from the
     example's (same number of dims and dtypes); each new input shape gets its own step,
     traced, planned (parameters pinned to their layouts) and lowered on first use, and
@@ -74,7 +79,8 @@ class AutoParallel:
                  time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
                  capture: str = "dynamo", compile: bool = False, runtime: str = "program",
                  rank_timeout_s: float = DEFAULT_TIMEOUT_S, preset: str | None = None,
-                 gap_tolerance: float | None = None, plan_cache: Any = True):
+                 gap_tolerance: float | None = None, plan_cache: Any = True,
+                 repeated_layers: str | None = None):
         from .compat import check_autoparallel_keywords
         from .mixed_precision import canonical_policy
         from .plan_cache import PlanCache
@@ -87,6 +93,12 @@ class AutoParallel:
         self.dynamic = dynamic
         self.cost_model = cost_model
         self.repeated_subgraphs = repeated_subgraphs
+        if repeated_layers not in (None, "auto", "tie", "untie"):
+            raise ValueError(f"repeated_layers must be 'auto', 'tie' or 'untie', got "
+                             f"{repeated_layers!r}")
+        if repeated_layers is None:
+            repeated_layers = "auto" if repeated_subgraphs else "untie"
+        self.repeated_layers = repeated_layers
         # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
         # all-gathers in param_dtype, gradient reductions in reduce_dtype (mixed_precision.py)
         self.mp_policy = canonical_policy(mp_policy)
@@ -368,6 +380,8 @@ class AutoParallel:
             opts["gap_tolerance"] = self.gap_tolerance
         if self.memory_limit_bytes is not None:
             opts["memory_limit_bytes"] = self.memory_limit_bytes
+        if self.repeated_layers != "auto":
+            opts["repeated_layers"] = self.repeated_layers
         return opts
 
     def optimize_placement(self, verbose: bool = False) -> "PlacementResult":
@@ -712,6 +726,7 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                   rank_timeout_s: float = DEFAULT_TIMEOUT_S,
                   preset: str | None = None, dynamic: bool = False,
                   gap_tolerance: float | None = None, plan_cache: Any = True,
+                  repeated_layers: str | None = None,
                   **autoparallel_kwargs) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
@@ -720,7 +735,8 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
     the defaults; None adds no memory constraint. ``rank_timeout_s``: see AutoParallel.
     ``preset``: see AutoParallel; it then sets the input layouts and parameter budget, so
     samples are plain tensors and ``parameter_memory_budget`` is left out.
-    ``dynamic``, ``gap_tolerance``, ``plan_cache`` and AutoParallel's other keywords
+    ``dynamic``, ``gap_tolerance``, ``plan_cache``, ``repeated_layers`` and AutoParallel's
+    other keywords
     (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``): see AutoParallel."""
     from .compat import check_autoparallel_keywords
 
@@ -751,7 +767,7 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
                       strict=strict, time_limit_s=time_limit_s, compile=compile,
                       runtime=runtime, rank_timeout_s=rank_timeout_s, preset=preset,
                       dynamic=dynamic, gap_tolerance=gap_tolerance, plan_cache=plan_cache,
-                      **autoparallel_kwargs) as autop:
+                      repeated_layers=repeated_layers, **autoparallel_kwargs) as autop:
         if preset is None:  # a preset has added its own input and parameter constraints
             autop.add_input_constraints(constraints)
             if parameter_memory_budget is not None:

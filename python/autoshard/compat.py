@@ -27,9 +27,9 @@ def check_autoparallel_keywords(*, reshard_after_forward: bool | None = None,
             "leave it out; bound activation memory with memory_limit_bytes=")
     if not isinstance(repeated_subgraphs, bool):
         raise TypeError(f"repeated_subgraphs must be True or False, got {repeated_subgraphs!r}")
-    # repeated_subgraphs only speeds AutoParallel's ILP up by forcing identical layers to
-    # identical strategies; autoshard's solver plans every layer on its own at any size, so
-    # both values give autoshard's (unrestricted) plan.
+    # repeated_subgraphs=True lets identical layers share one strategy, as AutoParallel's
+    # ILP does; autoshard ties them where planning each on its own would be large
+    # (repeated_layers="auto"); False plans every layer on its own ("untie").
     if cost_model in ("nccl", None):
         return hardware  # autoshard's collective model for the hardware profile
     raise ValueError(

@@ -38,6 +38,9 @@ SCENARIOS = [
      "dim_names": ["dp", "tp"], "plan": "auto", "capture": "dynamo"},
     {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto",
      "hardware": "CPU"},
+    # identical layers planned once and tied (docs/repeated_layers.md)
+    {"name": "llama_deep_tied", "model": "llama_deep", "mesh": [2, 2],
+     "dim_names": ["dp", "tp"], "plan": "auto", "repeated_layers": "tie"},
 ]
 
 
@@ -111,3 +114,17 @@ def test_the_compiled_loss_normaliser_is_not_waited_for_in_the_forward(results):
     trains like the single process (test_planned_module_trains_like_single_process)."""
     for rank, r in enumerate(ok_on_every_rank(results, "classifier_ddp_compiled")):
         assert r["program_info"].get("late_loss_scale") == 1, f"rank {rank}: {r['program_info']}"
+
+
+def test_tied_layers_run_one_plan_and_train_like_the_single_process(results):
+    """Layers planned tied (repeated_layers="tie") share their layouts; the report says so,
+    and test_planned_module_trains_like_single_process checks the numerics."""
+    for r in ok_on_every_rank(results, "llama_deep_tied"):
+        assert "identical layers of 'layers'" in r["report"] and "planned tied" in r["report"]
+        # the layers tied to layer 1 (layer 0 may differ) take layer 1's parameter layouts
+        per_layer = {}
+        for fqn, layout in r["layouts"].items():
+            parts = fqn.split(".")
+            if parts[0] == "layers":
+                per_layer.setdefault(int(parts[1]), {})[".".join(parts[2:])] = layout
+        assert all(per_layer[k] == per_layer[1] for k in range(2, 6)), per_layer

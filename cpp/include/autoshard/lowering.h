@@ -31,20 +31,32 @@ struct PlacementConstraints {
 struct ShardingModel {
   const Graph* graph = nullptr;
   const MeshModel* model = nullptr;
-  std::vector<std::vector<Strategy>> strategies;  // per graph node, pins applied
+  // Per graph node, pins applied; empty for a node tied to another (repeated_layers.h):
+  // read a node's strategies with of().
+  std::vector<std::vector<Strategy>> strategies;
   std::vector<size_t> enumerated;                 // per graph node, strategies before pins
   std::vector<bool> pinned;                       // per graph node
+  RepeatedLayers tied;                            // which nodes take another's strategy
   // Per entry of graph->outputs: the layout a forward output must leave in (all-R unless
   // constrained); unused for gradients (they leave in their parameter's layout).
   std::vector<Layout> output_targets;
+
+  const std::vector<Strategy>& of(int32_t node) const { return strategies[tied.of(node)]; }
+  // How many graph nodes take each node's strategy (0 for a tied copy, 1 for an untied node).
+  std::vector<int32_t> tie_counts() const;
 };
 
 // Applies the constraints; throws std::invalid_argument naming the constraint when it names
 // an unknown node/output, or when no strategy of the node has the requested layout (listing
 // the layouts that exist). Tangents of constrained outputs are pinned to the same layout.
+// `tied` must be what the strategies were enumerated with, and leave every pinned node untied.
 ShardingModel build_sharding_model(const Graph& graph, const MeshModel& model,
                                    std::vector<std::vector<Strategy>> strategies,
-                                   const PlacementConstraints& constraints);
+                                   const PlacementConstraints& constraints, RepeatedLayers tied = {});
+
+// Gives every tied copy its own strategies (its representative's): the model then plans
+// every layer on its own.
+void untie_layers(ShardingModel& sm);
 
 // Raised by lower_to_problem when two layouts that no choice can change (nodes with a single
 // strategy each, e.g. both pinned) need an impossible redistribution (Shard -> Partial).
@@ -66,6 +78,7 @@ struct LoweringOptions {
 // and per gradient), counted from the strategy counts before any table exists.
 struct TableEstimate {
   double entries = 0;
+  double untied_entries = 0;    // as many if every tied copy had tables of its own
   double largest = 0;           // entries of the largest single table
   std::string largest_what;     // "'mm' -> 'relu' (3125 x 3125)"
 };

@@ -17,6 +17,11 @@
 
 namespace autoshard {
 
+enum class LayerTying { Auto, Tie, Untie };
+// "auto" / "tie" / "untie" <-> LayerTying; throws std::invalid_argument naming `what`.
+LayerTying parse_layer_tying(const std::string& name, const std::string& what);
+const char* layer_tying_name(LayerTying t);
+
 struct PlannerOptions {
   Mesh mesh;
   HardwareProfile hardware = hardware_profile("H100");
@@ -32,8 +37,18 @@ struct PlannerOptions {
   // refused before it is built (a 5-D mesh multiplies the strategies per node). 0: the
   // default cap (default_problem_memory_cap in build_limits.h).
   int64_t max_problem_bytes = 0;
+  // Identical repeated layers (repeated_layers.h): Tie prices one layer and gives every
+  // identical copy its strategies (the problem grows with one layer, not with the depth; a
+  // layer may lose a little against planning each on its own, e.g. the first or last);
+  // Untie plans every layer on its own; Auto ties where planning each layer on its own would
+  // not fit the memory cap or takes long (see kAutoTieEntries).
+  LayerTying repeated_layers = LayerTying::Auto;
   bool verbose = false;
 };
+
+// Auto ties layers when the untied problem's cost tables would hold more entries than this
+// (about 1.6 GB of tables and the solver's copies; Llama-3-8B on 8x8 has 1.7e7).
+inline constexpr double kAutoTieEntries = 2e8;
 
 // Checks the options wherever they come from (options file, command line, C++ callers): throws
 // std::invalid_argument naming the option, why, and what to pass instead. run_planner calls it.

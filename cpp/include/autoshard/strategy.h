@@ -11,6 +11,7 @@
 #include "autoshard/graph.h"
 #include "autoshard/placement.h"
 #include "autoshard/redistribute.h"
+#include "autoshard/repeated_layers.h"
 
 namespace autoshard {
 
@@ -35,8 +36,11 @@ class UnsupportedOpError : public std::runtime_error {
 std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t node, const MeshModel& model,
                                                 BuildLimits* limits = nullptr);
 // All nodes; throws UnsupportedOpError listing every op without a rule (not only the first).
+// With `tied`, nodes tied to another (copies in repeated layers) get an empty list: they take
+// their representative's (ShardingModel::of).
 std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model,
-                                                        BuildLimits* limits = nullptr);
+                                                        BuildLimits* limits = nullptr,
+                                                        const RepeatedLayers* tied = nullptr);
 
 // Estimated memory of one strategy of a node with `layouts` tensor layouts on a mesh with
 // `mesh_dims` dims (the vectors and their heap blocks), for BuildLimits.

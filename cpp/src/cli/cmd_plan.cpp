@@ -23,6 +23,7 @@ namespace {
 struct PlanArgs {
   std::string graph_path, out_path, problem_path;
   std::string mesh, dim_names, hardware, memory_limit, max_problem_bytes, time_limit, gap_tolerance;
+  std::string repeated_layers;
   // --param-memory LOW,HIGH and --no-param-memory: the last one given wins.
   std::optional<std::optional<std::string>> param_memory;
   bool verbose = false;
@@ -64,6 +65,10 @@ void define(CLI::App& app, PlanArgs& a) {
                  "stop once the plan is within this fraction of the lower bound\n"
                  "(default 0.001; 0: only a proof of optimality or the time limit stops it)")
       ->type_name("FRACTION");
+  app.add_option("--repeated-layers", a.repeated_layers,
+                 "identical repeated layers: tie (one strategy for all copies), untie (each\n"
+                 "layer planned on its own) or auto (tie when the untied problem is large; default)")
+      ->type_name("auto|tie|untie");
   app.add_option("--max-problem-bytes", a.max_problem_bytes,
                  "refuse to plan when the strategy tables and solver problem are estimated\n"
                  "to need more memory than this (default 4e9)")
@@ -132,6 +137,7 @@ PlannerOptions to_options(const PlanArgs& a) {
   if (!a.gap_tolerance.empty())
     o.gap_tolerance = checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"),
                                             "--gap-tolerance");
+  if (!a.repeated_layers.empty()) o.repeated_layers = parse_layer_tying(a.repeated_layers, "--repeated-layers");
   o.verbose = a.verbose;
   return o;
 }

@@ -128,12 +128,19 @@ PlannerOptions parse_planner_options(const Json& doc) {
       o.max_problem_bytes = json_int(v, "options.max_problem_bytes");
       if (o.max_problem_bytes <= 0)
         throw JsonError("options.max_problem_bytes: must be > 0, found " + std::to_string(o.max_problem_bytes));
+    } else if (k == "repeated_layers") {
+      if (v.is_null()) continue;
+      try {
+        o.repeated_layers = parse_layer_tying(json_string(v, "options.repeated_layers"), "options.repeated_layers");
+      } catch (const std::invalid_argument& e) {
+        throw JsonError(e.what());
+      }
     } else if (k == "verbose") {
       o.verbose = !v.is_null() && json_bool(v, "options.verbose");
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
-                      "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, verbose)");
+                      "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, repeated_layers, verbose)");
     }
   }
   validate_planner_options(o);

@@ -26,7 +26,7 @@ Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
   Json nodes = Json::object();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    const Strategy& s = sm.strategies[i].at(plan.choice[i]);
+    const Strategy& s = sm.of(static_cast<int32_t>(i)).at(plan.choice[i]);
     Json e = Json::object();
     if (n.op != "placeholder") {
       Json in = Json::array();

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <tuple>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -22,7 +25,7 @@ Cost clamp_cost(double c) { return c < kInfeasibleCost ? c : kInfeasibleCost; }
 class Lowerer {
  public:
   Lowerer(const ShardingModel& sm, const LoweringOptions& opt, RedistributionCache& cache)
-      : sm_(sm), g_(*sm.graph), opt_(opt), cache_(cache) {}
+      : sm_(sm), g_(*sm.graph), opt_(opt), cache_(cache), count_(sm.tie_counts()) {}
 
   LoweredProblem run() {
     const size_t n = g_.nodes.size();
@@ -30,21 +33,26 @@ class Lowerer {
     const bool memlimit = opt_.memory_limit_bytes >= 0;
     const bool budget = opt_.parameter_memory.has_value();
     lp_.solver_node.assign(n, -1);
+    // One solver node per node that is not a tied copy; a copy shares its representative's,
+    // whose compute is charged once per copy.
     for (size_t i = 0; i < n; ++i) {
+      if (count_[i] == 0) continue;
       const Node& node = g_.nodes[i];
-      bool keep = sm_.strategies[i].size() > 1 || !opt_.fold_single_strategy || memlimit ||
+      const auto& strategies = sm_.strategies[i];
+      bool keep = strategies.size() > 1 || !opt_.fold_single_strategy || memlimit ||
                   (budget && node.role == NodeRole::Parameter);
       if (!keep) {
-        lp_.constant_cost += sm_.strategies[i][0].compute_us;
+        lp_.constant_cost += count_[i] * strategies[0].compute_us;
         continue;
       }
       lp_.solver_node[i] = static_cast<int32_t>(lp_.graph_node.size());
       lp_.graph_node.push_back(static_cast<int32_t>(i));
       std::vector<Cost> costs;
-      for (const auto& s : sm_.strategies[i]) costs.push_back(s.compute_us);
+      for (const auto& s : strategies) costs.push_back(count_[i] * s.compute_us);
       lp_.problem.node_costs.push_back(std::move(costs));
       lp_.problem.node_names.push_back(node.name);
     }
+    for (size_t i = 0; i < n; ++i) lp_.solver_node[i] = lp_.solver_node[sm_.tied.of(static_cast<int32_t>(i))];
     add_data_edges();
     add_output_sinks();
     for (auto& [key, costs] : edges_) {
@@ -66,14 +74,58 @@ class Lowerer {
   const LoweringOptions& opt_;
   RedistributionCache& cache_;
   LoweredProblem lp_;
+  std::vector<int32_t> count_;  // per graph node: how many nodes take its strategy (tie_counts)
   std::map<std::pair<int32_t, int32_t>, std::vector<Cost>> edges_;
+
+  // One redistribution between two nodes' layouts, as seen from the nodes that take the
+  // strategies (tied copies replaced by their representatives): the tensor references and
+  // gradients of all copies of a layer that agree on it share one table, added `times` times.
+  struct PairKey {
+    int32_t u = 0, v = 0;  // representatives
+    int32_t u_side = 0;    // which output of u
+    int32_t v_side = 0;    // data edge: which input of v; gradient: -1 - (which output of v)
+    bool grad = false;
+    double exposed = 1, launch_share = 1;
+    auto tie() const { return std::tie(u, v, u_side, v_side, grad, exposed, launch_share); }
+    bool operator<(const PairKey& o) const { return tie() < o.tie(); }
+  };
+  struct PairGroup {
+    int64_t times = 0;
+    const TensorMeta* meta = nullptr;
+    std::string what;  // the first reference's description, for errors
+  };
+  std::map<PairKey, PairGroup> pairs_;
+
+  void note_pair(const PairKey& k, const TensorMeta& meta, const std::function<std::string()>& what) {
+    PairGroup& grp = pairs_[k];
+    if (grp.times++ == 0) {
+      grp.meta = &meta;
+      grp.what = what();
+    }
+  }
+
+  void add_noted_pairs() {
+    for (const auto& [k, grp] : pairs_) {
+      std::vector<const Layout*> lv;
+      if (k.grad) {
+        lv = output_layouts(k.v, -1 - k.v_side);
+      } else {
+        for (const auto& s : sm_.of(k.v)) lv.push_back(&s.inputs[k.v_side]);
+      }
+      const Node& consumer = g_.nodes[k.v];
+      const bool local = !k.grad && std::find(consumer.local_inputs.begin(), consumer.local_inputs.end(),
+                                              k.v_side) != consumer.local_inputs.end();
+      add_pair(k.u, k.v, *grp.meta, output_layouts(k.u, k.u_side), lv, !k.grad, grp.what, k.exposed, k.launch_share,
+               static_cast<double>(grp.times), local);
+    }
+  }
 
   // Adds the cost of moving a tensor between a layout chosen by graph node `gu` (lu[su]) and
   // one chosen by `gv` (lv[sv]); `u_to_v` says which side is the source. `exposed` is the
   // fraction of the time charged (overlap_model.h).
   void add_pair(int32_t gu, int32_t gv, const TensorMeta& meta, const std::vector<const Layout*>& lu,
                 const std::vector<const Layout*>& lv, bool u_to_v, const std::string& what, double exposed,
-                double launch_share, bool same_layout_only = false) {
+                double launch_share, double times, bool same_layout_only) {
     // Distinct layouts on each side: most strategies share a handful of them.
     auto distinct = [&](const std::vector<const Layout*>& l, std::vector<int>& id, std::vector<int32_t>& reps) {
       std::unordered_map<int32_t, int> seen;
@@ -99,16 +151,15 @@ class Lowerer {
         table[a * rv.size() + b] =
             same_layout_only && ru[a] != rv[b]
                 ? kInfeasibleCost
-                : charged_time_us(cache_.time_us(meta_id, from, to), calls, lp_.overlap.launch_us, launch_share,
-                                  exposed);
+                : clamp_cost(times * charged_time_us(cache_.time_us(meta_id, from, to), calls, lp_.overlap.launch_us,
+                                                     launch_share, exposed));
       }
     }
     auto cost = [&](size_t su, size_t sv) { return table[iu[su] * rv.size() + iv[sv]]; };
 
     const int32_t u = lp_.solver_node[gu], v = lp_.solver_node[gv];
     auto& pc = lp_.problem.node_costs;
-    if (gu == gv) {
-      if (u < 0) { add_constant(cost(0, 0), what); return; }
+    if (u >= 0 && u == v) {  // one node (or two tied ones): the same strategy on both sides
       for (size_t s = 0; s < lu.size(); ++s) pc[u][s] = clamp_cost(pc[u][s] + cost(s, s));
     } else if (u < 0 && v < 0) {
       add_constant(cost(0, 0), what);
@@ -140,7 +191,7 @@ class Lowerer {
 
   std::vector<const Layout*> output_layouts(int32_t node, int32_t k) {
     std::vector<const Layout*> v;
-    for (const auto& s : sm_.strategies[node]) v.push_back(&*s.outputs[k]);
+    for (const auto& s : sm_.of(node)) v.push_back(&*s.outputs[k]);
     return v;
   }
 
@@ -150,12 +201,9 @@ class Lowerer {
       std::vector<TensorRef> refs = node.tensor_inputs();
       for (size_t a = 0; a < refs.size(); ++a) {
         const TensorRef& r = refs[a];
-        std::vector<const Layout*> in;
-        for (const auto& s : sm_.strategies[c]) in.push_back(&s.inputs[a]);
-        const bool local = std::find(node.local_inputs.begin(), node.local_inputs.end(), int32_t(a)) != node.local_inputs.end();
-        add_pair(r.node, static_cast<int32_t>(c), g_.meta(r), output_layouts(r.node, r.output), in, true,
-                 "the edge " + g_.nodes[r.node].name + " -> " + node.name, lp_.overlap.input_factor[c][a],
-                 lp_.overlap.input_launch_share[c][a], local);
+        PairKey k{sm_.tied.of(r.node), sm_.tied.of(static_cast<int32_t>(c)), r.output, static_cast<int32_t>(a), false,
+                  lp_.overlap.input_factor[c][a], lp_.overlap.input_launch_share[c][a]};
+        note_pair(k, g_.meta(r), [&] { return "the edge " + g_.nodes[r.node].name + " -> " + node.name; });
       }
     }
   }
@@ -170,7 +218,7 @@ class Lowerer {
         const Layout& target = sm_.output_targets[j];
         const int32_t p = o.ref.node;
         auto outs = output_layouts(p, o.ref.output);
-        const int32_t u = lp_.solver_node[p];
+        const int32_t u = lp_.solver_node[p];  // a tied copy's output is charged on its representative
         std::string what = "forward output " + std::to_string(o.output_index) + " (" + g_.nodes[p].name + ")";
         auto charged = [&](const Layout& from) {
           return charged_time_us(cache_.time_us(meta, from, target), cache_.collectives(meta, from, target),
@@ -185,11 +233,12 @@ class Lowerer {
       } else {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.
         const int32_t q = o.grad_of, p = o.ref.node;
-        add_pair(q, p, meta, output_layouts(q, 0), output_layouts(p, o.ref.output), false,
-                 "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")", lp_.overlap.output_factor[j],
-                 lp_.overlap.output_launch_share[j]);
+        PairKey k{sm_.tied.of(q), sm_.tied.of(p), 0, -1 - o.ref.output, true, lp_.overlap.output_factor[j],
+                  lp_.overlap.output_launch_share[j]};
+        note_pair(k, meta, [&] { return "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")"; });
       }
     }
+    add_noted_pairs();
   }
 
   int64_t output_bytes(int32_t node, const Strategy& s) {
@@ -201,20 +250,42 @@ class Lowerer {
   }
 
   void add_intervals_and_usage(bool memlimit) {
-    // A solver node holds all its outputs' bytes over the union of their live intervals
+    // A graph node holds all its outputs' bytes over the union of their live intervals
     // (parameters and buffers: the whole step; graph outputs: to its end).
     const auto live = graph_live_intervals(g_);
-    for (int32_t gi : lp_.graph_node) {
+    auto node_interval = [&](int32_t gi) {
       Interval iv{gi, gi + 1};
       for (const LiveInterval& o : live[gi]) {
         if (o.end <= o.start) continue;  // a None output
         iv.start = std::min(iv.start, o.start);
         iv.end = std::max(iv.end, o.end);
       }
+      return iv;
+    };
+    // A solver node of tied copies holds, over the union of their intervals, the bytes of as
+    // many copies as are ever live at once: never less than the copies hold at any time (so a
+    // plan within the limit is within it), more only while fewer copies are live (e.g. a
+    // layer's transient activations, one layer's worth, charged over the whole forward).
+    std::vector<std::vector<Interval>> copies(lp_.graph_node.size());
+    for (size_t gi = 0; gi < g_.nodes.size(); ++gi)
+      if (lp_.solver_node[gi] >= 0) copies[lp_.solver_node[gi]].push_back(node_interval(static_cast<int32_t>(gi)));
+    for (size_t s = 0; s < lp_.graph_node.size(); ++s) {
+      const int32_t gi = lp_.graph_node[s];
+      Interval iv = copies[s][0];
+      std::vector<std::pair<int64_t, int>> events;
+      for (const Interval& c : copies[s]) {
+        iv.start = std::min(iv.start, c.start);
+        iv.end = std::max(iv.end, c.end);
+        events.emplace_back(c.start, 1);
+        events.emplace_back(c.end, -1);
+      }
+      std::sort(events.begin(), events.end());  // at equal times an end (-1) comes first
+      int live_now = 0, most = 0;
+      for (const auto& e : events) most = std::max(most, live_now += e.second);
       lp_.problem.intervals.push_back(iv);
       std::vector<int64_t> usage;
       if (memlimit)  // a view aliases its input's storage: no bytes of its own
-        for (const auto& s : sm_.strategies[gi]) usage.push_back(s.aliases_input ? 0 : output_bytes(gi, s));
+        for (const auto& st : sm_.strategies[gi]) usage.push_back(st.aliases_input ? 0 : most * output_bytes(gi, st));
       lp_.problem.node_usages.push_back(std::move(usage));
     }
     lp_.problem.usage_limit = memlimit ? opt_.memory_limit_bytes : -1;
@@ -226,13 +297,17 @@ class Lowerer {
     b.name = "parameter memory";
     b.usage.resize(lp_.graph_node.size());
     double lo = 0, hi = 0;
-    for (size_t s = 0; s < lp_.graph_node.size(); ++s) {
-      int32_t gi = lp_.graph_node[s];
+    for (size_t gi = 0; gi < g_.nodes.size(); ++gi) {
       if (g_.nodes[gi].role != NodeRole::Parameter) continue;
+      const int32_t s = lp_.solver_node[gi];  // a tied copy adds its bytes to its representative's
+      auto& row = b.usage[s];
+      const auto& strategies = sm_.of(static_cast<int32_t>(gi));
+      row.resize(strategies.size(), 0);
       int64_t smallest = INT64_MAX;
-      for (const auto& st : sm_.strategies[gi]) {
-        b.usage[s].push_back(output_bytes(gi, st));
-        smallest = std::min(smallest, b.usage[s].back());
+      for (size_t k = 0; k < strategies.size(); ++k) {
+        const int64_t bytes = output_bytes(static_cast<int32_t>(gi), strategies[k]);
+        row[k] += bytes;
+        smallest = std::min(smallest, bytes);
       }
       double full = static_cast<double>(g_.nodes[gi].outputs[0]->bytes());
       // Each parameter's share is relaxed to the smallest fraction it can reach (AutoParallel).
@@ -256,8 +331,12 @@ class Lowerer {
 TableEstimate estimate_cost_tables(const ShardingModel& sm) {
   const Graph& g = *sm.graph;
   TableEstimate est;
-  auto add = [&](int32_t u, int32_t v) {
-    const double su = static_cast<double>(sm.strategies[u].size()), sv = static_cast<double>(sm.strategies[v].size());
+  // Tied copies share their representative's tables: each distinct one counts once.
+  std::set<std::tuple<int32_t, int32_t, int32_t, int32_t>> seen;
+  auto add = [&](int32_t u, int32_t v, int32_t u_side, int32_t v_side) {
+    const double su = static_cast<double>(sm.of(u).size()), sv = static_cast<double>(sm.of(v).size());
+    est.untied_entries += su * sv;
+    if (sm.tied.any() && !seen.emplace(sm.tied.of(u), sm.tied.of(v), u_side, v_side).second) return;
     est.entries += su * sv;
     if (su * sv > est.largest) {
       est.largest = su * sv;
@@ -265,10 +344,13 @@ TableEstimate estimate_cost_tables(const ShardingModel& sm) {
                          " x " + std::to_string(int64_t(sv)) + " strategies)";
     }
   };
-  for (size_t c = 0; c < g.nodes.size(); ++c)
-    for (const TensorRef& r : g.nodes[c].tensor_inputs()) add(r.node, static_cast<int32_t>(c));
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    const std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
+    for (size_t a = 0; a < refs.size(); ++a)
+      add(refs[a].node, static_cast<int32_t>(c), refs[a].output, static_cast<int32_t>(a));
+  }
   for (const GraphOutput& o : g.outputs)
-    if (o.role == GraphOutput::Role::Grad) add(o.grad_of, o.ref.node);
+    if (o.role == GraphOutput::Role::Grad) add(o.grad_of, o.ref.node, 0, -1 - o.ref.output);
   return est;
 }
 
@@ -297,7 +379,7 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
   const Graph& g = *sm.graph;
   const Mesh& mesh = sm.model->mesh;
   if (choice.size() != g.nodes.size()) throw std::invalid_argument("evaluate_choice: one choice per graph node");
-  auto strat = [&](int32_t node) -> const Strategy& { return sm.strategies[node].at(choice[node]); };
+  auto strat = [&](int32_t node) -> const Strategy& { return sm.of(node).at(choice[node]); };
   ChoiceCost r;
   r.node_comm_us.assign(g.nodes.size(), 0.0);
   for (size_t c = 0; c < g.nodes.size(); ++c) {

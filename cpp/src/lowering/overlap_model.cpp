@@ -124,7 +124,7 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
   for (const GraphOutput& o : g.outputs) (o.role == GraphOutput::Role::Grad ? grad_uses : other_output)[o.ref.node] += 1;
   for (size_t k = n; k-- > 0;) {
     const Node& node = g.nodes[k];
-    if (node.role != NodeRole::Compute || node.phase != Phase::Backward || !moves_data_only(node, sm.strategies[k])) continue;
+    if (node.role != NodeRole::Compute || node.phase != Phase::Backward || !moves_data_only(node, sm.of(static_cast<int32_t>(k)))) continue;
     if (other_output[k] || (users[k].empty() && grad_uses[k] == 0)) continue;
     feeds_grads_only[k] = std::all_of(users[k].begin(), users[k].end(), [&](int32_t u) { return feeds_grads_only[u]; });
   }
@@ -140,9 +140,9 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
   };
   for (size_t i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
-    if (node.role == NodeRole::Compute && !sm.strategies[i].empty()) {
+    if (node.role == NodeRole::Compute && !sm.of(static_cast<int32_t>(i)).empty()) {
       double cheapest = std::numeric_limits<double>::infinity();
-      for (const Strategy& s : sm.strategies[i]) cheapest = std::min(cheapest, s.compute_us);
+      for (const Strategy& s : sm.of(static_cast<int32_t>(i))) cheapest = std::min(cheapest, s.compute_us);
       (node.phase == Phase::Backward ? m.backward_compute_us : m.forward_compute_us) += cheapest;
     }
     if (node.role != NodeRole::Parameter || node.outputs.empty() || !node.outputs[0]) continue;

@@ -27,6 +27,9 @@ void check_layout_fits(const TensorMeta& m, const Layout& l, const Mesh& mesh, c
 
 void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::string& what) {
   const Node& n = sm.graph->nodes[node];
+  if (sm.tied.of(node) != node || sm.tie_counts()[node] > 1)
+    throw std::logic_error("internal error: " + what + " pins node '" + n.name + "' of a tied layer; the planner "
+                           "leaves pinned layers untied");
   int k = first_tensor_output(n);
   if (k < 0) throw std::invalid_argument(what + ": node '" + n.name + "' has no tensor output to constrain");
   check_layout_fits(*n.outputs[k], layout, sm.model->mesh, what);
@@ -47,17 +50,35 @@ void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::strin
 
 }  // namespace
 
+std::vector<int32_t> ShardingModel::tie_counts() const {
+  std::vector<int32_t> count(strategies.size(), 0);
+  for (size_t i = 0; i < count.size(); ++i) ++count[tied.of(static_cast<int32_t>(i))];
+  return count;
+}
+
+void untie_layers(ShardingModel& sm) {
+  if (!sm.tied.any()) return;
+  for (size_t i = 0; i < sm.strategies.size(); ++i) {
+    const int32_t r = sm.tied.of(static_cast<int32_t>(i));
+    if (r != static_cast<int32_t>(i)) sm.strategies[i] = sm.strategies[r];
+  }
+  sm.tied = RepeatedLayers{};
+}
+
 ShardingModel build_sharding_model(const Graph& graph, const MeshModel& model,
                                    std::vector<std::vector<Strategy>> strategies,
-                                   const PlacementConstraints& c) {
+                                   const PlacementConstraints& c, RepeatedLayers tied) {
   if (strategies.size() != graph.nodes.size())
     throw std::invalid_argument("build_sharding_model: one strategy list per graph node is needed");
+  if (tied.any() && tied.rep.size() != graph.nodes.size())
+    throw std::invalid_argument("build_sharding_model: the tied layers belong to another graph");
   ShardingModel sm;
   sm.graph = &graph;
   sm.model = &model;
   sm.strategies = std::move(strategies);
+  sm.tied = std::move(tied);
   sm.pinned.assign(graph.nodes.size(), false);
-  for (const auto& l : sm.strategies) sm.enumerated.push_back(l.size());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) sm.enumerated.push_back(sm.of(static_cast<int32_t>(i)).size());
 
   const Mesh& mesh = model.mesh;
   for (const auto& [idx, layout] : c.outputs) {

@@ -48,7 +48,7 @@ void check_problem_size(const ShardingModel& sm, const BuildLimits& limits) {
   const TableEstimate t = estimate_cost_tables(sm);
   const double bytes = t.entries * static_cast<double>(kBytesPerTableEntry) + static_cast<double>(limits.strategy_bytes);
   if (bytes <= static_cast<double>(limits.max_bytes)) return;
-  size_t strategies = 0;
+  size_t strategies = 0;  // enumerated (tied copies share their representative's)
   for (const auto& s : sm.strategies) strategies += s.size();
   const std::string entries = fmt::format("{:.3g}", t.entries);
   throw PlanningLimitError(
@@ -61,12 +61,46 @@ void check_problem_size(const ShardingModel& sm, const BuildLimits& limits) {
       "machine has the memory");
 }
 
+// Nodes a constraint pins by name: their layers stay untied (their strategies differ).
+std::vector<bool> pinned_by_name(const Graph& g, const PlacementConstraints& c) {
+  std::vector<bool> pinned(g.nodes.size(), false);
+  auto mark = [&](const std::string& name) {
+    auto it = g.index_by_name.find(name);
+    if (it != g.index_by_name.end()) pinned[it->second] = true;  // unknown names fail later, with a message
+  };
+  for (const auto& [name, layout] : c.inputs) mark(name);
+  for (const auto& [name, layout] : c.nodes) mark(name);
+  return pinned;
+}
+
+std::string tie_note(const RepeatedLayers& t) {
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  std::string note = std::to_string(t.tied.size()) + " identical layers of '" + t.container + "' (" +
+                     std::to_string(t.nodes_per_layer) + " nodes each) were planned tied: every one takes the "
+                     "strategies of " + t.container + "." + std::to_string(t.tied[0]) +
+                     " (repeated_layers=\"untie\" / --repeated-layers untie plans each on its own)";
+  if (!t.untied.empty()) note += "; layers " + list(t.untied) + " differ and were planned on their own";
+  return note;
+}
+
 PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& options, BuildLimits& limits) {
   auto t0 = Clock::now();
   PlanningResult r;
   r.model = std::make_unique<MeshModel>(MeshModel::make(options.mesh, options.hardware));
-  r.sharding = build_sharding_model(graph, *r.model, enumerate_strategies(graph, *r.model, &limits),
-                                    options.constraints);
+  RepeatedLayers tied;
+  if (options.repeated_layers != LayerTying::Untie)
+    tied = find_repeated_layers(graph, pinned_by_name(graph, options.constraints));
+  r.sharding = build_sharding_model(graph, *r.model, enumerate_strategies(graph, *r.model, &limits, &tied),
+                                    options.constraints, tied);
+  // Auto keeps the ties only where planning every layer on its own would be large.
+  if (options.repeated_layers == LayerTying::Auto && tied.any() &&
+      estimate_cost_tables(r.sharding).untied_entries <= kAutoTieEntries)
+    untie_layers(r.sharding);
+  if (r.sharding.tied.any()) r.plan.notes.push_back(tie_note(r.sharding.tied));
   r.plan.enumerate_time_s = seconds_since(t0);
   check_problem_size(r.sharding, limits);
   LoweringOptions lo;

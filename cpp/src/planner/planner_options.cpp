@@ -62,3 +62,22 @@ void validate_planner_options(const PlannerOptions& o) {
 }
 
 }  // namespace autoshard
+
+namespace autoshard {
+
+LayerTying parse_layer_tying(const std::string& name, const std::string& what) {
+  if (name == "auto") return LayerTying::Auto;
+  if (name == "tie") return LayerTying::Tie;
+  if (name == "untie") return LayerTying::Untie;
+  throw std::invalid_argument(what + ": expected \"auto\", \"tie\" or \"untie\", found \"" + name + "\"");
+}
+
+const char* layer_tying_name(LayerTying t) {
+  switch (t) {
+    case LayerTying::Tie: return "tie";
+    case LayerTying::Untie: return "untie";
+    default: return "auto";
+  }
+}
+
+}  // namespace autoshard

@@ -101,7 +101,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    const Strategy& s = sm.strategies[i][plan.choice[i]];
+    const Strategy& s = sm.of(static_cast<int32_t>(i))[plan.choice[i]];
     Group& grp = group_of(n);
     grp.nodes++;
     grp.compute_us += s.compute_us;
@@ -129,7 +129,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
     std::string sig = ms(grp.compute_us) + "|" + ms(grp.comm_us) + "|" + std::to_string(grp.param_bytes) + "|";
     for (const auto& w : grp.weights) sig += w + ";";
     if (grp.main_activation >= 0)
-      sig += layout_str(*sm.strategies[grp.main_activation][plan.choice[grp.main_activation]].outputs[0]);
+      sig += layout_str(*sm.of(grp.main_activation)[plan.choice[grp.main_activation]].outputs[0]);
     return sig;
   };
   os << "\nper module (compute ms | comm ms | params MiB/GPU | weights | main activation):\n";
@@ -157,7 +157,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
     if (grp.main_activation >= 0) {
       const Node& a = g.nodes[grp.main_activation];
       os << " | " << a.name << " " << shape_str(a.outputs[0]->shape) << " "
-         << layout_str(*sm.strategies[grp.main_activation][plan.choice[grp.main_activation]].outputs[0]);
+         << layout_str(*sm.of(grp.main_activation)[plan.choice[grp.main_activation]].outputs[0]);
     }
     os << "\n";
     k = end;
@@ -172,14 +172,14 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   for (size_t k = 0; k < std::min<size_t>(10, order.size()) && plan.cost.node_comm_us[order[k]] > 0; ++k) {
     size_t i = order[k];
     os << "  " << g.nodes[i].name << " (" << g.nodes[i].op << "): " << fixed(1, plan.cost.node_comm_us[i]) << " us, "
-       << strategy_str(sm.strategies[i][plan.choice[i]]) << "\n";
+       << strategy_str(sm.of(static_cast<int32_t>(i))[plan.choice[i]]) << "\n";
   }
 
   if (verbose) {
     os << "\nper node (strategies, chosen inputs -> outputs, compute us, comm us):\n";
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      const Strategy& s = sm.strategies[i][plan.choice[i]];
+      const Strategy& s = sm.of(static_cast<int32_t>(i))[plan.choice[i]];
       os << "  " << n.name << " " << n.op << " [" << sm.enumerated[i] << (sm.pinned[i] ? ", pinned" : "") << "] "
          << strategy_str(s) << " " << fixed(2, s.compute_us) << " " << fixed(2, plan.cost.node_comm_us[i]) << "\n";
     }

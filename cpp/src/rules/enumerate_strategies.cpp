@@ -250,10 +250,11 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
 }
 
 std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model,
-                                                        BuildLimits* limits) {
+                                                        BuildLimits* limits, const RepeatedLayers* tied) {
   std::vector<std::vector<Strategy>> all(graph.nodes.size());
   std::map<std::string, std::string> missing;  // op -> first node, deterministic order
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (tied && tied->of(static_cast<int32_t>(i)) != static_cast<int32_t>(i)) continue;  // its layer's copy
     if (limits) limits->check_time("enumerating strategies (node " + std::to_string(i) + " of " +
                                    std::to_string(graph.nodes.size()) + ")");
     try {

@@ -132,7 +132,8 @@ def run_scenario(sc: dict, rank: int) -> dict:
                           time_limit_s=sc.get("time_limit_s", 8.0),
                           hardware=sc.get("hardware", "H100"),
                           runtime=sc.get("runtime", "program"),
-                          compile=sc.get("compile", False)) as autop:
+                          compile=sc.get("compile", False),
+                          repeated_layers=sc.get("repeated_layers")) as autop:
             if sc.get("input_shard", True):
                 lay = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
                 autop.add_input_constraints([lay] * len(inputs[0]))
