@@ -27,11 +27,7 @@ struct LocalCost {
 
 class LocalSearch {
  public:
-  LocalSearch(const SolverModel& m, const Deadline& deadline) : m_(m), deadline_(deadline) {
-    nodes_at_.resize(m.checkpoints.size());
-    for (int32_t i = 0; i < m.n; ++i)
-      for (int32_t k = m.live_lo[i]; k < m.live_hi[i]; ++k) nodes_at_[k].push_back(i);
-  }
+  LocalSearch(const SolverModel& m, const Deadline& deadline) : m_(m), deadline_(deadline) {}
 
   // Loads a plan and recomputes live usage and budget sums.
   void load(std::vector<int32_t> plan) {
@@ -123,7 +119,10 @@ class LocalSearch {
       int32_t best_node = -1, best_s = -1;
       double best_ratio = kInf;
       int64_t best_inf = std::numeric_limits<int64_t>::max();
-      for (int32_t i : nodes_at_[worst]) {
+      // The nodes live at the worst checkpoint, found by a scan: a list per checkpoint held
+      // the sum of all live spans (237 M entries, 5.6 s and ~1 GB on IOPDDL P).
+      for (int32_t i = 0; i < m_.n; ++i) {
+        if (m_.live_lo[i] > worst || worst >= m_.live_hi[i]) continue;
         LocalCost cur = local_cost(i, plan_[i]);
         for (int32_t s = 0; s < m_.strategies(i); ++s) {
           int64_t saved = m_.usage[i][plan_[i]] - m_.usage[i][s];
@@ -157,7 +156,6 @@ class LocalSearch {
   std::vector<int32_t> plan_;
   std::vector<int64_t> live_;
   std::vector<int64_t> budget_sum_;
-  std::vector<std::vector<int32_t>> nodes_at_;
 };
 
 // Assigns nodes one by one in breadth-first order. Every unassigned node keeps its smallest
