@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "autoshard/clock.h"
+
 namespace autoshard {
 
 // Raised when building the problem would exceed the memory cap or the time limit.
@@ -26,7 +28,7 @@ class PlanningLimitError : public std::runtime_error {
 inline constexpr int64_t kBytesPerTableEntry = 48;
 
 struct BuildLimits {
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  Clock::time_point deadline = Clock::time_point::max();
   double time_limit_s = 0;    // for messages
   int64_t max_bytes = INT64_MAX;
   std::string cap_source;     // how max_bytes was chosen, for messages

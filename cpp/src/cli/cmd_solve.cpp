@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "autoshard/cli.h"
+#include "autoshard/clock.h"
 #include "autoshard/evaluate.h"
 #include "autoshard/problem_io.h"
 #include "autoshard/solver.h"
@@ -118,7 +119,7 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
   const std::string& out_path = a.out_path;
   SolveOptions& opt = a.opt;
 
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = Clock::now();
   Problem problem;
   try {
     problem = read_problem(path);
@@ -136,7 +137,7 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
 
   // The time limit covers reading too (as in the IOPDDL contest); the solver gets the rest,
   // but always a little time to produce a plan.
-  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double read_s = seconds_since(started);
   const double requested_s = opt.time_limit_s;
   opt.time_limit_s = std::max(0.05 * requested_s, requested_s - read_s);
   SolveResult r = solve(problem, opt);

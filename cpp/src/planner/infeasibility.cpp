@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "autoshard/clock.h"
 #include "autoshard/layout.h"
 #include "autoshard/solver.h"
 
@@ -16,8 +17,6 @@ namespace autoshard {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string num(double v) { return fmt::format("{:g}", v); }
 

@@ -1,6 +1,8 @@
 // The planning flow: graph -> strategies -> solver problem -> solve -> plan.
 #include "autoshard/planner.h"
 
+#include "autoshard/clock.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,8 +20,6 @@ namespace autoshard {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // No plan: thrown inside plan_within_limits and turned into InfeasiblePlanError by
 // run_planner once the failed attempt's tables are freed, with the diagnosis of which

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "autoshard/clock.h"
 #include "autoshard/problem.h"
 
 namespace autoshard::detail {
@@ -56,14 +57,6 @@ SolverModel build_model(const Problem& problem);
 // Objective of a plan in the model (+inf when it takes an infeasible choice).
 double model_cost(const SolverModel& m, const std::vector<int32_t>& plan);
 
-// Wall-clock deadline helper.
-struct Deadline {
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  double limit_s = 1e30;
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  bool passed() const { return elapsed() >= limit_s; }
-};
+using autoshard::Deadline;  // clock.h
 
 }  // namespace autoshard::detail

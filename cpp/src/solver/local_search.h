@@ -9,17 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "autoshard/clock.h"
 #include "graph_clusters.h"
 #include "graph_view.h"
 #include "memory_profile.h"
 
 namespace autoshard::detail {
 
-using Clock = std::chrono::steady_clock;
-
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using autoshard::Clock;  // clock.h
+using autoshard::seconds_since;
 
 class PlanState {
  public:

@@ -1,5 +1,7 @@
 #include "milp.h"
 
+#include "autoshard/clock.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -304,14 +306,14 @@ SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_cos
   // S-sub2000 under load): the caller's size gate keeps it short.
   struct Stop {
     const std::atomic<bool>* flag;
-    std::chrono::steady_clock::time_point deadline;
-  } stop{interrupt, std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+    Clock::time_point deadline;
+  } stop{interrupt, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                            std::chrono::duration<double>(o.time_limit_s))};
   h.setCallback(
       [](int, const std::string&, const HighsCallbackOutput*, HighsCallbackInput* in, void* data) {
         const Stop& st = *static_cast<const Stop*>(data);
         if ((st.flag != nullptr && st.flag->load(std::memory_order_relaxed)) ||
-            std::chrono::steady_clock::now() >= st.deadline)
+            Clock::now() >= st.deadline)
           in->user_interrupt = true;
       },
       &stop);

@@ -3,6 +3,8 @@
 // and elimination records can be replayed directly on the original plan.
 #include "autoshard/reduce.h"
 
+#include "autoshard/clock.h"
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -632,10 +634,10 @@ class Reducer {
 }  // namespace
 
 Reduction reduce(const Problem& problem, const ReduceOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   Reduction out;
   Reducer(problem, options, out).run();
-  out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.stats.seconds = seconds_since(t0);
   return out;
 }
 

@@ -18,7 +18,7 @@ std::string human_bytes(double bytes) {
 }
 
 void BuildLimits::check_time(const std::string& stage) const {
-  if (std::chrono::steady_clock::now() < deadline) return;
+  if (Clock::now() < deadline) return;
   throw PlanningLimitError("the time limit (" + fmt::format("{:g}", time_limit_s) + " s, --time-limit / time_limit_s) ran out while " +
                            stage + ", before the solver started; raise the time limit, or use a mesh with fewer "
                            "dimensions (strategies per node grow exponentially with them)");
