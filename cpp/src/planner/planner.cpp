@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -135,6 +136,9 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
     so.time_limit_s = std::max(0.05 * options.time_limit_s, options.time_limit_s - seconds_since(t0));
     so.gap_tolerance = options.gap_tolerance;
     so.verbose = options.verbose;
+    if (options.verbose)
+      std::fprintf(stderr, "[planner] problem built in %.2fs; the solver gets %.2fs\n", seconds_since(t0),
+                   so.time_limit_s);
     SolveResult sr = solve(p, so);
     plan.solver_status = sr.status;
     plan.proven_optimal = sr.proven_optimal;

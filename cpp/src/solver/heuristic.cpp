@@ -150,8 +150,12 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     return result;
   }
 
+  const auto t_views = Clock::now();
   const detail::GraphView g = detail::build_graph_view(red.reduced);
   const detail::Clusters clusters = detail::find_clusters(g);
+  if (options.verbose)
+    std::fprintf(stderr, "[heuristic] graph view and clusters in %.2fs (%.2fs since the start)\n",
+                 seconds_since(t_views), seconds_since(t0));
   const int32_t runs = std::max(1, options.threads);
   const bool integer_costs = has_integer_costs(red.reduced) && std::nearbyint(red.cost_offset) == red.cost_offset;
   const bool milp = milp_gets_a_turn(red.reduced, g, options);

@@ -364,8 +364,9 @@ SearchOutcome Search::run() {
       polish("quick", false);
     }
     if (config_.verbose) {
-      std::fprintf(stderr, "[search %d] round %lld t=%.1fs bound %.6g best %.6g decoded cost %.6g peak %lld / %lld step %.3g",
-                   config_.id, (long long)round, seconds_since(t0_), out_.lower_bound + cost_offset_,
+      std::fprintf(stderr, "[search %d] round %lld t=%.1fs (%.1fs left) bound %.6g best %.6g decoded cost %.6g peak %lld / %lld step %.3g",
+                   config_.id, (long long)round, seconds_since(t0_),
+                   std::chrono::duration<double>(stop_.deadline - Clock::now()).count(), out_.lower_bound + cost_offset_,
                    best_cost() + cost_offset_, decoded_cost + cost_offset_, (long long)decoded_peak, (long long)limit_, step_scale);
       for (size_t b = 0; b < budget_index_.size(); ++b)
         std::fprintf(stderr, " budget %lld mu %.3g/%.3g", (long long)budget_sums_[b], mu_high_[b], mu_low_[b]);
@@ -400,7 +401,9 @@ SearchOutcome Search::run() {
 
 SearchOutcome lagrangian_search(const GraphView& g, const Clusters& clusters, int64_t usage_limit,
                                 const SearchConfig& config, const SearchStop& stop, Cost cost_offset) {
+  const auto t = Clock::now();
   Search search(g, clusters, usage_limit, config, stop, cost_offset);
+  if (config.verbose) std::fprintf(stderr, "[search %d] set up in %.2fs\n", config.id, seconds_since(t));
   return search.run();
 }
 

@@ -3,6 +3,7 @@
 // lower bound are kept, and the returned plan is re-evaluated from scratch.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -132,6 +133,9 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     // (the Lagrangian dual of the budget) and a good plan; the branching closes the rest.
     if (budget_branching && ho.stall_rounds <= 0) ho.stall_rounds = 50;
     const double heuristic_start = deadline.elapsed();
+    if (options.verbose)
+      std::fprintf(stderr, "[solve] greedy start in %.2fs; the heuristic gets %.2fs\n", heuristic_start,
+                   ho.time_limit_s);
     SolveResult h = run_heuristic(problem, ho);
     merge_into(best, h, problem, heuristic_start);
     if (budget_branching && !best.proven_optimal && !within_gap(best, options.gap_tolerance)) {
