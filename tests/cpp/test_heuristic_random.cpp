@@ -8,13 +8,13 @@
 #include <random>
 
 #include "autoshard/heuristic.h"
-#include "solver/memory_profile.h"
-#include "solver/graph_clusters.h"
+#include "solver/heuristic/memory_profile.h"
+#include "solver/heuristic/graph_clusters.h"
 #include "solver/graph_view.h"
-#include "solver/lns_tree.h"
-#include "solver/local_search.h"
+#include "solver/heuristic/lns_tree.h"
+#include "solver/heuristic/local_search.h"
 #include "test_heuristic_util.h"
-#include "solver/trws.h"
+#include "solver/heuristic/trws.h"
 
 namespace autoshard {
 namespace {

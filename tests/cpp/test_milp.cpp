@@ -10,7 +10,7 @@
 #include "autoshard/problem.h"
 #include "autoshard/solver.h"
 #include "solver/graph_view.h"
-#include "solver/milp.h"
+#include "solver/heuristic/milp.h"
 #include "test_heuristic_util.h"
 
 namespace autoshard {

@@ -12,8 +12,8 @@
 #include "autoshard/exact.h"
 #include "autoshard/problem.h"
 #include "autoshard/solver.h"
-#include "budget_branch.h"
-#include "exact_model.h"
+#include "exact/budget_branch.h"
+#include "exact/exact_model.h"
 
 #if __has_include("autoshard/heuristic.h")
 #include "autoshard/heuristic.h"

@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph_clusters.h"
+#include "heuristic/graph_clusters.h"
 #include "graph_view.h"
-#include "local_search.h"
+#include "heuristic/local_search.h"
 
 namespace autoshard::detail {
 

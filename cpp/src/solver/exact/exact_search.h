@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "exact_model.h"
+#include "exact/exact_model.h"
 
 namespace autoshard::detail {
 

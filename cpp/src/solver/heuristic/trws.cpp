@@ -1,4 +1,4 @@
-#include "trws.h"
+#include "heuristic/trws.h"
 
 #include <algorithm>
 #include <limits>

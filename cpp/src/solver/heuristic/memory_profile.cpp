@@ -1,4 +1,4 @@
-#include "memory_profile.h"
+#include "heuristic/memory_profile.h"
 
 #include <algorithm>
 #include <limits>

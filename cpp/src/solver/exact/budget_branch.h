@@ -22,7 +22,7 @@
 
 #include "autoshard/solver.h"
 #include "graph_view.h"
-#include "local_search.h"
+#include "heuristic/local_search.h"
 
 namespace autoshard::detail {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "autoshard/clock.h"
-#include "graph_clusters.h"
+#include "heuristic/graph_clusters.h"
 #include "graph_view.h"
-#include "memory_profile.h"
+#include "heuristic/memory_profile.h"
 
 namespace autoshard::detail {
 

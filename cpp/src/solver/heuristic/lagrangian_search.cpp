@@ -1,4 +1,4 @@
-#include "lagrangian_search.h"
+#include "heuristic/lagrangian_search.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <limits>
 #include <random>
 
-#include "lns_tree.h"
-#include "memory_profile.h"
-#include "trws.h"
+#include "heuristic/lns_tree.h"
+#include "heuristic/memory_profile.h"
+#include "heuristic/trws.h"
 
 namespace autoshard::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "local_search.h"
+#include "heuristic/local_search.h"
 
 #include <algorithm>
 #include <deque>

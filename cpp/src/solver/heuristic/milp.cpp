@@ -1,4 +1,4 @@
-#include "milp.h"
+#include "heuristic/milp.h"
 
 #include "autoshard/clock.h"
 

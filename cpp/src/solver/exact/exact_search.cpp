@@ -11,7 +11,7 @@
 // constraints (found by subgradient steps at the root) move memory pressure into node costs:
 // cost_i(s) + sum_{k live} lambda_k usage_i(s), minus sum_k lambda_k limit, which is still a
 // lower bound for every plan that fits.
-#include "exact_search.h"
+#include "exact/exact_search.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Builds the solver's internal view of a problem (see exact_model.h).
-#include "exact_model.h"
+#include "exact/exact_model.h"
 
 #include <algorithm>
 #include <map>

@@ -6,7 +6,7 @@
 #include "autoshard/evaluate.h"
 #include "autoshard/exact.h"
 #include "autoshard/reduce.h"
-#include "exact_search.h"
+#include "exact/exact_search.h"
 
 namespace autoshard {
 

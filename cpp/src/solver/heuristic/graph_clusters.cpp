@@ -1,4 +1,4 @@
-#include "graph_clusters.h"
+#include "heuristic/graph_clusters.h"
 
 #include <deque>
 

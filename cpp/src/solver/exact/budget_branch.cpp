@@ -1,4 +1,4 @@
-#include "budget_branch.h"
+#include "exact/budget_branch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "autoshard/reduce.h"
-#include "memory_profile.h"
-#include "trws.h"
+#include "heuristic/memory_profile.h"
+#include "heuristic/trws.h"
 
 namespace autoshard::detail {
 

@@ -1,4 +1,4 @@
-#include "lns_tree.h"
+#include "heuristic/lns_tree.h"
 
 #include <algorithm>
 #include <limits>

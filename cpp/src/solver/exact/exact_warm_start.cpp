@@ -8,7 +8,7 @@
 
 #include "autoshard/evaluate.h"
 #include "autoshard/exact.h"
-#include "exact_model.h"
+#include "exact/exact_model.h"
 
 namespace autoshard {
 namespace detail {

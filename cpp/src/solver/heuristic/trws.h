@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph_clusters.h"
+#include "heuristic/graph_clusters.h"
 #include "graph_view.h"
 
 namespace autoshard::detail {

@@ -17,11 +17,11 @@
 
 #include "autoshard/evaluate.h"
 #include "autoshard/reduce.h"
-#include "graph_clusters.h"
+#include "heuristic/graph_clusters.h"
 #include "graph_view.h"
-#include "lagrangian_search.h"
-#include "memory_profile.h"
-#include "milp.h"
+#include "heuristic/lagrangian_search.h"
+#include "heuristic/memory_profile.h"
+#include "heuristic/milp.h"
 
 namespace autoshard {
 namespace {
