@@ -74,12 +74,13 @@ int main(int argc, char** argv) {
   const double best = argc > 3 ? std::atof(argv[3]) : 0;
   if (r.found) {  // independent check of the returned plan
     const Evaluation ev = evaluate(p, r.solution);
-    std::printf("evaluate: valid=%d cost=%.0f peak=%lld limit=%lld %s\n", ev.valid, ev.cost,
-                (long long)ev.peak_usage, (long long)p.usage_limit, ev.violation.c_str());
+    std::printf("evaluate: valid=%d cost=%.0f peak=%lld limit=%lld %s\n", ev.valid, ev.cost, (long long)ev.peak_usage,
+                (long long)p.usage_limit, ev.violation.c_str());
   }
-  std::printf("%s found=%d cost=%.0f bound=%.0f score=%.4f read=%.1fs solve=%.1fs total=%.1fs first=%.1fs "
-              "rss=%.0fMB status=%s\n",
-              path.c_str(), r.found, r.cost, r.lower_bound, best > 0 && r.found ? best / r.cost : 0.0, read_s,
-              r.total_time_s, read_s + r.total_time_s, r.time_to_first_s, ru.ru_maxrss / 1024.0, r.status.c_str());
+  std::printf(
+      "%s found=%d cost=%.0f bound=%.0f score=%.4f read=%.1fs solve=%.1fs total=%.1fs first=%.1fs "
+      "rss=%.0fMB status=%s\n",
+      path.c_str(), r.found, r.cost, r.lower_bound, best > 0 && r.found ? best / r.cost : 0.0, read_s, r.total_time_s,
+      read_s + r.total_time_s, r.time_to_first_s, ru.ru_maxrss / 1024.0, r.status.c_str());
   return r.found ? 0 : 1;
 }

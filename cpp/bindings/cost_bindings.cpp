@@ -71,11 +71,13 @@ HardwareProfile profile_with_tf32(const std::string& hardware, bool allow_tf32) 
 
 void register_cost(nb::module_& m) {
   m.def("known_hardware", &known_hardware, "Names of the built-in hardware profiles.");
-  m.def("hardware_profile", [](const std::string& name) { return profile_dict(resolve(name)); },
-        nb::arg("name"), "A profile (a built-in name or a JSON object of fields with an optional \"base\") as a dict "
-        "(rates per second, times in us, sizes in bytes).");
-  m.def("dtype_bytes", [](const std::string& dtype) { return dtype_bytes(parse_dtype(dtype)); }, nb::arg("dtype"),
-        "Bytes per element of a torch dtype name.");
+  m.def(
+      "hardware_profile", [](const std::string& name) { return profile_dict(resolve(name)); }, nb::arg("name"),
+      "A profile (a built-in name or a JSON object of fields with an optional \"base\") as a dict "
+      "(rates per second, times in us, sizes in bytes).");
+  m.def(
+      "dtype_bytes", [](const std::string& dtype) { return dtype_bytes(parse_dtype(dtype)); }, nb::arg("dtype"),
+      "Bytes per element of a torch dtype name.");
   m.def(
       "compute_time_us",
       [](const std::string& hardware, double flops, double bytes_moved, const std::string& dtype, bool allow_tf32) {
@@ -83,9 +85,10 @@ void register_cost(nb::module_& m) {
       },
       nb::arg("hardware"), nb::arg("flops"), nb::arg("bytes_moved"), nb::arg("dtype"), nb::arg("allow_tf32") = true,
       "Roofline time (us) of one kernel: max(flops/(peak*eff), bytes/(bw*eff), floor).");
-  m.def("memory_time_us",
-        [](const std::string& hardware, double bytes_moved) { return memory_time_us(resolve(hardware), bytes_moved); },
-        nb::arg("hardware"), nb::arg("bytes_moved"), "Time (us) of a memory-bound kernel moving that many bytes.");
+  m.def(
+      "memory_time_us",
+      [](const std::string& hardware, double bytes_moved) { return memory_time_us(resolve(hardware), bytes_moved); },
+      nb::arg("hardware"), nb::arg("bytes_moved"), "Time (us) of a memory-bound kernel moving that many bytes.");
   m.def(
       "mesh_dim_links",
       [](const std::string& hardware, const std::vector<int64_t>& mesh_shape) {

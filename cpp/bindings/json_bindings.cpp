@@ -9,7 +9,8 @@ namespace nb = nanobind;
 namespace autoshard::bindings {
 void register_json(nb::module_& m) {
   nb::exception<JsonError>(m, "JsonError", PyExc_ValueError);
-  m.def("json_roundtrip", [](const std::string& text) { return dump_json(parse_json(text)); },
-        "Parse JSON text with the C++ parser and write it back compactly.");
+  m.def(
+      "json_roundtrip", [](const std::string& text) { return dump_json(parse_json(text)); },
+      "Parse JSON text with the C++ parser and write it back compactly.");
 }
 }  // namespace autoshard::bindings

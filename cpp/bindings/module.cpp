@@ -35,7 +35,8 @@ NB_MODULE(_core, m) {
         // A message may quote bytes from a user's file or path that are not UTF-8; decoding
         // them strictly would turn a clear error into a Python traceback.
         auto text = [](const std::string& s) {
-          return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+          return nb::steal<nb::str>(
+              PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
         };
         return nb::make_tuple(rc, text(out.str()), text(err.str()));
       },

@@ -91,8 +91,8 @@ std::string redistribution_costs_json(const std::string& graph_json, const std::
   const int32_t node = it->second;
   const std::vector<TensorRef> refs = graph.nodes[static_cast<size_t>(node)].tensor_inputs();
   if (arg < 0 || arg >= static_cast<int64_t>(refs.size()))
-    throw std::invalid_argument("node '" + node_name + "' has " + std::to_string(refs.size()) +
-                                " tensor inputs; arg " + std::to_string(arg) + " is out of range");
+    throw std::invalid_argument("node '" + node_name + "' has " + std::to_string(refs.size()) + " tensor inputs; arg " +
+                                std::to_string(arg) + " is out of range");
   const TensorRef& ref = refs[static_cast<size_t>(arg)];
   std::vector<Layout> cols;
   for (const Strategy& s : enumerate_node_strategies(graph, ref.node, model)) {

@@ -229,12 +229,14 @@ TEST(BudgetBranch, HeldOutTrwsBoundIsValidForEveryPlan) {
     std::vector<Cost> terms;
     for (int sweeps = 0; sweeps < 3; ++sweeps) {
       const Cost rest = trws.lower_bound_keeping(keep, terms, kept);
-      EXPECT_LE(trws.lower_bound(), rest + 1e-9 + [&] {
-        Cost sum = 0;  // each held-out term minimised alone gives lower_bound() back
-        for (int32_t i : kept) sum += *std::min_element(terms.begin() + g.label_offset[i],
-                                                        terms.begin() + g.label_offset[i] + g.labels(i));
-        return sum;
-      }());
+      EXPECT_LE(
+          trws.lower_bound(), rest + 1e-9 + [&] {
+            Cost sum = 0;  // each held-out term minimised alone gives lower_bound() back
+            for (int32_t i : kept)
+              sum +=
+                  *std::min_element(terms.begin() + g.label_offset[i], terms.begin() + g.label_offset[i] + g.labels(i));
+            return sum;
+          }());
       Solution x(p.num_nodes(), 0);
       while (true) {
         Cost energy;
@@ -294,8 +296,8 @@ TEST(GapTolerance, PlanWritesItsProblemForTheSolver) {
   // `autoshard plan --problem-out` writes the solver problem the plan came from (budgets
   // included); `autoshard solve` finds a plan of the same cost on it.
   const std::string problem = ::testing::TempDir() + "autoshard_plan_problem.json";
-  CliRun r = run_cli({"plan", test_data("mlp2_fwd_bwd.json"), "--mesh", "4", "--param-memory", "0,0.5",
-                      "--time-limit", "5", "--gap-tolerance", "0", "--problem-out", problem});
+  CliRun r = run_cli({"plan", test_data("mlp2_fwd_bwd.json"), "--mesh", "4", "--param-memory", "0,0.5", "--time-limit",
+                      "5", "--gap-tolerance", "0", "--problem-out", problem});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("solver problem written to"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("optimal"), std::string::npos) << r.out;

@@ -137,7 +137,7 @@ TEST(CostMeshLinks, RejectsBadShapes) {
 
 TEST(CostCollectives, OneGigabyteAllReduceInNode) {
   auto link = mesh_dim_links(h100(), {8})[0];
-  double bytes = 1e9;  // 250M fp32 values
+  double bytes = 1e9;                                                         // 250M fp32 values
   double expected = 2.0 * 7 / 8 * bytes / kNvlink * 1e6 + 2 * 7 * 1.0 + 8.0;  // 4861.1 + 14 + 8 us
   EXPECT_NEAR(collective_time_us(Collective::AllReduce, bytes, link, CollectiveAlgorithm::Ring), expected, 1e-6);
   EXPECT_NEAR(expected, 4883.11, 0.01);
@@ -224,8 +224,8 @@ TEST(CostCollectives, HierarchicalGroupsPayNetworkLatencyOnlyAtNodeBoundaries) {
 }
 
 TEST(CostCollectives, SpanningTwoNodesIsSlowerThanInsideOne) {
-  auto inside = mesh_dim_links(h100(), {2})[0];       // 2 GPUs on one node
-  auto across = mesh_dim_links(h100(), {2, 8})[0];    // 2 GPUs on 2 nodes
+  auto inside = mesh_dim_links(h100(), {2})[0];     // 2 GPUs on one node
+  auto across = mesh_dim_links(h100(), {2, 8})[0];  // 2 GPUs on 2 nodes
   ASSERT_EQ(inside.nodes, 1);
   ASSERT_EQ(across.nodes, 2);
   auto inside8 = mesh_dim_links(h100(), {8})[0];

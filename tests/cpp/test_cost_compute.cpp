@@ -82,7 +82,7 @@ TEST(CostCompute, LargeBf16MatmulOnH100IsComputeBound) {
   const auto& hw = hardware_profile("H100");
   const double n = 4096;
   double flops = 2 * n * n * n;
-  double bytes = 3 * n * n * 2;  // A, B read, C written, bf16
+  double bytes = 3 * n * n * 2;                         // A, B read, C written, bf16
   double expected_us = flops / (989.5e12 * 0.7) * 1e6;  // = 198.4 us
   EXPECT_NEAR(compute_time_us(hw, flops, bytes, DType::BFloat16), expected_us, 1e-9 * expected_us);
   EXPECT_NEAR(expected_us, 198.43, 0.01);

@@ -12,15 +12,37 @@ using namespace autoshard;
 
 TEST(CostDType, ParsesEveryTorchNameWithItsItemsize) {
   // (name, itemsize) as printed by {n: getattr(torch, n).itemsize} in torch 2.13.
-  const std::vector<std::pair<std::string, int>> torch_table = {
-      {"float32", 4},  {"float", 4},          {"float64", 8},         {"double", 8},
-      {"bfloat16", 2}, {"float16", 2},        {"half", 2},            {"int64", 8},
-      {"long", 8},     {"int32", 4},          {"int", 4},             {"int16", 2},
-      {"short", 2},    {"int8", 1},           {"uint8", 1},           {"bool", 1},
-      {"complex64", 8}, {"cfloat", 8},        {"complex128", 16},     {"cdouble", 16},
-      {"complex32", 4}, {"chalf", 4},         {"float8_e4m3fn", 1},   {"float8_e5m2", 1},
-      {"float8_e4m3fnuz", 1}, {"float8_e5m2fnuz", 1}, {"float8_e8m0fnu", 1}, {"float4_e2m1fn_x2", 1},
-      {"uint16", 2},   {"uint32", 4},         {"uint64", 8}};
+  const std::vector<std::pair<std::string, int>> torch_table = {{"float32", 4},
+                                                                {"float", 4},
+                                                                {"float64", 8},
+                                                                {"double", 8},
+                                                                {"bfloat16", 2},
+                                                                {"float16", 2},
+                                                                {"half", 2},
+                                                                {"int64", 8},
+                                                                {"long", 8},
+                                                                {"int32", 4},
+                                                                {"int", 4},
+                                                                {"int16", 2},
+                                                                {"short", 2},
+                                                                {"int8", 1},
+                                                                {"uint8", 1},
+                                                                {"bool", 1},
+                                                                {"complex64", 8},
+                                                                {"cfloat", 8},
+                                                                {"complex128", 16},
+                                                                {"cdouble", 16},
+                                                                {"complex32", 4},
+                                                                {"chalf", 4},
+                                                                {"float8_e4m3fn", 1},
+                                                                {"float8_e5m2", 1},
+                                                                {"float8_e4m3fnuz", 1},
+                                                                {"float8_e5m2fnuz", 1},
+                                                                {"float8_e8m0fnu", 1},
+                                                                {"float4_e2m1fn_x2", 1},
+                                                                {"uint16", 2},
+                                                                {"uint32", 4},
+                                                                {"uint64", 8}};
   for (const auto& [name, size] : torch_table) {
     SCOPED_TRACE(name);
     EXPECT_EQ(dtype_bytes(parse_dtype(name)), size);

@@ -71,8 +71,7 @@ TEST(CostHardwareJson, ErrorsNameTheKey) {
   EXPECT_NE(error_of(R"({"base": "H100", "hbm_bandwith": 1e12})").find("hardware.hbm_bandwith: unknown field"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"base": "H100", "gpus_per_node": 2.5})").find("hardware.gpus_per_node"), std::string::npos);
-  EXPECT_NE(error_of(R"({"base": "H100", "hbm_bandwidth": "fast"})").find("hardware.hbm_bandwidth"),
-            std::string::npos);
+  EXPECT_NE(error_of(R"({"base": "H100", "hbm_bandwidth": "fast"})").find("hardware.hbm_bandwidth"), std::string::npos);
   EXPECT_NE(error_of(R"({"base": "H999"})").find("unknown hardware 'H999'"), std::string::npos);
   EXPECT_NE(error_of(R"({"base": "H100", "flop_efficiency": 2})").find("flop_efficiency"), std::string::npos);
   EXPECT_NE(error_of("[1]").find("expected a profile name or an object"), std::string::npos);

@@ -76,8 +76,7 @@ TEST(CostMemory, LocalShardBytes) {
   EXPECT_EQ(local_shard_bytes({}, DType::Float64, {}), 8);
   EXPECT_THROW(local_shard_bytes({5, 10}, DType::Float32, {4}), std::invalid_argument);
   EXPECT_THROW(local_shard_bytes({5, 10}, DType::Float32, {0, 1}), std::invalid_argument);
-  EXPECT_THROW(local_shard_bytes({int64_t{1} << 40, int64_t{1} << 40}, DType::Float32, {1, 1}),
-               std::invalid_argument);
+  EXPECT_THROW(local_shard_bytes({int64_t{1} << 40, int64_t{1} << 40}, DType::Float32, {1, 1}), std::invalid_argument);
 }
 
 TEST(CostMemory, AdamMixedPrecisionIsSixteenBytesPerParameter) {

@@ -8,9 +8,7 @@
 #include <filesystem>
 #include <string>
 
-inline std::string test_data(const char* name) {
-  return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name;
-}
+inline std::string test_data(const char* name) { return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/cpp/data/" + name; }
 
 inline std::string iopddl_instance(const std::string& file) {
   namespace fs = std::filesystem;
@@ -18,15 +16,15 @@ inline std::string iopddl_instance(const std::string& file) {
     fs::path p = fs::path(dir) / file;
     if (fs::exists(p)) return p.string();
   }
-  for (fs::path base : {fs::path(AUTOSHARD_SOURCE_DIR) / ".." / "shared",
-                        fs::path("/work/shared")}) {
+  for (fs::path base : {fs::path(AUTOSHARD_SOURCE_DIR) / ".." / "shared", fs::path("/work/shared")}) {
     fs::path p = base / "bench" / "iopddl" / file;
     if (fs::exists(p)) return fs::weakly_canonical(p).string();
   }
   return "";
 }
 
-#define AUTOSHARD_REQUIRE_INSTANCE(var, file)                                       \
-  const std::string var = iopddl_instance(file);                                     \
-  if (var.empty()) GTEST_SKIP() << "IOPDDL instance " << file << " not found "       \
-                                << "(set AUTOSHARD_IOPDDL_DIR)";
+#define AUTOSHARD_REQUIRE_INSTANCE(var, file)                   \
+  const std::string var = iopddl_instance(file);                \
+  if (var.empty())                                              \
+    GTEST_SKIP() << "IOPDDL instance " << file << " not found " \
+                 << "(set AUTOSHARD_IOPDDL_DIR)";

@@ -40,8 +40,12 @@ Problem random_problem(uint32_t seed, Shape shape, bool tight_memory, bool budge
   };
   for (int v = 1; v < n; ++v) {
     switch (shape) {
-      case Shape::Tree: add_edge(uni(0, v - 1), v); break;
-      case Shape::Cycle: add_edge(v - 1, v); break;
+      case Shape::Tree:
+        add_edge(uni(0, v - 1), v);
+        break;
+      case Shape::Cycle:
+        add_edge(v - 1, v);
+        break;
       case Shape::Dag:
         for (int u = 0; u < v; ++u)
           if (uni(0, 2) == 0) add_edge(u, v);
@@ -53,8 +57,10 @@ Problem random_problem(uint32_t seed, Shape shape, bool tight_memory, bool budge
   }
   if (shape == Shape::Cycle && n >= 3) add_edge(n - 1, 0);
   if (shape == Shape::Dense && n >= 2) add_edge(0, 1);  // a parallel edge
-  if (tight_memory) p.usage_limit = uni(3, 20);
-  else if (uni(0, 1)) p.usage_limit = 1000;
+  if (tight_memory)
+    p.usage_limit = uni(3, 20);
+  else if (uni(0, 1))
+    p.usage_limit = 1000;
   if (budget) {
     GlobalBudget g;
     g.name = "params";

@@ -28,8 +28,7 @@ double tree_dp_optimum(const Problem& p, const std::vector<int>& parent) {
       const Edge& e = p.edges[edge_of[c]];  // edge (v -> c)
       for (size_t s = 0; s < best[v].size(); ++s) {
         double m = 1e300;
-        for (size_t t = 0; t < best[c].size(); ++t)
-          m = std::min(m, e.costs[s * best[c].size() + t] + best[c][t]);
+        for (size_t t = 0; t < best[c].size(); ++t) m = std::min(m, e.costs[s * best[c].size() + t] + best[c][t]);
         best[v][s] += m;
       }
     }

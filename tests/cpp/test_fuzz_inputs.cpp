@@ -48,20 +48,52 @@ const char* kProblem =
 // `numbers_only` keeps the JSON well formed more often (changed values, not syntax).
 std::string mutate(std::string s, std::mt19937& rng, bool numbers_only = false) {
   auto uni = [&](size_t lo, size_t hi) { return std::uniform_int_distribution<size_t>(lo, hi)(rng); };
-  static const std::vector<std::string> tokens = {
-      "-1", "0", "1", "2.5", "1e18", "1e300", "-1e300", "999999999999999999", "99999999999999999999",
-      "9007199254740993", "NaN", "Infinity", "null", "true", "\"x\"", "[]", "{}", "[[0, 1]]", "\xEF\xBB\xBF",
-      "\xFF", "\xC3", "\\u0000", "2147483648", "-9223372036854775808", "1e-9", "65536"};
+  static const std::vector<std::string> tokens = {"-1",
+                                                  "0",
+                                                  "1",
+                                                  "2.5",
+                                                  "1e18",
+                                                  "1e300",
+                                                  "-1e300",
+                                                  "999999999999999999",
+                                                  "99999999999999999999",
+                                                  "9007199254740993",
+                                                  "NaN",
+                                                  "Infinity",
+                                                  "null",
+                                                  "true",
+                                                  "\"x\"",
+                                                  "[]",
+                                                  "{}",
+                                                  "[[0, 1]]",
+                                                  "\xEF\xBB\xBF",
+                                                  "\xFF",
+                                                  "\xC3",
+                                                  "\\u0000",
+                                                  "2147483648",
+                                                  "-9223372036854775808",
+                                                  "1e-9",
+                                                  "65536"};
   const int edits = static_cast<int>(uni(1, 3));
   for (int k = 0; k < edits && !s.empty(); ++k) {
     const size_t at = uni(0, s.size() - 1);
     switch (numbers_only ? 6 : uni(0, 6)) {
-      case 0: s[at] = static_cast<char>(uni(0, 255)); break;                   // flip a byte
-      case 1: s.erase(at, uni(1, 8)); break;                                    // drop a few bytes
-      case 2: s.insert(at, tokens[uni(0, tokens.size() - 1)]); break;           // insert a token
-      case 3: s.resize(at); break;                                              // cut short
-      case 4: s.insert(at, s.substr(uni(0, s.size() - 1), uni(1, 16))); break;  // duplicate a run
-      default: {                                                                // replace a number
+      case 0:
+        s[at] = static_cast<char>(uni(0, 255));
+        break;  // flip a byte
+      case 1:
+        s.erase(at, uni(1, 8));
+        break;  // drop a few bytes
+      case 2:
+        s.insert(at, tokens[uni(0, tokens.size() - 1)]);
+        break;  // insert a token
+      case 3:
+        s.resize(at);
+        break;  // cut short
+      case 4:
+        s.insert(at, s.substr(uni(0, s.size() - 1), uni(1, 16)));
+        break;    // duplicate a run
+      default: {  // replace a number
         size_t b = at;
         while (b < s.size() && !(s[b] >= '0' && s[b] <= '9')) ++b;
         size_t e = b;
@@ -144,7 +176,6 @@ TEST(FuzzInputs, MutatedGraphFilesGetAnErrorOrAPlan) {
   std::remove(in.c_str());
   std::remove(plan.c_str());
 }
-
 
 // The options JSON the Python API sends: mutated values must be refused with a message
 // (naming the field) or planned within the time asked for.

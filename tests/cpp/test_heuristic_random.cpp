@@ -57,7 +57,9 @@ TEST(HeuristicRandom, GroupsTiedByBijectiveEdges) {
   int feasible = 0, optimal = 0;
   for (int trial = 0; trial < 80; ++trial) {
     Problem p = random_problem(rng, 5 + trial % 3, 3, false);
-    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 40;
+    for (auto& row : p.node_costs)
+      for (auto& c : row)
+        if (is_infeasible(c)) c = 40;
     for (int k = 0; k < 3; ++k) {
       const int u = int(rng() % p.num_nodes()), v = int(rng() % p.num_nodes());
       const size_t S = p.node_costs[u].size();
@@ -111,8 +113,12 @@ TEST(HeuristicRandom, TreeLnsSolvesATreeExactly) {
     Problem p = random_problem(rng, 5 + trial % 4, 4, false);
     p.usage_limit = -1;
     p.edges.resize(p.num_nodes() - 1);
-    for (auto& e : p.edges) for (auto& c : e.costs) if (is_infeasible(c)) c = 50;
-    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 50;
+    for (auto& e : p.edges)
+      for (auto& c : e.costs)
+        if (is_infeasible(c)) c = 50;
+    for (auto& row : p.node_costs)
+      for (auto& c : row)
+        if (is_infeasible(c)) c = 50;
     const Brute truth = brute_force(p);
     const detail::GraphView g = detail::build_graph_view(p);
     const detail::Clusters cl = detail::find_clusters(g);
@@ -132,8 +138,12 @@ TEST(HeuristicRandom, GroupRepairReturnsValidPlans) {
   int feasible = 0, repaired = 0;
   for (int trial = 0; trial < 100; ++trial) {
     Problem p = random_problem(rng, 6, 4, false);
-    for (auto& e : p.edges) for (auto& c : e.costs) if (is_infeasible(c)) c = 50;
-    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 50;
+    for (auto& e : p.edges)
+      for (auto& c : e.costs)
+        if (is_infeasible(c)) c = 50;
+    for (auto& row : p.node_costs)
+      for (auto& c : row)
+        if (is_infeasible(c)) c = 50;
     if (p.usage_limit < 0) continue;
     const Brute truth = brute_force(p);
     if (!truth.feasible) continue;
@@ -166,8 +176,12 @@ TEST(HeuristicRandom, TrwsBoundIsExactOnTrees) {
     Problem p = random_problem(rng, 5 + trial % 4, 4, false);
     p.usage_limit = -1;
     p.edges.resize(p.num_nodes() - 1);  // the random spanning tree only
-    for (auto& e : p.edges) for (auto& c : e.costs) if (is_infeasible(c)) c = 50;
-    for (auto& row : p.node_costs) for (auto& c : row) if (is_infeasible(c)) c = 50;
+    for (auto& e : p.edges)
+      for (auto& c : e.costs)
+        if (is_infeasible(c)) c = 50;
+    for (auto& row : p.node_costs)
+      for (auto& c : row)
+        if (is_infeasible(c)) c = 50;
     const Brute truth = brute_force(p);
     ASSERT_TRUE(truth.feasible);
     const detail::GraphView g = detail::build_graph_view(p);

@@ -121,7 +121,8 @@ inline Problem random_problem(std::mt19937_64& rng, int n, int max_labels, bool 
     int64_t total = 0;
     for (int i = 0; i < n; ++i) {
       std::vector<int64_t> row;
-      if (uni(0, 2)) for (size_t s = 0; s < p.node_costs[i].size(); ++s) row.push_back(uni(0, 5));
+      if (uni(0, 2))
+        for (size_t s = 0; s < p.node_costs[i].size(); ++s) row.push_back(uni(0, 5));
       for (auto v : row) total += v;
       b.usage.push_back(row);
     }

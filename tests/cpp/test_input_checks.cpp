@@ -58,9 +58,9 @@ bool is_ascii(const std::string& s) {
 
 // One-edge problem with the given node costs (two nodes, one strategy on the second).
 std::string two_node_problem(const std::string& costs0) {
-  return R"({"problem": {"nodes": {"costs": [)" + costs0 + R"(, [0]]}, "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}})";
+  return R"({"problem": {"nodes": {"costs": [)" + costs0 +
+         R"(, [0]]}, "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}})";
 }
-
 
 }  // namespace
 
@@ -116,7 +116,9 @@ TEST(FileInput, DirectoryAndTruncatedGzipAreRefused) {
 TEST(ProblemCosts, CostsTheSolverCannotHoldExactlyAreRefused) {
   // 999999999999999999 used to round to 1e18 and be called infeasible.
   std::string e = error_of([] { parse_problem(two_node_problem("[999999999999999999, 5]"), "p.json"); });
-  EXPECT_NE(e.find("problem.nodes.costs[0][0]: cost 999999999999999999 cannot be represented exactly"), std::string::npos) << e;
+  EXPECT_NE(e.find("problem.nodes.costs[0][0]: cost 999999999999999999 cannot be represented exactly"),
+            std::string::npos)
+      << e;
   // 1e17 and 1e17 + 1 used to compare equal.
   e = error_of([] { parse_problem(two_node_problem("[100000000000000001, 100000000000000000]")); });
   EXPECT_NE(e.find("cannot be represented exactly"), std::string::npos) << e;
@@ -159,7 +161,8 @@ TEST(ProblemCosts, ExactSearchSeparatesCostsOneUnitApartAtLargeMagnitude) {
     for (int v = 1; v < n; ++v)
       for (int u = 0; u < v; ++u) {
         Edge e{u, v, {}};
-        for (size_t x = 0; x < p.node_costs[u].size() * p.node_costs[v].size(); ++x) e.costs.push_back(1e11 + uni(0, 3));
+        for (size_t x = 0; x < p.node_costs[u].size() * p.node_costs[v].size(); ++x)
+          e.costs.push_back(1e11 + uni(0, 3));
         p.edges.push_back(std::move(e));
       }
     SolveOptions o;
@@ -174,7 +177,9 @@ TEST(ProblemCosts, ExactSearchSeparatesCostsOneUnitApartAtLargeMagnitude) {
 }
 
 TEST(SolveTimeLimit, BadLimitsAreRefusedAndHugeOnesCapped) {
-  EXPECT_NE(error_of([] { checked_time_limit(0, "--time-limit"); }).find("--time-limit must be a finite number of seconds > 0, got 0"),
+  EXPECT_NE(error_of([] {
+              checked_time_limit(0, "--time-limit");
+            }).find("--time-limit must be a finite number of seconds > 0, got 0"),
             std::string::npos);
   EXPECT_NE(error_of([] { checked_time_limit(-1, "x"); }), "");
   EXPECT_NE(error_of([] { checked_time_limit(std::nan(""), "x"); }), "");
@@ -221,7 +226,6 @@ TEST(SolveCli, RunningOutOfTimeIsNotCalledInfeasible) {
   EXPECT_EQ(r.err.find("raise --time-limit"), std::string::npos) << r.err;
   std::remove(path.c_str());
 }
-
 
 TEST(SolveCli, TimeRunningOutBeforeAnyPlanSaysSoAndSuggestsMoreTime) {
   AUTOSHARD_REQUIRE_INSTANCE(path, "B.json.gz");

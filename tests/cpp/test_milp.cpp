@@ -101,7 +101,8 @@ TEST(Milp, StopsWhenInterrupted) {
   o.time_limit_s = 30;
   const std::atomic<bool> proven_elsewhere{true};
   const auto t0 = Clock::now();
-  const SolveResult r = detail::solve_milp(detail::build_graph_view(p), p.usage_limit, true, o, nullptr, &proven_elsewhere);
+  const SolveResult r =
+      detail::solve_milp(detail::build_graph_view(p), p.usage_limit, true, o, nullptr, &proven_elsewhere);
   EXPECT_LT(seconds_since(t0), 5.0);
   if (r.found) EXPECT_TRUE(plan_valid(p, r.solution, nullptr));
 }

@@ -86,16 +86,16 @@ TEST(OverlapModel, TheCountOfTargetsAndTheLossRunBesideTheStep) {
   EXPECT_EQ(input_factor(m, "div", 1), 0.0);    // the forward's loss / count
   EXPECT_EQ(input_factor(m, "div_1", 1), 0.0);  // the backward's tangent / count
   EXPECT_EQ(input_factor(m, "nll_loss_backward", 3), 0.0);
-  EXPECT_EQ(input_factor(m, "div", 0), 1.0);    // the loss sum itself: an activation
+  EXPECT_EQ(input_factor(m, "div", 0), 1.0);  // the loss sum itself: an activation
   EXPECT_EQ(input_factor(m, "mm", 0), 1.0);
   for (size_t j = 0; j < m.graph.outputs.size(); ++j)
     if (m.graph.outputs[j].role == GraphOutput::Role::Output) EXPECT_EQ(m.overlap.output_factor[j], 0.0);
 }
 
 TEST(OverlapModel, NoOverlapWhenTheHardwareSaysNoneOrThereIsOneBlockOrOneRank) {
-  for (const Modelled& m : {model(two_block_mlp(), R"({"base": "H100", "comm_overlap": 0})"),
-                            model(read_graph_file(test_data("mlp2_fwd_bwd.json")), "H100"),
-                            model(two_block_mlp(), "H100", 1)}) {
+  for (const Modelled& m :
+       {model(two_block_mlp(), R"({"base": "H100", "comm_overlap": 0})"),
+        model(read_graph_file(test_data("mlp2_fwd_bwd.json")), "H100"), model(two_block_mlp(), "H100", 1)}) {
     EXPECT_EQ(m.overlap.forward_factor, 1.0);
     EXPECT_EQ(m.overlap.backward_factor, 1.0);
     for (const auto& per_node : m.overlap.input_factor)
@@ -128,7 +128,7 @@ TEST(OverlapModel, BucketedCollectivesShareTheirLaunch) {
   const size_t mm = static_cast<size_t>(m.graph.index_by_name.at("mm"));
   EXPECT_DOUBLE_EQ(m.overlap.launch_us, 150.0);  // the CPU profile's fixed cost per call
   EXPECT_DOUBLE_EQ(m.overlap.input_launch_share[t][0], 1.0);
-  EXPECT_DOUBLE_EQ(m.overlap.input_launch_share[mm][0], 1.0);        // an activation: its own call
+  EXPECT_DOUBLE_EQ(m.overlap.input_launch_share[mm][0], 1.0);  // an activation: its own call
   for (size_t j = 0; j < m.graph.outputs.size(); ++j)
     if (m.graph.outputs[j].role == GraphOutput::Role::Grad) EXPECT_DOUBLE_EQ(m.overlap.output_launch_share[j], 1.0);
   // one block holding both weights: each call is shared by two

@@ -71,7 +71,7 @@ TEST(Layout, Shardability) {
   EXPECT_TRUE(is_shardable({3, 3}, L({"S(0)", "S(0)"}), m22));   // 3 -> ceil 2 -> 2 >= 2
   EXPECT_FALSE(is_shardable({2, 3}, L({"S(0)", "S(0)"}), m22));  // 2 -> 1 < 2
   EXPECT_FALSE(is_shardable({1, 3}, L({"S(0)", "R"}), m22));
-  EXPECT_FALSE(is_shardable({4}, L({"S(1)", "R"}), m22));        // no dim 1
+  EXPECT_FALSE(is_shardable({4}, L({"S(1)", "R"}), m22));  // no dim 1
   EXPECT_TRUE(has_mixed_partial(L({"P(sum)", "P(max)"})));
   EXPECT_FALSE(has_mixed_partial(L({"P(sum)", "P(sum)"})));
   // Placeholder layouts: (rank + 1)^mesh_dims minus the unshardable ones.

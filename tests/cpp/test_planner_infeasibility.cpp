@@ -49,18 +49,21 @@ TEST(PlannerInfeasibility, SolverProvenConflictNamesExactlyTheConflictingConstra
   std::string e = infeasible_message(g, o);
   EXPECT_TRUE(has(e, "no feasible plan exists (proven by the solver")) << e;
   const std::string cause = cause_of(e);
-  EXPECT_TRUE(has(cause, "Cause (proven: with every other constraint removed there is still no plan, and removing "
-                         "any one of these gives a plan"))
+  EXPECT_TRUE(has(cause,
+                  "Cause (proven: with every other constraint removed there is still no plan, and removing "
+                  "any one of these gives a plan"))
       << e;
   EXPECT_TRUE(has(cause, "these 2 constraints cannot all hold:")) << e;
-  EXPECT_TRUE(has(cause, "\n  - output constraint on forward output 0 = (Partial(),) [\"P(sum)\"]: produced by node "
-                         "'mm', aten.mm.default -> float32[1024,512]"))
+  EXPECT_TRUE(has(cause,
+                  "\n  - output constraint on forward output 0 = (Partial(),) [\"P(sum)\"]: produced by node "
+                  "'mm', aten.mm.default -> float32[1024,512]"))
       << e;
   EXPECT_TRUE(has(cause, "\n  - memory limit = 1572864 bytes per GPU")) << e;
   EXPECT_FALSE(has(cause, "input constraint")) << e;
   EXPECT_FALSE(has(cause, "parameter memory")) << e;  // the default high bound is not to blame
-  EXPECT_TRUE(has(e, "Fix: remove or relax the output constraint on output 0 or the memory limit: the request "
-                     "without any one of them has a plan."))
+  EXPECT_TRUE(has(e,
+                  "Fix: remove or relax the output constraint on output 0 or the memory limit: the request "
+                  "without any one of them has a plan."))
       << e;
   // Each named removal does give a plan.
   PlannerOptions without_output = o;
@@ -89,8 +92,9 @@ TEST(PlannerInfeasibility, ObviousMemoryConflictWithAPinNamesThePinAndItsSourceL
   EXPECT_TRUE(has(e, "no feasible plan: memory_limit_bytes=300000000 is below the smallest possible peak")) << e;
   const std::string cause = cause_of(e);
   EXPECT_TRUE(has(cause, "these 2 constraints cannot all hold:")) << e;
-  EXPECT_TRUE(has(cause, "\n  - node constraint on 'mm' = (Replicate(),) [\"R\"]: aten.mm.default -> "
-                         "float32[65536,1024] in module w1, at mlp.py:10 in forward: h = torch.relu(self.w1(x))"))
+  EXPECT_TRUE(has(cause,
+                  "\n  - node constraint on 'mm' = (Replicate(),) [\"R\"]: aten.mm.default -> "
+                  "float32[65536,1024] in module w1, at mlp.py:10 in forward: h = torch.relu(self.w1(x))"))
       << e;
   EXPECT_TRUE(has(cause, "\n  - memory limit = 300000000 bytes per GPU")) << e;
   EXPECT_FALSE(has(cause, "primals_3")) << e;
@@ -106,8 +110,9 @@ TEST(PlannerInfeasibility, ParameterLowBoundAgainstMemoryLimitIsProvenBeforeSolv
   o.parameter_memory = std::make_pair(1.0, 1.0);
   o.memory_limit_bytes = 274'581'188;
   std::string e = infeasible_message(g, o);
-  EXPECT_TRUE(has(e, "under the parameter memory low bound: the parameters, live the whole step, must take at least "
-                     "8388608 bytes per GPU (they could take 2097152)"))
+  EXPECT_TRUE(has(e,
+                  "under the parameter memory low bound: the parameters, live the whole step, must take at least "
+                  "8388608 bytes per GPU (they could take 2097152)"))
       << e;
   const std::string cause = cause_of(e);
   EXPECT_TRUE(has(cause, "Cause (proven")) << e;
@@ -155,8 +160,9 @@ TEST(PlannerInfeasibility, DiagnosisReportsWhatItEstablishedWhenItsTimeRunsOut) 
   EXPECT_EQ(d.conflict.size(), d.constraints.size());
   std::string text = format_diagnosis(g, o, d);
   EXPECT_TRUE(has(text, "[not established whether it is needed: the diagnosis ran out of time on it]")) << text;
-  EXPECT_TRUE(has(text, "The diagnosis time ran out before every probe was done: the constraints above are proven "
-                        "to conflict, but the set may not be minimal"))
+  EXPECT_TRUE(has(text,
+                  "The diagnosis time ran out before every probe was done: the constraints above are proven "
+                  "to conflict, but the set may not be minimal"))
       << text;
   // With time it finds the two (the input constraint and the default parameter bound go).
   DiagnosisOptions some;
@@ -183,7 +189,8 @@ TEST(PlannerInfeasibility, WhenTheSolverRanOutOfTimeTheDiagnosisCanProveInfeasib
   EXPECT_TRUE(d.request_proven);
   EXPECT_TRUE(d.proven_by_diagnosis);
   std::string text = format_diagnosis(g, o, d);
-  EXPECT_TRUE(has(text, "\nThe diagnosis proved that no plan exists, so more time would not help.\nCause (proven")) << text;
+  EXPECT_TRUE(has(text, "\nThe diagnosis proved that no plan exists, so more time would not help.\nCause (proven"))
+      << text;
   EXPECT_TRUE(has(text, "these 2 constraints cannot all hold:")) << text;
   EXPECT_FALSE(has(cause_of(text), "input constraint")) << text;
 }
@@ -202,10 +209,11 @@ TEST(PlannerInfeasibility, WithoutAProofItSaysWhichRemovalsGiveAPlan) {
   EXPECT_EQ(d.alone_fixes[0], ProbeOutcome::Feasible);
   std::string text = format_diagnosis(g, o, d);
   EXPECT_TRUE(has(text, "\nEach constraint removed in turn (diagnosis: ")) << text;
-  EXPECT_TRUE(has(text, "without the input constraint on 'x' or without the parameter memory high bound a plan is "
-                        "found, so each of these makes the request infeasible or too hard for the time limit (not "
-                        "proven):\n  - input constraint on 'x' = (Shard(1),) [\"S(1)\"]: forward input 0, "
-                        "placeholder float32[1024,256]\n  - parameter memory high bound = 0.25 (the default"))
+  EXPECT_TRUE(has(text,
+                  "without the input constraint on 'x' or without the parameter memory high bound a plan is "
+                  "found, so each of these makes the request infeasible or too hard for the time limit (not "
+                  "proven):\n  - input constraint on 'x' = (Shard(1),) [\"S(1)\"]: forward input 0, "
+                  "placeholder float32[1024,256]\n  - parameter memory high bound = 0.25 (the default"))
       << text;
   EXPECT_TRUE(has(text, "raise the time limit")) << text;
 }

@@ -24,10 +24,7 @@
 
 using namespace autoshard;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(PlannerLimits, ParameterMemoryBelowOneOverMeshSizeIsRefused) {
   Graph g = read_graph_file(test_data("linear_fwd.json"));
@@ -113,8 +110,9 @@ TEST(PlannerLimits, MeshTooLargeForMemoryIsRefusedBeforeBuilding) {
   CliRun r = run_cli({"plan", test_data("mlp2_fwd_bwd.json"), "--mesh", "2x2x2x2x2", "--max-problem-bytes", "1e9"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("above the memory cap of 1.0 GB"), std::string::npos) << r.err;
-  EXPECT_EQ(parse_planner_options(parse_json(R"({"mesh": {"shape": [4]}, "max_problem_bytes": 12345})")).max_problem_bytes,
-            12345);
+  EXPECT_EQ(
+      parse_planner_options(parse_json(R"({"mesh": {"shape": [4]}, "max_problem_bytes": 12345})")).max_problem_bytes,
+      12345);
 }
 
 TEST(PlannerLimits, TimeLimitHoldsWhileBuildingTheProblem) {
@@ -152,7 +150,8 @@ TEST(PlannerLimits, BudgetRaisedForPinnedParametersIsReported) {
   std::ifstream f(test_data("linear_fwd.json"));
   std::stringstream graph;
   graph << f.rdbuf();
-  Json plan = parse_json(plan_graph_json(graph.str(), R"({"mesh": {"shape": [4]}, "input_constraints": {"w": ["R"]}})"));
+  Json plan =
+      parse_json(plan_graph_json(graph.str(), R"({"mesh": {"shape": [4]}, "input_constraints": {"w": ["R"]}})"));
   const std::string& report = json_string(plan.at("report"));
   EXPECT_NE(report.find("note: the parameter memory budget (high = 0.25 of each parameter) cannot be met by 1 "
                         "parameter(s), so their share was raised to the least any strategy reaches: w (pinned) at "

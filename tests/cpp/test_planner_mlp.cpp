@@ -155,8 +155,8 @@ TEST(PlannerJson, PlanDocumentFollowsTheFormat) {
   std::ifstream f(test_data("mlp2_fwd_bwd.json"));
   std::stringstream ss;
   ss << f.rdbuf();
-  std::string plan_text = plan_graph_json(
-      ss.str(), R"j({"mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "time_limit_s": 3,
+  std::string plan_text =
+      plan_graph_json(ss.str(), R"j({"mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "time_limit_s": 3,
                    "input_constraints": {"primals_3": ["S(0)", "S(0)"]}})j");
   Json plan = parse_json(plan_text);
   EXPECT_EQ(json_int(plan.at("version")), 1);
@@ -195,8 +195,9 @@ TEST(PlannerErrors, BadOptionsAndImpossibleConstraintsSayWhatToChange) {
     }
     return "";
   };
-  EXPECT_NE(error_of(R"j({"mesh": {"shape": [4]}, "paramter_memory": null})j").find("unknown field \"paramter_memory\""),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"j({"mesh": {"shape": [4]}, "paramter_memory": null})j").find("unknown field \"paramter_memory\""),
+      std::string::npos);
   EXPECT_NE(error_of(R"j({"mesh": {"shape": [0]}})j").find("options.mesh.shape"), std::string::npos);
   EXPECT_NE(error_of(R"j({"mesh": {"shape": [4]}, "hardware": "Z80"})j").find("Z80"), std::string::npos);
   std::string e = error_of(R"j({"mesh": {"shape": [4]}, "node_constraints": {"mm": ["P(max)"]}})j");
@@ -266,11 +267,13 @@ TEST(PlannerMemory, MemoryLimitBoundsThePeakOfThePlan) {
   o.memory_limit_bytes = int64_t{1} << 50;
   PlanningResult loose = run_planner(g, o);
   int64_t loose_peak = independent_peak(loose);
-  EXPECT_EQ(evaluate(loose.lowered.problem, [&] {
-              Solution s;
-              for (int32_t gi : loose.lowered.graph_node) s.push_back(loose.plan.choice[gi]);
-              return s;
-            }()).peak_usage,
+  EXPECT_EQ(evaluate(loose.lowered.problem,
+                     [&] {
+                       Solution s;
+                       for (int32_t gi : loose.lowered.graph_node) s.push_back(loose.plan.choice[gi]);
+                       return s;
+                     }())
+                .peak_usage,
             loose_peak);
   // Three quarters of that peak still fit with every activation sharded 4 ways; the plan must honour it.
   o.memory_limit_bytes = loose_peak * 3 / 4;

@@ -83,14 +83,16 @@ TEST(ProblemIo, UsageLimitAndIntervalsAreOptionalTogether) {
   Problem p = parse_problem(R"({"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [], "costs": []}}})");
   EXPECT_EQ(p.usage_limit, -1);
   EXPECT_NE(error_of(R"({"problem": {"nodes": {"costs": [[1]], "usages": [[1]]}, "edges": {"nodes": [], "costs": []},
-      "usage_limit": 3}})"), "(no error)");
+      "usage_limit": 3}})"),
+            "(no error)");
 }
 
 TEST(ProblemIo, ErrorsNameWhatAndWhere) {
   EXPECT_NE(error_of("{\"problem\": \n {\"nodes\": [1,}").find("line 2"), std::string::npos);
   EXPECT_NE(error_of("[1]").find("top level"), std::string::npos);
   EXPECT_NE(error_of("{}").find("\"problem\""), std::string::npos);
-  EXPECT_NE(error_of(small_with("\"edges\": {\"nodes\"", "\"edges\": {\"nodez\"")).find("problem.edges: missing key \"nodes\""),
+  EXPECT_NE(error_of(small_with("\"edges\": {\"nodes\"", "\"edges\": {\"nodez\""))
+                .find("problem.edges: missing key \"nodes\""),
             std::string::npos);
   std::string e = error_of(small_with("[100, 200, 300, 400, 500, 600]", "[100, 200, 300]"));
   EXPECT_NE(e.find("problem.edges.costs[0]"), std::string::npos) << e;
@@ -278,7 +280,10 @@ TEST(ProblemIo, EventReaderReadsAsTheDocumentReader) {
     expect_same(a, b);
   }
   const std::vector<std::string> bad = {
-      "", "[]", R"({"problem": []})", R"({"problem": {"nodes": {"costs": [[1]]}}})",
+      "",
+      "[]",
+      R"({"problem": []})",
+      R"({"problem": {"nodes": {"costs": [[1]]}}})",
       R"({"problem": {"nodes": {"costs": [[]]}, "edges": {"nodes": [], "costs": []}}})",
       R"({"problem": {"nodes": {"costs": [[1]], "usages": [[-1]]}, "edges": {"nodes": [], "costs": []}}})",
       R"({"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 1]], "costs": [[1]]}}})",

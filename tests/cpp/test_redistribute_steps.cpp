@@ -18,10 +18,18 @@ TensorMeta f32(std::vector<int64_t> shape) { return TensorMeta{std::move(shape),
 struct Redistribute : ::testing::Test {
   MeshModel m22 = MeshModel::make(Mesh{{2, 2}, {"dp", "tp"}}, "H100");
   MeshModel m4 = MeshModel::make(Mesh{{4}, {}}, "H100");
-  double ag(const MeshModel& m, int dim, double bytes) { return collective_time_us(Collective::AllGather, bytes, m.links[dim]); }
-  double rs(const MeshModel& m, int dim, double bytes) { return collective_time_us(Collective::ReduceScatter, bytes, m.links[dim]); }
-  double ar(const MeshModel& m, int dim, double bytes) { return collective_time_us(Collective::AllReduce, bytes, m.links[dim]); }
-  double a2a(const MeshModel& m, int dim, double bytes) { return collective_time_us(Collective::AllToAll, bytes, m.links[dim]); }
+  double ag(const MeshModel& m, int dim, double bytes) {
+    return collective_time_us(Collective::AllGather, bytes, m.links[dim]);
+  }
+  double rs(const MeshModel& m, int dim, double bytes) {
+    return collective_time_us(Collective::ReduceScatter, bytes, m.links[dim]);
+  }
+  double ar(const MeshModel& m, int dim, double bytes) {
+    return collective_time_us(Collective::AllReduce, bytes, m.links[dim]);
+  }
+  double a2a(const MeshModel& m, int dim, double bytes) {
+    return collective_time_us(Collective::AllToAll, bytes, m.links[dim]);
+  }
   double copy(const MeshModel& m, double bytes) { return memory_time_us(m.hw, 2 * bytes); }
 };
 
@@ -141,8 +149,10 @@ TEST_F(Redistribute, CacheMatchesThePlanner) {
     for (const auto& y : all) {
       double want = plan_redistribution(meta, x, y, m22).time_us;
       double got = cache.time_us(meta, x, y);
-      if (std::isinf(want)) EXPECT_TRUE(std::isinf(got));
-      else EXPECT_DOUBLE_EQ(got, want) << layout_str(x) << " -> " << layout_str(y);
+      if (std::isinf(want))
+        EXPECT_TRUE(std::isinf(got));
+      else
+        EXPECT_DOUBLE_EQ(got, want) << layout_str(x) << " -> " << layout_str(y);
       EXPECT_EQ(cache.time_us(meta, x, y), got);  // a second lookup hits the cache
     }
 }

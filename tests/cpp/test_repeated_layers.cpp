@@ -60,8 +60,8 @@ TEST(RepeatedLayers, FindsTheIdenticalLayersAndLeavesTheOddOneOut) {
   EXPECT_EQ(t.of(node(g, "mm_3")), node(g, "mm_1"));
   EXPECT_EQ(t.of(node(g, "primals_4")), node(g, "primals_2"));
   EXPECT_EQ(t.of(node(g, "add_4")), node(g, "add_6"));  // layer 3's and layer 1's, both module-less
-  EXPECT_EQ(t.of(node(g, "mm")), node(g, "mm"));         // layer 0: itself
-  EXPECT_EQ(t.of(node(g, "mm_4")), node(g, "mm_4"));     // the head
+  EXPECT_EQ(t.of(node(g, "mm")), node(g, "mm"));        // layer 0: itself
+  EXPECT_EQ(t.of(node(g, "mm_4")), node(g, "mm_4"));    // the head
   // Fewer identical layers than asked for: nothing tied.
   EXPECT_FALSE(find_repeated_layers(g, {}, 4).any());
 }

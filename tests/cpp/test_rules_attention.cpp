@@ -30,12 +30,12 @@ TEST(RulesAttention, GqaHeadShardingNeedsBothHeadCountsToDivide) {
 }
 
 TEST(RulesAttention, FlashCpuBackward) {
-  auto c = make_case("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
-                     {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16}}},
-                     "[$0, $1, $2, $3, $4, $5, 0.0, true]", {{{2, 4, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}});
-  EXPECT_EQ(row_set(c->rows()),
-            (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0)",
-                                   "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1)"}));
+  auto c = make_case(
+      "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+      {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16}}},
+      "[$0, $1, $2, $3, $4, $5, 0.0, true]", {{{2, 4, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}});
+  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0)",
+                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1)"}));
   EXPECT_DOUBLE_EQ(c->flops({{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 2, 16, 16}}}, {}),
                    2.5 * 4.0 * 2 * 4 * 16 * 16 * 16);
 }
@@ -43,10 +43,10 @@ TEST(RulesAttention, FlashCpuBackward) {
 TEST(RulesAttention, EfficientAttentionBiasAndPhiloxTensors) {
   // outputs: out, logsumexp, philox_seed, philox_offset (0-d)
   auto c = make_case("aten._scaled_dot_product_efficient_attention.default",
-                     {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{1, 4, 16, 16}}},
-                     "[$0, $1, $2, $3, true]", {{{2, 4, 16, 8}}, {{2, 4, 32}}, {{}, "int64"}, {{}, "int64"}});
-  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0),R,R|S(0),S(0),S(0),R",
-                                                       "S(1),S(1),R,R|S(1),S(1),S(1),S(1)"}));
+                     {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{1, 4, 16, 16}}}, "[$0, $1, $2, $3, true]",
+                     {{{2, 4, 16, 8}}, {{2, 4, 32}}, {{}, "int64"}, {{}, "int64"}});
+  EXPECT_EQ(row_set(c->rows()),
+            (std::set<std::string>{"S(0),S(0),R,R|S(0),S(0),S(0),R", "S(1),S(1),R,R|S(1),S(1),S(1),S(1)"}));
 }
 
 }  // namespace

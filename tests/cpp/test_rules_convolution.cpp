@@ -14,8 +14,8 @@ std::unique_ptr<OpCase> conv2d(int64_t groups = 1, std::vector<int64_t> mesh = {
 }
 
 TEST(RulesConvolution, Conv2dRowsBatchChannelsAndLinear) {
-  std::set<std::string> want = {"S(0)|S(0),R,R",           "S(1)|R,S(0),S(0)",       "P(sum)|S(1),S(1),P(sum)",
-                                "P(sum)|P(sum),R,P(sum)",  "P(sum)|R,P(sum),P(sum)", "P(avg)|P(avg),R,P(avg)",
+  std::set<std::string> want = {"S(0)|S(0),R,R",          "S(1)|R,S(0),S(0)",       "P(sum)|S(1),S(1),P(sum)",
+                                "P(sum)|P(sum),R,P(sum)", "P(sum)|R,P(sum),P(sum)", "P(avg)|P(avg),R,P(avg)",
                                 "P(avg)|R,P(avg),P(avg)"};
   EXPECT_EQ(row_set(conv2d()->rows()), want);
 }
@@ -77,14 +77,14 @@ TEST(RulesConvolution, BackwardRows) {
                      "[$0, $1, $2, [64], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, true]]",
                      {{{8, 4, 32, 32}}, {{64, 4, 3, 3}}, {{64}}});
   std::set<std::string> want = {
-      "S(0),P(sum),P(sum)|S(0),S(0),R", "P(sum),S(0),S(0)|S(1),R,S(0)", "S(1),S(1),R|R,S(1),S(1)",
+      "S(0),P(sum),P(sum)|S(0),S(0),R",  "P(sum),S(0),S(0)|S(1),R,S(0)", "S(1),S(1),R|R,S(1),S(1)",
       "P(sum),P(sum),P(sum)|P(sum),R,R", "R,P(sum),R|R,P(sum),R",        "P(sum),R,R|R,R,P(sum)",
       "P(avg),P(avg),P(avg)|P(avg),R,R", "R,P(avg),R|R,P(avg),R",        "P(avg),R,R|R,R,P(avg)"};
   EXPECT_EQ(row_set(c->rows()), want);
   // grad_input and grad_weight: two products of the forward's size
-  EXPECT_DOUBLE_EQ(c->flops({{{8, 64, 32, 32}}, {{8, 4, 32, 32}}, {{64, 4, 3, 3}}},
-                            {{{8, 4, 32, 32}}, {{64, 4, 3, 3}}, {{64}}}),
-                   2 * 2.0 * (8 * 64 * 32 * 32) * (4 * 9));
+  EXPECT_DOUBLE_EQ(
+      c->flops({{{8, 64, 32, 32}}, {{8, 4, 32, 32}}, {{64, 4, 3, 3}}}, {{{8, 4, 32, 32}}, {{64, 4, 3, 3}}, {{64}}}),
+      2 * 2.0 * (8 * 64 * 32 * 32) * (4 * 9));
 }
 
 TEST(RulesConvolution, BackwardWithoutInputGradientAndPatchShards) {

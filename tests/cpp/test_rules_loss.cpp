@@ -22,8 +22,8 @@ TEST(RulesLoss, BceWithLogitsBroadcastsWeightAndPosWeight) {
   // logits [8, 4, 32], targets alike, weight [32], pos_weight [32]; mean
   auto c = make_case("aten.binary_cross_entropy_with_logits.default", {{{8, 4, 32}}, {{8, 4, 32}}, {{32}}, {{32}}},
                      "[$0, $1, $2, $3]", {{{}}});
-  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"P(avg)|S(0),S(0),R,R", "P(avg)|S(1),S(1),R,R",
-                                                       "P(avg)|S(2),S(2),S(0),S(0)"}));
+  EXPECT_EQ(row_set(c->rows()),
+            (std::set<std::string>{"P(avg)|S(0),S(0),R,R", "P(avg)|S(1),S(1),R,R", "P(avg)|S(2),S(2),S(0),S(0)"}));
   auto kw = make_case("aten.binary_cross_entropy_with_logits.default", {{{8, 32}}, {{8, 32}}}, "[$0, $1]", {{{}}},
                       R"({"reduction": 2})");
   EXPECT_TRUE(row_set(kw->rows()).count("P(sum)|S(0),S(0)"));
@@ -32,8 +32,8 @@ TEST(RulesLoss, BceWithLogitsBroadcastsWeightAndPosWeight) {
 TEST(RulesLoss, BackwardShardsOnlyNoneAndSum) {
   auto sum = make_case("aten.smooth_l1_loss_backward.default", {{{}}, {{8, 16}}, {{8, 16}}}, "[$0, $1, $2, 2, 0.5]",
                        {{{8, 16}}});
-  EXPECT_EQ(row_set(sum->rows()), (std::set<std::string>{"S(0)|R,S(0),S(0)", "S(1)|R,S(1),S(1)", "P(sum)|P(sum),R,R",
-                                                         "P(avg)|P(avg),R,R"}));
+  EXPECT_EQ(row_set(sum->rows()),
+            (std::set<std::string>{"S(0)|R,S(0),S(0)", "S(1)|R,S(1),S(1)", "P(sum)|P(sum),R,R", "P(avg)|P(avg),R,R"}));
   auto none = make_case("aten.huber_loss_backward.default", {{{8, 16}}, {{8, 16}}, {{8, 16}}}, "[$0, $1, $2, 0, 1.0]",
                         {{{8, 16}}});
   EXPECT_TRUE(row_set(none->rows()).count("S(1)|S(1),S(1),S(1)"));

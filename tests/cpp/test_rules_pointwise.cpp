@@ -7,10 +7,9 @@ namespace {
 TEST(RulesPointwise, AddWithBroadcastShardsOnlyNonBroadcastDims) {
   // add(x[2,16,64], b[64]): dim 2 of the output reads b's dim 0; dims 0,1 broadcast b.
   auto c = make_case("aten.add.Tensor", {{{2, 16, 64}}, {{64}}}, "[$0, $1]", {{{2, 16, 64}}});
-  std::set<std::string> want = {
-      "S(0)|S(0),R", "S(1)|S(1),R", "S(2)|S(2),S(0)",
-      "P(sum)|P(sum),P(sum)", "P(avg)|P(avg),P(avg)", "P(avg)|P(avg),R", "P(max)|P(max),R",
-      "P(min)|P(min),R", "P(avg)|R,P(avg)"};
+  std::set<std::string> want = {"S(0)|S(0),R",          "S(1)|S(1),R",          "S(2)|S(2),S(0)",
+                                "P(sum)|P(sum),P(sum)", "P(avg)|P(avg),P(avg)", "P(avg)|P(avg),R",
+                                "P(max)|P(max),R",      "P(min)|P(min),R",      "P(avg)|R,P(avg)"};
   EXPECT_EQ(row_set(c->rows()), want);
 }
 
@@ -35,8 +34,7 @@ TEST(RulesPointwise, AddOfPythonNumberKeepsNoPartial) {
 
 TEST(RulesPointwise, ScalarMulAndDivAreLinear) {
   auto c = make_case("aten.mul.Scalar", {{{4, 8}}}, "[$0, -0.5]", {{{4, 8}}});
-  EXPECT_EQ(row_set(c->rows()),
-            (std::set<std::string>{"S(0)|S(0)", "S(1)|S(1)", "P(sum)|P(sum)", "P(avg)|P(avg)"}));
+  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0)|S(0)", "S(1)|S(1)", "P(sum)|P(sum)", "P(avg)|P(avg)"}));
   auto d = make_case("aten.div.Tensor", {{{4, 8}}, {{4, 1}}}, "[$0, $1]", {{{4, 8}}});
   auto rows = row_set(d->rows());
   EXPECT_TRUE(rows.count("P(sum)|P(sum),R"));
@@ -61,14 +59,18 @@ TEST(RulesPointwise, NonlinearOpsHaveOnlyShardRows) {
 }
 
 TEST(RulesPointwise, NoPartialSumThroughCastToIntOrBool) {
-  auto to_int = make_case("aten._to_copy.default", {{{8}}}, "[$0]", {{{8}, "int64"}}, R"({"dtype": {"dtype": "int64"}})");
+  auto to_int =
+      make_case("aten._to_copy.default", {{{8}}}, "[$0]", {{{8}, "int64"}}, R"({"dtype": {"dtype": "int64"}})");
   EXPECT_EQ(row_set(to_int->rows()), (std::set<std::string>{"S(0)|S(0)", "P(max)|P(max)", "P(min)|P(min)"}));
-  auto to_bool = make_case("aten._to_copy.default", {{{8}}}, "[$0]", {{{8}, "bool"}}, R"({"dtype": {"dtype": "bool"}})");
+  auto to_bool =
+      make_case("aten._to_copy.default", {{{8}}}, "[$0]", {{{8}, "bool"}}, R"({"dtype": {"dtype": "bool"}})");
   EXPECT_EQ(row_set(to_bool->rows()), (std::set<std::string>{"S(0)|S(0)"}));
-  auto to_bf16 = make_case("aten._to_copy.default", {{{8}}}, "[$0]", {{{8}, "bfloat16"}}, R"({"dtype": {"dtype": "bfloat16"}})");
-  EXPECT_EQ(row_set(to_bf16->rows()), (std::set<std::string>{"S(0)|S(0)", "P(sum)|P(sum)", "P(avg)|P(avg)",
-                                                              "P(max)|P(max)", "P(min)|P(min)"}));
-  auto int_to_float = make_case("aten._to_copy.default", {{{8}, "int64"}}, "[$0]", {{{8}, "float32"}}, R"({"dtype": {"dtype": "float32"}})");
+  auto to_bf16 =
+      make_case("aten._to_copy.default", {{{8}}}, "[$0]", {{{8}, "bfloat16"}}, R"({"dtype": {"dtype": "bfloat16"}})");
+  EXPECT_EQ(row_set(to_bf16->rows()),
+            (std::set<std::string>{"S(0)|S(0)", "P(sum)|P(sum)", "P(avg)|P(avg)", "P(max)|P(max)", "P(min)|P(min)"}));
+  auto int_to_float = make_case("aten._to_copy.default", {{{8}, "int64"}}, "[$0]", {{{8}, "float32"}},
+                                R"({"dtype": {"dtype": "float32"}})");
   EXPECT_TRUE(row_set(int_to_float->rows()).count("P(sum)|P(sum)"));
 }
 
@@ -86,7 +88,8 @@ TEST(RulesPointwise, DropoutShardsBothOutputsAndNeverPartial) {
 TEST(RulesPointwise, IdentityCopiesKeepEveryPartial) {
   auto c = make_case("aten.clone.default", {{{4, 4}}}, "[$0]", {{{4, 4}}});
   auto rows = row_set(c->rows());
-  for (const char* p : {"P(sum)|P(sum)", "P(avg)|P(avg)", "P(max)|P(max)", "P(min)|P(min)"}) EXPECT_TRUE(rows.count(p)) << p;
+  for (const char* p : {"P(sum)|P(sum)", "P(avg)|P(avg)", "P(max)|P(max)", "P(min)|P(min)"})
+    EXPECT_TRUE(rows.count(p)) << p;
 }
 
 }  // namespace

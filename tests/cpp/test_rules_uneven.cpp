@@ -19,7 +19,7 @@ std::set<std::string> strategies(const OpCase& c, const std::vector<int64_t>& me
 TEST(RulesUneven, PointwiseAndCastsKeepAnUnevenShard) {
   auto relu = make_case("aten.relu.default", {{{3, 8}}}, "[$0]", {{{3, 8}}});
   auto s = strategies(*relu, {4});
-  EXPECT_TRUE(s.count("S(0) -> S(0)"));   // 3 rows over 4 ranks: sizes 1, 1, 1, 0
+  EXPECT_TRUE(s.count("S(0) -> S(0)"));  // 3 rows over 4 ranks: sizes 1, 1, 1, 0
   EXPECT_TRUE(s.count("S(1) -> S(1)"));
   auto cast = make_case("aten._to_copy.default", {{{3, 8}}}, "[$0]", {{{3, 8}, "bfloat16"}},
                         R"({"dtype": {"dtype": "bfloat16"}})");

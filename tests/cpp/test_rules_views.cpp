@@ -20,11 +20,9 @@ TEST(RulesViews, SplitHeadsMapsLeadingDimOfTheSplit) {
 }
 
 TEST(RulesViews, SplitNeedsTheLeadingSizeToDivide) {
-  auto c = make_case("aten.view.default", {{{2, 16, 64}}}, "[$0, [2, 16, 4, 16]]", {{{2, 16, 4, 16}}},
-                     "{}", {4});
-  EXPECT_TRUE(c->accept({L({"S(2)"})}, {L({"S(2)"})}));   // 4 heads over 4 ranks
-  auto c3 = make_case("aten.view.default", {{{2, 16, 48}}}, "[$0, [2, 16, 3, 16]]", {{{2, 16, 3, 16}}},
-                      "{}", {2});
+  auto c = make_case("aten.view.default", {{{2, 16, 64}}}, "[$0, [2, 16, 4, 16]]", {{{2, 16, 4, 16}}}, "{}", {4});
+  EXPECT_TRUE(c->accept({L({"S(2)"})}, {L({"S(2)"})}));  // 4 heads over 4 ranks
+  auto c3 = make_case("aten.view.default", {{{2, 16, 48}}}, "[$0, [2, 16, 3, 16]]", {{{2, 16, 3, 16}}}, "{}", {2});
   EXPECT_FALSE(c3->accept({L({"S(2)"})}, {L({"S(2)"})}));  // 3 heads over 2 ranks: blocks misalign
   // A 1:1 group accepts uneven shards: chunks of equal dims line up.
   EXPECT_TRUE(c3->accept({L({"S(1)"})}, {L({"S(1)"})}));

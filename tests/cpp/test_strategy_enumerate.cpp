@@ -49,11 +49,15 @@ void register_test_rules() {
 Graph matmul_graph(const std::string& op, int64_t m, int64_t k, int64_t n) {
   std::string text = R"({"version": 1, "nodes": [
     {"name": "x", "op": "placeholder", "role": "input", "input_index": 0,
-     "outputs": [{"shape": [)" + std::to_string(m) + "," + std::to_string(k) + R"(], "dtype": "float32"}]},
+     "outputs": [{"shape": [)" +
+                     std::to_string(m) + "," + std::to_string(k) + R"(], "dtype": "float32"}]},
     {"name": "w", "op": "placeholder", "role": "parameter", "fqn": "w",
-     "outputs": [{"shape": [)" + std::to_string(k) + "," + std::to_string(n) + R"(], "dtype": "float32"}]},
-    {"name": "y", "op": ")" + op + R"(", "args": [{"ref": "x"}, {"ref": "w"}], "source": "model.py:7 in f",
-     "outputs": [{"shape": [)" + std::to_string(m) + "," + std::to_string(n) + R"(], "dtype": "float32"}]}],
+     "outputs": [{"shape": [)" +
+                     std::to_string(k) + "," + std::to_string(n) + R"(], "dtype": "float32"}]},
+    {"name": "y", "op": ")" +
+                     op + R"(", "args": [{"ref": "x"}, {"ref": "w"}], "source": "model.py:7 in f",
+     "outputs": [{"shape": [)" +
+                     std::to_string(m) + "," + std::to_string(n) + R"(], "dtype": "float32"}]}],
     "outputs": [{"ref": "y", "role": "output", "output_index": 0}]})";
   return parse_graph(parse_json(text));
 }

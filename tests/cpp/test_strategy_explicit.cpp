@@ -20,12 +20,16 @@ namespace {
 std::string rowscale_graph(const std::string& op, const std::string& strategies, int64_t batch = 8) {
   return R"({"version": 1, "nodes": [
     {"name": "x", "op": "placeholder", "role": "input", "input_index": 0,
-     "outputs": [{"shape": [)" + std::to_string(batch) + R"(, 6], "dtype": "float32"}]},
+     "outputs": [{"shape": [)" +
+         std::to_string(batch) + R"(, 6], "dtype": "float32"}]},
     {"name": "w", "op": "placeholder", "role": "parameter", "fqn": "w",
      "outputs": [{"shape": [6], "dtype": "float32"}]},
-    {"name": "y", "op": ")" + op + R"(", "args": [{"ref": "x"}, {"ref": "w"}, 1e-6],
-     "source": "model.py:9 in forward", "strategies": )" + strategies + R"(,
-     "outputs": [{"shape": [)" + std::to_string(batch) + R"(, 6], "dtype": "float32"}]}],
+    {"name": "y", "op": ")" +
+         op + R"(", "args": [{"ref": "x"}, {"ref": "w"}, 1e-6],
+     "source": "model.py:9 in forward", "strategies": )" +
+         strategies + R"(,
+     "outputs": [{"shape": [)" +
+         std::to_string(batch) + R"(, 6], "dtype": "float32"}]}],
     "outputs": [{"ref": "y", "role": "output", "output_index": 0}]})";
 }
 
@@ -61,29 +65,27 @@ TEST_F(StrategyExplicit, ReadFromJson) {
 
 TEST_F(StrategyExplicit, UsedForAnOpWithoutRuleOnOneAndTwoDimMeshes) {
   Graph g = parse_graph(parse_json(rowscale_graph("mylib.rowscale.default", kBatchRows)));
-  EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m8)),
-            (std::set<std::string>{"R,R -> R", "S(0),R -> S(0)"}));
+  EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m8)), (std::set<std::string>{"R,R -> R", "S(0),R -> S(0)"}));
   // On a 2-D mesh: the Cartesian product of the rows over both mesh dims, as DTensor expands
   // register_sharding's single-dim strategies.
-  EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m22)),
-            (std::set<std::string>{"RR,RR -> RR", "S(0)R,RR -> S(0)R", "RS(0),RR -> RS(0)",
-                                   "S(0)S(0),RR -> S(0)S(0)"}));
+  EXPECT_EQ(
+      strategy_strs(enumerate_node_strategies(g, 2, m22)),
+      (std::set<std::string>{"RR,RR -> RR", "S(0)R,RR -> S(0)R", "RS(0),RR -> RS(0)", "S(0)S(0),RR -> S(0)S(0)"}));
   // The whole graph enumerates (no missing-rule error for the custom op).
   EXPECT_EQ(enumerate_strategies(g, m22).size(), 3u);
 }
 
 TEST_F(StrategyExplicit, NoAllReplicateRowIsAdded) {
   // DTensor runs exactly the user's list; the planner must not offer more.
-  Graph g = parse_graph(parse_json(rowscale_graph(
-      "mylib.rowscale.default", R"J([{"outputs": ["S(0)"], "inputs": ["S(0)", "R"]}])J")));
+  Graph g = parse_graph(
+      parse_json(rowscale_graph("mylib.rowscale.default", R"J([{"outputs": ["S(0)"], "inputs": ["S(0)", "R"]}])J")));
   EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m22)), (std::set<std::string>{"S(0)S(0),RR -> S(0)S(0)"}));
 }
 
 TEST_F(StrategyExplicit, WinOverTheCppRule) {
   // aten.mul.Tensor has a pointwise rule with shards on both dims; the node's rows replace it.
   Graph g = parse_graph(parse_json(rowscale_graph("aten.mul.Tensor", kBatchRows)));
-  EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m8)),
-            (std::set<std::string>{"R,R -> R", "S(0),R -> S(0)"}));
+  EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m8)), (std::set<std::string>{"R,R -> R", "S(0),R -> S(0)"}));
 }
 
 TEST_F(StrategyExplicit, CostedAsMemoryBoundOnLocalShapes) {
@@ -99,8 +101,8 @@ TEST_F(StrategyExplicit, UnshardableRowsDroppedAndNoneLeftIsAnError) {
   // 4 rows over 8 ranks: S(0) is not shardable (DTensor's rule), only R is left.
   Graph g = parse_graph(parse_json(rowscale_graph("mylib.rowscale.default", kBatchRows, 4)));
   EXPECT_EQ(strategy_strs(enumerate_node_strategies(g, 2, m8)), (std::set<std::string>{"R,R -> R"}));
-  Graph only_shard = parse_graph(parse_json(rowscale_graph(
-      "mylib.rowscale.default", R"J([{"outputs": ["S(0)"], "inputs": ["S(0)", "R"]}])J", 4)));
+  Graph only_shard = parse_graph(
+      parse_json(rowscale_graph("mylib.rowscale.default", R"J([{"outputs": ["S(0)"], "inputs": ["S(0)", "R"]}])J", 4)));
   try {
     enumerate_strategies(only_shard, m8);
     FAIL() << "expected an error";
@@ -122,7 +124,8 @@ TEST_F(StrategyExplicit, BadStrategiesNameTheNodeOpAndWhatIsWrong) {
   EXPECT_NE(m.find("strategies[0].outputs': 0 placement(s), but the node has 1 output(s)"), std::string::npos) << m;
   m = parse_error(rowscale_graph(op, R"J([{"outputs": ["R"], "inputs": ["R", "S(1)"]}])J"));
   EXPECT_NE(m.find("strategies[0].inputs[1]': S(1) shards dim 1 of a tensor with 1 dim(s) (shape [6])"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   m = parse_error(rowscale_graph(op, R"J([{"outputs": ["S(-1)"], "inputs": ["R", "R"]}])J"));
   EXPECT_NE(m.find("strategies[0].outputs[0]': invalid placement 'S(-1)'"), std::string::npos) << m;
   m = parse_error(rowscale_graph(op, R"J([])J"));

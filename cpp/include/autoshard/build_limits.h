@@ -29,10 +29,10 @@ inline constexpr int64_t kBytesPerTableEntry = 48;
 
 struct BuildLimits {
   Clock::time_point deadline = Clock::time_point::max();
-  double time_limit_s = 0;    // for messages
+  double time_limit_s = 0;  // for messages
   int64_t max_bytes = INT64_MAX;
-  std::string cap_source;     // how max_bytes was chosen, for messages
-  int64_t strategy_bytes = 0; // running total of enumerated strategies (estimated)
+  std::string cap_source;      // how max_bytes was chosen, for messages
+  int64_t strategy_bytes = 0;  // running total of enumerated strategies (estimated)
 
   // Throws PlanningLimitError when the deadline passed; `stage` says what was being built.
   void check_time(const std::string& stage) const;

@@ -14,8 +14,7 @@ namespace autoshard {
 int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // A subcommand: `args` excludes the program and subcommand names.
-using SubcommandFn = std::function<int(const std::vector<std::string>& args, std::ostream& out,
-                                       std::ostream& err)>;
+using SubcommandFn = std::function<int(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)>;
 
 struct Subcommand {
   std::string name;

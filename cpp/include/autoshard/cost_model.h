@@ -13,21 +13,21 @@
 namespace autoshard {
 
 struct HardwareProfile {
-  std::string name;                // "H100", "H200", "A100", "B200"
-  double peak_flops_fp32 = 0;      // FLOP/s used for float32 matmuls (TF32 tensor cores)
-  double peak_flops_bf16 = 0;      // FLOP/s, dense, also float16
+  std::string name;            // "H100", "H200", "A100", "B200"
+  double peak_flops_fp32 = 0;  // FLOP/s used for float32 matmuls (TF32 tensor cores)
+  double peak_flops_bf16 = 0;  // FLOP/s, dense, also float16
   double peak_flops_fp64 = 0;
   double peak_flops_fp8 = 0;
-  double hbm_bandwidth = 0;        // bytes/s
-  double memory_bytes = 0;         // HBM capacity per GPU
-  double flop_efficiency = 0.7;    // achievable fraction of peak FLOP/s
+  double hbm_bandwidth = 0;      // bytes/s
+  double memory_bytes = 0;       // HBM capacity per GPU
+  double flop_efficiency = 0.7;  // achievable fraction of peak FLOP/s
   double bandwidth_efficiency = 0.7;
-  double kernel_floor_us = 0;      // per-kernel launch/latency floor
+  double kernel_floor_us = 0;  // per-kernel launch/latency floor
   // Interconnect defaults for a node of this GPU.
   int gpus_per_node = 8;
-  double intra_node_bandwidth = 0; // bytes/s per GPU (NVLink), unidirectional
+  double intra_node_bandwidth = 0;  // bytes/s per GPU (NVLink), unidirectional
   double intra_node_latency_us = 0;
-  double inter_node_bandwidth = 0; // bytes/s per GPU (network)
+  double inter_node_bandwidth = 0;  // bytes/s per GPU (network)
   double inter_node_latency_us = 0;
 
   // --- added by the cost model (defaults keep hand-built profiles working) ---
@@ -39,7 +39,7 @@ struct HardwareProfile {
   // Achievable fraction of the link rates for collectives (NCCL bus bandwidth / wire rate).
   double intra_node_efficiency = 1.0;
   double inter_node_efficiency = 1.0;
-  double collective_launch_us = 0;       // fixed cost of one collective call (kernel launch, sync)
+  double collective_launch_us = 0;  // fixed cost of one collective call (kernel launch, sync)
   // The collective library runs a reduce-scatter as an all-reduce of the whole buffer, each
   // rank keeping its slice (gloo does): it costs an all-reduce, twice a ring reduce-scatter.
   bool reduce_scatter_via_all_reduce = false;
@@ -73,16 +73,16 @@ double memory_time_us(const HardwareProfile& hw, double bytes_moved);
 
 enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
 enum class CollectiveAlgorithm { Auto, Ring, Tree };
-std::string_view collective_name(Collective kind);             // "all_gather", ...
+std::string_view collective_name(Collective kind);                  // "all_gather", ...
 std::string_view collective_algorithm_name(CollectiveAlgorithm a);  // "auto", "ring", "tree"
 
 // The link a process group of one mesh dim runs over, derived from the mesh shape assuming a
 // row-major rank layout with the innermost mesh dims packed inside a node.
 struct MeshDimLink {
-  int group_size = 1;      // ranks in the group (the mesh dim's size)
-  int nodes = 1;           // distinct nodes the group spans
-  double bandwidth = 0;    // bytes/s per rank on the bottleneck link
-  double latency_us = 0;   // per step
+  int group_size = 1;     // ranks in the group (the mesh dim's size)
+  int nodes = 1;          // distinct nodes the group spans
+  double bandwidth = 0;   // bytes/s per rank on the bottleneck link
+  double latency_us = 0;  // per step
   // --- added by the cost model ---
   int ranks_per_node = 1;  // group members that share one node
   double launch_us = 0;    // fixed cost per collective call (0 for size-1 groups)

@@ -11,8 +11,7 @@ namespace autoshard {
 // Branch and bound. Returns the best valid plan found within options.time_limit_s, with
 // proven_optimal set when the search completed (or the plan meets the lower bound).
 // `warm_start`, when given and valid, seeds the incumbent.
-SolveResult solve_exact(const Problem& problem, const SolveOptions& options,
-                        const Solution* warm_start = nullptr);
+SolveResult solve_exact(const Problem& problem, const SolveOptions& options, const Solution* warm_start = nullptr);
 
 // A fast valid-plan finder (greedy start, memory repair, then single-node improvement moves
 // that never break the memory limit or a budget). Used as the exact search's warm start and

@@ -29,8 +29,8 @@ struct ArgValue {
   int64_t i = 0;
   double f = 0;
   bool b = false;
-  std::string s;         // String, DType name, Device, Enum
-  TensorRef tensor;      // Tensor
+  std::string s;     // String, DType name, Device, Enum
+  TensorRef tensor;  // Tensor
   std::vector<ArgValue> list;
 
   bool is_tensor() const { return kind == Kind::Tensor; }
@@ -52,17 +52,17 @@ struct ShardingRow {
 
 struct Node {
   std::string name;
-  std::string op;            // "placeholder" or e.g. "aten.mm.default"
+  std::string op;  // "placeholder" or e.g. "aten.mm.default"
   NodeRole role = NodeRole::Compute;
   Phase phase = Phase::Unknown;
-  std::string fqn;           // parameters / buffers
-  int input_index = -1;      // user inputs
-  int tangent_of = -1;       // tangents
+  std::string fqn;       // parameters / buffers
+  int input_index = -1;  // user inputs
+  int tangent_of = -1;   // tangents
   std::vector<ArgValue> args;
   std::vector<std::pair<std::string, ArgValue>> kwargs;
   std::vector<std::optional<TensorMeta>> outputs;  // nullopt for None outputs
-  std::string source;        // user source line, for errors and reports
-  std::string module;        // module path (e.g. "layers.0.attention"), for reports
+  std::string source;                              // user source line, for errors and reports
+  std::string module;                              // module path (e.g. "layers.0.attention"), for reports
   // Positions (in tensor_inputs() order) of inputs that must arrive in their producer's
   // layout, with no communication on the way: mixed precision asks for collectives on the
   // other side of a dtype cast (all-gather after the down-cast, reduce after the up-cast).
@@ -81,12 +81,12 @@ struct Node {
 struct GraphOutput {
   TensorRef ref;
   enum class Role { Output, Grad } role = Role::Output;
-  int output_index = -1;     // Output: position among forward outputs
-  int32_t grad_of = -1;      // Grad: node index of the parameter / input placeholder
+  int output_index = -1;  // Output: position among forward outputs
+  int32_t grad_of = -1;   // Grad: node index of the parameter / input placeholder
 };
 
 struct Graph {
-  std::vector<Node> nodes;   // topological order
+  std::vector<Node> nodes;  // topological order
   std::vector<GraphOutput> outputs;
   std::unordered_map<std::string, int32_t> index_by_name;
 

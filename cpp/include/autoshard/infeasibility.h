@@ -33,7 +33,7 @@ struct UserConstraint {
 // the layouts fixed around it, a parameter-memory low bound above what the parameters can
 // take, or a memory limit below the smallest possible peak. nullopt if none fails.
 struct ObviousInfeasibility {
-  std::string message;  // names the condition and what to relax
+  std::string message;                        // names the condition and what to relax
   std::optional<UserConstraint::Kind> names;  // the one constraint the message names, if any
 };
 std::optional<ObviousInfeasibility> obvious_infeasibility(const ShardingModel& sm, const LoweredProblem& lp);
@@ -84,8 +84,8 @@ struct DiagnosisOptions {
 // `request_proven`: the planner proved the full request infeasible; otherwise (its time ran
 // out) the removal of each single constraint is probed first. Never throws for
 // infeasibility or limits.
-InfeasibilityDiagnosis diagnose_infeasibility(const Graph& graph, const PlannerOptions& options,
-                                              bool request_proven, const DiagnosisOptions& dopt);
+InfeasibilityDiagnosis diagnose_infeasibility(const Graph& graph, const PlannerOptions& options, bool request_proven,
+                                              const DiagnosisOptions& dopt);
 
 // The paragraphs appended to the planner's error: the conflicting constraints, each with its
 // node, tensor and source line, whether the conflict is proven, and what to relax.

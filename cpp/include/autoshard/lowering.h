@@ -34,9 +34,9 @@ struct ShardingModel {
   // Per graph node, pins applied; empty for a node tied to another (repeated_layers.h):
   // read a node's strategies with of().
   std::vector<std::vector<Strategy>> strategies;
-  std::vector<size_t> enumerated;                 // per graph node, strategies before pins
-  std::vector<bool> pinned;                       // per graph node
-  RepeatedLayers tied;                            // which nodes take another's strategy
+  std::vector<size_t> enumerated;  // per graph node, strategies before pins
+  std::vector<bool> pinned;        // per graph node
+  RepeatedLayers tied;             // which nodes take another's strategy
   // Per entry of graph->outputs: the layout a forward output must leave in (all-R unless
   // constrained); unused for gradients (they leave in their parameter's layout).
   std::vector<Layout> output_targets;
@@ -69,8 +69,8 @@ struct LoweringOptions {
   // AutoParallel's add_parameter_memory_constraint(low, high) as fractions of each
   // parameter's bytes; nullopt: no constraint.
   std::optional<std::pair<double, double>> parameter_memory;
-  int64_t memory_limit_bytes = -1;  // per GPU over time; negative: none
-  bool fold_single_strategy = true; // nodes with one strategy become constants
+  int64_t memory_limit_bytes = -1;      // per GPU over time; negative: none
+  bool fold_single_strategy = true;     // nodes with one strategy become constants
   const BuildLimits* limits = nullptr;  // when set, the clock is checked while tables are built
 };
 
@@ -78,9 +78,9 @@ struct LoweringOptions {
 // and per gradient), counted from the strategy counts before any table exists.
 struct TableEstimate {
   double entries = 0;
-  double untied_entries = 0;    // as many if every tied copy had tables of its own
-  double largest = 0;           // entries of the largest single table
-  std::string largest_what;     // "'mm' -> 'relu' (3125 x 3125)"
+  double untied_entries = 0;  // as many if every tied copy had tables of its own
+  double largest = 0;         // entries of the largest single table
+  std::string largest_what;   // "'mm' -> 'relu' (3125 x 3125)"
 };
 TableEstimate estimate_cost_tables(const ShardingModel& sm);
 
@@ -98,8 +98,7 @@ struct LoweredProblem {
   OverlapModel overlap;
 };
 
-LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options,
-                                RedistributionCache& cache);
+LoweredProblem lower_to_problem(const ShardingModel& sm, const LoweringOptions& options, RedistributionCache& cache);
 
 // Strategy index per graph node from a solver solution.
 std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& solution);
@@ -108,9 +107,9 @@ std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& s
 // compute of every node + every redistribution on every tensor reference + output sinks.
 struct ChoiceCost {
   double compute_us = 0;
-  double comm_us = 0;          // every redistribution in full
-  double exposed_comm_us = 0;  // the part not hidden behind compute (overlap_model.h)
-  double total_us = 0;         // compute + exposed communication: what the solver minimises
+  double comm_us = 0;                   // every redistribution in full
+  double exposed_comm_us = 0;           // the part not hidden behind compute (overlap_model.h)
+  double total_us = 0;                  // compute + exposed communication: what the solver minimises
   std::vector<double> node_comm_us;     // per graph node: incoming redistributions + its sinks
   std::vector<Layout> output_layouts;   // per graph output: the layout it leaves in
   int64_t parameter_bytes_per_gpu = 0;  // max local bytes of every parameter

@@ -47,7 +47,7 @@ struct OptimizerConfig {
   // update. Counted only when the parameter dtype is narrower than 4 bytes (an fp32 parameter
   // is its own master copy).
   bool fp32_master_weights = false;
-  bool has_gradients = true;           // false for frozen parameters
+  bool has_gradients = true;  // false for frozen parameters
 };
 
 struct TrainingStateBytes {
@@ -64,8 +64,7 @@ struct TrainingStateBytes {
 TrainingStateBytes training_state_bytes(int64_t local_numel, DType param_dtype, DType grad_dtype,
                                         const OptimizerConfig& optimizer = {});
 // Gradients in the parameter's dtype.
-TrainingStateBytes training_state_bytes(int64_t local_numel, DType param_dtype,
-                                        const OptimizerConfig& optimizer = {});
+TrainingStateBytes training_state_bytes(int64_t local_numel, DType param_dtype, const OptimizerConfig& optimizer = {});
 
 // ---- Live intervals ----
 

@@ -24,9 +24,9 @@
 // The same two kinds are bucketed by the runtime (one collective call per block for its
 // parameters' gathers, one per block for its gradients' reductions), so the fixed launch cost
 // of a call is shared by the tensors of a bucket: such a redistribution, when it is one
-// collective, is charged 1/k of its launch, k being the parameters per block. Without it, a plan that gathers every small
-// norm weight on its own would look dearer than it runs, and the launch cost (gloo's is a
-// few hundred microseconds) would push plans away from FSDP/DDP layouts they run well in.
+// collective, is charged 1/k of its launch, k being the parameters per block. Without it, a plan that gathers every
+// small norm weight on its own would look dearer than it runs, and the launch cost (gloo's is a few hundred
+// microseconds) would push plans away from FSDP/DDP layouts they run well in.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +51,7 @@ struct OverlapModel {
   double forward_factor = 1, backward_factor = 1;
   double forward_compute_us = 0, backward_compute_us = 0;
   double forward_comm_us = 0, backward_comm_us = 0;  // the fully sharded reference
-  int blocks = 1;  // repeated blocks (numbered modules such as layers.3) + the rest
+  int blocks = 1;                                    // repeated blocks (numbered modules such as layers.3) + the rest
   // Per graph node, per tensor input, and per entry of graph.outputs: the share of the
   // redistribution's collective launch costs charged (1: each call pays its own; 1/k for
   // what the runtime buckets, k = parameters per block).

@@ -11,9 +11,9 @@
 namespace autoshard {
 
 struct Plan {
-  std::vector<int32_t> choice;  // strategy index per graph node (into ShardingModel::strategies)
-  ChoiceCost cost;              // independent evaluation of `choice`
-  double lower_bound_us = 0;    // the solver's proven bound (+ constant costs)
+  std::vector<int32_t> choice;     // strategy index per graph node (into ShardingModel::strategies)
+  ChoiceCost cost;                 // independent evaluation of `choice`
+  double lower_bound_us = 0;       // the solver's proven bound (+ constant costs)
   double solver_objective_us = 0;  // the solver's objective (+ constant costs), equals cost.total_us
   bool proven_optimal = false;
   std::string solver_status;

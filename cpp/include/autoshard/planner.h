@@ -25,9 +25,9 @@ const char* layer_tying_name(LayerTying t);
 struct PlannerOptions {
   Mesh mesh;
   HardwareProfile hardware = hardware_profile("H100");
-  bool parameter_memory_default = true;  // low 0, high 1/mesh.size()
+  bool parameter_memory_default = true;                       // low 0, high 1/mesh.size()
   std::optional<std::pair<double, double>> parameter_memory;  // used when !parameter_memory_default
-  int64_t memory_limit_bytes = -1;  // per GPU; -1: no limit (users omit it, never pass <= 0)
+  int64_t memory_limit_bytes = -1;                            // per GPU; -1: no limit (users omit it, never pass <= 0)
   PlacementConstraints constraints;
   double time_limit_s = 20.0;  // building + solving; plans stop early when proven optimal
   // The solver stops once (cost - lower bound) <= gap_tolerance * cost; the time limit stays

@@ -30,9 +30,9 @@ struct RedistStep {
   int mesh_dim = 0;
   Placement from, to;
   RedistStepKind kind = RedistStepKind::LocalChunk;
-  double bytes = 0;    // the collective's buffer (padded for uneven shards), 0 for local steps
-  double comm_us = 0;  // collective time on the mesh dim's link
-  double copy_us = 0;  // local re-layout (non-dim-0 gathers / scatters / all-to-alls, sum partition)
+  double bytes = 0;         // the collective's buffer (padded for uneven shards), 0 for local steps
+  double comm_us = 0;       // collective time on the mesh dim's link
+  double copy_us = 0;       // local re-layout (non-dim-0 gathers / scatters / all-to-alls, sum partition)
   std::string str() const;  // "mesh dim 1: S(0)->R all-gather 4096 B 12.3 us"
 };
 
@@ -40,7 +40,7 @@ struct Redistribution {
   bool feasible = true;
   std::string reason;  // why it is infeasible
   std::vector<RedistStep> steps;
-  double time_us = 0;  // sum of step comm + copy times (infinity when infeasible)
+  double time_us = 0;   // sum of step comm + copy times (infinity when infeasible)
   int collectives = 0;  // steps that call a collective (each pays the link's launch cost)
 };
 

@@ -38,10 +38,10 @@ struct ReduceStats {
 };
 
 struct Reduction {
-  Problem reduced;                 // solve this one
-  bool infeasible = false;         // proven: no valid plan exists
+  Problem reduced;          // solve this one
+  bool infeasible = false;  // proven: no valid plan exists
   std::string infeasible_reason;
-  Cost cost_offset = 0;            // cost(original plan) = cost(reduced plan) + cost_offset
+  Cost cost_offset = 0;                                 // cost(original plan) = cost(reduced plan) + cost_offset
   std::vector<int32_t> original_node;                   // reduced node -> original node
   std::vector<std::vector<int32_t>> original_strategy;  // reduced node -> its strategy -> original
   ReduceStats stats;

@@ -20,9 +20,9 @@
 namespace autoshard {
 
 struct RepeatedLayers {
-  std::string container;         // "layers" or "model.layers"; empty: none found
-  std::vector<int64_t> tied;     // the tied layers' indices, ascending; tied[0] is the representative
-  std::vector<int64_t> untied;   // layers of the container left on their own (they differ)
+  std::string container;        // "layers" or "model.layers"; empty: none found
+  std::vector<int64_t> tied;    // the tied layers' indices, ascending; tied[0] is the representative
+  std::vector<int64_t> untied;  // layers of the container left on their own (they differ)
   size_t nodes_per_layer = 0;
   // Per graph node: the node whose strategy it takes (its position in the representative
   // layer), or itself when it is not tied. Empty when nothing is tied.

@@ -68,8 +68,7 @@ std::vector<ShardingRow> dedup_rows(std::vector<ShardingRow> rows);
 // Right-aligned broadcast map: for output dim `out_dim` of an output of rank `out_rank`, the dim
 // of an input of shape `in_shape` it reads from, or -1 when that input is broadcast there
 // (missing dim, or size 1 while the output size is not 1).
-int broadcast_source_dim(const std::vector<int64_t>& out_shape, int out_dim,
-                         const std::vector<int64_t>& in_shape);
+int broadcast_source_dim(const std::vector<int64_t>& out_shape, int out_dim, const std::vector<int64_t>& in_shape);
 
 // Pointwise shard rows: for every dim of the (first) output, every output sharded there and
 // every tensor input sharded on the matching non-broadcast dim (R where broadcast).
@@ -97,8 +96,7 @@ void add_rule(const std::string& op, OpRule rule);
 void add_rules(std::initializer_list<const char*> ops, const OpRule& rule);
 // A rule from its rows alone for an op with no FLOPs: factories, index ops, views
 // (`is_view`: moves no data, so no compute cost either).
-OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows,
-                         bool is_view = false);
+OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows, bool is_view = false);
 
 // ---- flops helpers ----------------------------------------------------------------------
 double numel_of(const TensorMeta& m);

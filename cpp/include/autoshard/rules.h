@@ -22,8 +22,8 @@ namespace autoshard {
 struct RuleContext {
   const Graph& graph;
   const Node& node;
-  std::vector<TensorMeta> inputs;                 // metas of node.tensor_inputs(), in order
-  std::vector<std::optional<TensorMeta>> outputs; // node.outputs
+  std::vector<TensorMeta> inputs;                  // metas of node.tensor_inputs(), in order
+  std::vector<std::optional<TensorMeta>> outputs;  // node.outputs
   const Mesh& mesh;
 };
 
@@ -32,11 +32,11 @@ struct OpRule {
   std::function<std::vector<ShardingRow>(const RuleContext&)> rows;
   // Optional full-mesh check of an expanded strategy (e.g. a view that can only keep a
   // sharding when the local size divides evenly); return false to drop it.
-  std::function<bool(const RuleContext&, const std::vector<Layout>& outputs,
-                     const std::vector<Layout>& inputs)> accept;
+  std::function<bool(const RuleContext&, const std::vector<Layout>& outputs, const std::vector<Layout>& inputs)> accept;
   // FLOPs of the op given LOCAL input/output metas (0 = memory-bound).
   std::function<double(const RuleContext&, const std::vector<TensorMeta>& local_inputs,
-                       const std::vector<TensorMeta>& local_outputs)> flops;
+                       const std::vector<TensorMeta>& local_outputs)>
+      flops;
   // View-like ops move no data (no compute cost).
   bool is_view = false;
 };

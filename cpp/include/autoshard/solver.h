@@ -29,7 +29,7 @@ double checked_gap_tolerance(double fraction, const std::string& what);
 
 struct SolveOptions {
   double time_limit_s = 60.0;  // wall clock, including reductions; the best plan so far is returned
-  int threads = 1;              // > 1: a portfolio of independent searches, best plan kept
+  int threads = 1;             // > 1: a portfolio of independent searches, best plan kept
   // > 0: the large-problem search stops after this much counted work (see `work` below)
   // instead of at the clock, which makes runs bit-identical on any machine; the time limit
   // still applies as a safety net.
@@ -41,13 +41,13 @@ struct SolveOptions {
   // > 0: the large-problem search also stops after this many rounds in which neither its plan
   // nor its bound improved (the dispatcher sets it when a branch and bound takes over).
   int64_t stall_rounds = 0;
-  bool exact = false;          // prove optimality (no time-limit shortcut unless time runs out)
+  bool exact = false;  // prove optimality (no time-limit shortcut unless time runs out)
   uint64_t seed = 0;
-  bool verbose = false;        // progress lines on stderr
+  bool verbose = false;  // progress lines on stderr
 };
 
 struct SolveResult {
-  bool found = false;           // a valid plan (no infeasible choice, all memory limits held)
+  bool found = false;  // a valid plan (no infeasible choice, all memory limits held)
   bool proven_optimal = false;
   Solution solution;            // one strategy per node (valid only when found)
   Cost cost = 0;                // objective of `solution`
@@ -55,8 +55,8 @@ struct SolveResult {
   int64_t peak_usage = 0;       // max over time of the live usage of `solution`
   double time_to_first_s = -1;  // when the first valid plan was found
   double total_time_s = 0;
-  int64_t work = 0;             // counted work of the large-problem search (0 when it did not run)
-  std::string status;           // human-readable: "optimal", "gap tolerance", "time limit", "infeasible", ...
+  int64_t work = 0;    // counted work of the large-problem search (0 when it did not run)
+  std::string status;  // human-readable: "optimal", "gap tolerance", "time limit", "infeasible", ...
   // No plan exists (shown by reductions or a complete search). When !found and this is false,
   // the time (or work) limit ran out before any valid plan was found.
   bool proven_infeasible = false;

@@ -10,8 +10,7 @@ namespace autoshard {
 
 static const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> list = {
-      {"solve", "solve a solver problem (IOPDDL JSON, optionally gzip): autoshard solve PROBLEM.json[.gz]",
-       cmd_solve},
+      {"solve", "solve a solver problem (IOPDDL JSON, optionally gzip): autoshard solve PROBLEM.json[.gz]", cmd_solve},
       {"plan", "plan a traced tensor graph on a device mesh: autoshard plan GRAPH.json --mesh 8x8", cmd_plan},
   };
   return list;

@@ -39,8 +39,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 void define(CLI::App& app, PlanArgs& a) {
   cli::configure(app);
   app.description("Plan a traced tensor graph on a device mesh and print the report.");
-  app.add_option("GRAPH", a.graph_path, "the tensor graph (GRAPH.json[.gz], docs/formats.md section 1)")
-      ->type_name("");
+  app.add_option("GRAPH", a.graph_path, "the tensor graph (GRAPH.json[.gz], docs/formats.md section 1)")->type_name("");
   app.add_option("--mesh", a.mesh, "mesh shape, sizes joined by 'x' (e.g. 64 or 8x8); required")->type_name("SHAPE");
   app.add_option("--dim-names", a.dim_names, "mesh dim names joined by ',' (e.g. dp,tp)")->type_name("NAMES");
   app.add_option("--hardware", a.hardware,
@@ -132,11 +131,11 @@ PlannerOptions to_options(const PlanArgs& a) {
     o.memory_limit_bytes = to_bytes(a.memory_limit, "--memory-limit (leave it out for no limit)");
   if (!a.max_problem_bytes.empty()) o.max_problem_bytes = to_bytes(a.max_problem_bytes, "--max-problem-bytes");
   if (!a.time_limit.empty())
-    o.time_limit_s = checked_time_limit(cli::to_double(a.time_limit, "--time-limit", "a number of seconds"),
-                                        "--time-limit");
+    o.time_limit_s =
+        checked_time_limit(cli::to_double(a.time_limit, "--time-limit", "a number of seconds"), "--time-limit");
   if (!a.gap_tolerance.empty())
-    o.gap_tolerance = checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"),
-                                            "--gap-tolerance");
+    o.gap_tolerance =
+        checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"), "--gap-tolerance");
   if (!a.repeated_layers.empty()) o.repeated_layers = parse_layer_tying(a.repeated_layers, "--repeated-layers");
   o.verbose = a.verbose;
   return o;

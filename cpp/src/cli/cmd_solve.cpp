@@ -45,8 +45,9 @@ struct SolveArgs {
 
 void define(CLI::App& app, SolveArgs& a) {
   cli::configure(app);
-  app.description("Solve a solver problem (IOPDDL JSON, optionally gzip) with the memory limit enforced at every\n"
-                  "time point; the plan is re-checked independently before it is reported.");
+  app.description(
+      "Solve a solver problem (IOPDDL JSON, optionally gzip) with the memory limit enforced at every\n"
+      "time point; the plan is re-checked independently before it is reported.");
   app.add_option("PROBLEM", a.path, "the problem file (PROBLEM.json or PROBLEM.json.gz)")->type_name("");
   app.add_option("--time-limit", a.time_limit, "wall-clock limit, including reading (default 60)")
       ->type_name("SECONDS");
@@ -85,8 +86,8 @@ void convert(const CLI::App& app, SolveArgs& a) {
       a.opt.work_limit = w;
     }
     if (!a.gap_tolerance.empty())
-      a.opt.gap_tolerance = checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"),
-                                                  "--gap-tolerance");
+      a.opt.gap_tolerance =
+          checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"), "--gap-tolerance");
     if (!a.seed.empty()) {
       const int64_t s = cli::to_int(a.seed, "--seed");
       if (s < 0) throw std::invalid_argument("--seed must be >= 0");
@@ -149,7 +150,8 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (r.found) ev = evaluate(problem, r.solution);
   const bool integer_costs = has_integer_costs(problem);
   if (!r.found || !ev.valid) {
-    out << "status: " << (r.found ? "the solver's plan failed the independent check: " + ev.violation : r.status) << "\n";
+    out << "status: " << (r.found ? "the solver's plan failed the independent check: " + ev.violation : r.status)
+        << "\n";
     out << "no valid plan found";
     if (r.lower_bound > -kInfeasibleCost && r.lower_bound < kInfeasibleCost)
       out << " (lower bound " << format_cost(integral_bound(r.lower_bound, integer_costs)) << ")";
@@ -170,9 +172,9 @@ int cmd_solve(const std::vector<std::string>& args, std::ostream& out, std::ostr
   out << "status: " << r.status << "\n";
   out << "cost: " << format_cost(ev.cost) << "\n";
   if (problem.usage_limit >= 0) {
-    out << fmt::format("peak memory: {} / limit {} ({:.1f}%)\n", ev.peak_usage, problem.usage_limit,
-                       100.0 * static_cast<double>(ev.peak_usage) /
-                           static_cast<double>(std::max<int64_t>(1, problem.usage_limit)));
+    out << fmt::format(
+        "peak memory: {} / limit {} ({:.1f}%)\n", ev.peak_usage, problem.usage_limit,
+        100.0 * static_cast<double>(ev.peak_usage) / static_cast<double>(std::max<int64_t>(1, problem.usage_limit)));
   } else {
     out << "peak memory: " << ev.peak_usage << " (no limit)\n";
   }

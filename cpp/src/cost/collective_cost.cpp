@@ -83,9 +83,15 @@ double tree_us(Collective kind, double bytes, const MeshDimLink& link, double be
   double data = 0;
   switch (kind) {
     case Collective::AllGather:
-    case Collective::ReduceScatter: data = (n - 1) / n * bytes * beta; break;
-    case Collective::AllReduce: data = 2 * bytes * beta; break;
-    case Collective::AllToAll: data = ceil_log2(link.group_size) / 2.0 * bytes * beta; break;
+    case Collective::ReduceScatter:
+      data = (n - 1) / n * bytes * beta;
+      break;
+    case Collective::AllReduce:
+      data = 2 * bytes * beta;
+      break;
+    case Collective::AllToAll:
+      data = ceil_log2(link.group_size) / 2.0 * bytes * beta;
+      break;
   }
   return latency_us(tree_steps(kind, link), link) + data;
 }
@@ -94,19 +100,26 @@ double tree_us(Collective kind, double bytes, const MeshDimLink& link, double be
 
 std::string_view collective_name(Collective kind) {
   switch (kind) {
-    case Collective::AllGather: return "all_gather";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::AllToAll: return "all_to_all";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::AllToAll:
+      return "all_to_all";
   }
   return "unknown";
 }
 
 std::string_view collective_algorithm_name(CollectiveAlgorithm a) {
   switch (a) {
-    case CollectiveAlgorithm::Auto: return "auto";
-    case CollectiveAlgorithm::Ring: return "ring";
-    case CollectiveAlgorithm::Tree: return "tree";
+    case CollectiveAlgorithm::Auto:
+      return "auto";
+    case CollectiveAlgorithm::Ring:
+      return "ring";
+    case CollectiveAlgorithm::Tree:
+      return "tree";
   }
   return "unknown";
 }
@@ -137,8 +150,12 @@ CollectiveEstimate estimate_collective(Collective kind, double bytes, const Mesh
   double ring = ring_us(kind, bytes, link, beta);
   double tree = tree_us(kind, bytes, link, beta);
   switch (algo) {
-    case CollectiveAlgorithm::Ring: est.us = ring; break;
-    case CollectiveAlgorithm::Tree: est.us = tree; break;
+    case CollectiveAlgorithm::Ring:
+      est.us = ring;
+      break;
+    case CollectiveAlgorithm::Tree:
+      est.us = tree;
+      break;
     case CollectiveAlgorithm::Auto:
       est.algorithm = tree < ring ? CollectiveAlgorithm::Tree : CollectiveAlgorithm::Ring;
       est.us = std::min(ring, tree);
@@ -154,9 +171,9 @@ double collective_time_us(Collective kind, double bytes, const MeshDimLink& link
 
 int64_t padded_collective_bytes(int64_t dim_size, int64_t group_size, int64_t bytes_per_row) {
   if (dim_size < 0 || group_size < 1 || bytes_per_row < 0)
-    throw std::invalid_argument("padded_collective_bytes: need dim_size >= 0, group_size >= 1, bytes_per_row >= 0; got " +
-                                std::to_string(dim_size) + ", " + std::to_string(group_size) + ", " +
-                                std::to_string(bytes_per_row));
+    throw std::invalid_argument(
+        "padded_collective_bytes: need dim_size >= 0, group_size >= 1, bytes_per_row >= 0; got " +
+        std::to_string(dim_size) + ", " + std::to_string(group_size) + ", " + std::to_string(bytes_per_row));
   int64_t rows_per_shard = dim_size / group_size + (dim_size % group_size != 0 ? 1 : 0);
   if (rows_per_shard > std::numeric_limits<int64_t>::max() / group_size)
     throw std::invalid_argument("padded_collective_bytes: result exceeds 64 bits");

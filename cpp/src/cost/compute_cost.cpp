@@ -13,8 +13,7 @@ namespace {
 
 void check_amount(double x, const char* what) {
   if (!std::isfinite(x) || x < 0)
-    throw std::invalid_argument(std::string(what) + " must be a finite non-negative number, got " +
-                                std::to_string(x));
+    throw std::invalid_argument(std::string(what) + " must be a finite non-negative number, got " + std::to_string(x));
 }
 
 double fp32_rate(const HardwareProfile& hw) {

@@ -55,15 +55,15 @@ HardwareProfile a100() {
   // NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column.
   HardwareProfile p;
   p.name = "A100";
-  p.peak_flops_fp32 = 156e12;           // TF32 tensor core 312 TFLOPS sparse -> 156 dense
+  p.peak_flops_fp32 = 156e12;             // TF32 tensor core 312 TFLOPS sparse -> 156 dense
   p.peak_flops_fp32_cuda_core = 19.5e12;  // FP32 19.5 TFLOPS
-  p.peak_flops_bf16 = 312e12;           // BF16/FP16 tensor core 624 sparse -> 312 dense
-  p.peak_flops_fp64 = 19.5e12;          // FP64 tensor core 19.5 TFLOPS
-  p.peak_flops_fp8 = 0;                 // Ampere has no FP8 tensor cores (bf16 rate is used)
-  p.hbm_bandwidth = 2039e9;             // HBM2e 2,039 GB/s
-  p.memory_bytes = 80e9;                // 80 GB
-  p.intra_node_bandwidth = 300e9;       // NVLink 3: 600 GB/s bidirectional -> 300 GB/s each way
-  p.inter_node_bandwidth = 25e9;        // DGX A100: one 200 Gb/s HDR InfiniBand NIC per GPU
+  p.peak_flops_bf16 = 312e12;             // BF16/FP16 tensor core 624 sparse -> 312 dense
+  p.peak_flops_fp64 = 19.5e12;            // FP64 tensor core 19.5 TFLOPS
+  p.peak_flops_fp8 = 0;                   // Ampere has no FP8 tensor cores (bf16 rate is used)
+  p.hbm_bandwidth = 2039e9;               // HBM2e 2,039 GB/s
+  p.memory_bytes = 80e9;                  // 80 GB
+  p.intra_node_bandwidth = 300e9;         // NVLink 3: 600 GB/s bidirectional -> 300 GB/s each way
+  p.inter_node_bandwidth = 25e9;          // DGX A100: one 200 Gb/s HDR InfiniBand NIC per GPU
   return with_shared_estimates(p);
 }
 
@@ -88,8 +88,8 @@ HardwareProfile h200() {
   // larger and faster HBM3e.
   HardwareProfile p = h100();
   p.name = "H200";
-  p.hbm_bandwidth = 4.8e12;             // HBM3e 4.8 TB/s
-  p.memory_bytes = 141e9;               // 141 GB
+  p.hbm_bandwidth = 4.8e12;  // HBM3e 4.8 TB/s
+  p.memory_bytes = 141e9;    // 141 GB
   // NVLink 4 (900 GB/s bidirectional) and DGX H200's 400 Gb/s NDR per GPU: as H100.
   return p;
 }
@@ -122,22 +122,22 @@ HardwareProfile cpu_gloo() {
   p.name = "CPU";
   p.peak_flops_fp32 = 100e9;
   p.peak_flops_fp32_cuda_core = 100e9;
-  p.peak_flops_bf16 = 50e9;             // no bf16 matrix units assumed: slower than fp32
+  p.peak_flops_bf16 = 50e9;  // no bf16 matrix units assumed: slower than fp32
   p.peak_flops_fp64 = 50e9;
   p.peak_flops_fp8 = 0;
-  p.hbm_bandwidth = 16e9;               // DRAM share of one core
+  p.hbm_bandwidth = 16e9;  // DRAM share of one core
   p.memory_bytes = 16e9;
   p.flop_efficiency = 0.8;
   p.bandwidth_efficiency = 0.8;
-  p.kernel_floor_us = 5.0;              // eager ATen op dispatch on CPU
-  p.gpus_per_node = 1024;               // every rank on one host: one link class
+  p.kernel_floor_us = 5.0;  // eager ATen op dispatch on CPU
+  p.gpus_per_node = 1024;   // every rank on one host: one link class
   p.intra_node_bandwidth = 1e9;
   p.intra_node_latency_us = 50.0;
   p.intra_node_efficiency = 0.8;
   p.inter_node_bandwidth = 1e9;
   p.inter_node_latency_us = 50.0;
   p.inter_node_efficiency = 0.8;
-  p.collective_launch_us = 150.0;       // gloo's fixed cost per call (~200 us measured, 2 ranks)
+  p.collective_launch_us = 150.0;          // gloo's fixed cost per call (~200 us measured, 2 ranks)
   p.reduce_scatter_via_all_reduce = true;  // gloo: profiler shows gloo:all_reduce per reduce-scatter
   // gloo's thread copies and sends on the cores the ranks compute on: the profiler showed
   // about half of DDP's all-reduce time hidden behind its backward (2 ranks, 2 cores)
@@ -174,8 +174,7 @@ std::string lower(std::string_view s) {
 }
 
 void require(bool ok, const HardwareProfile& hw, const char* field, const char* what) {
-  if (!ok)
-    throw std::invalid_argument("hardware profile '" + hw.name + "': field " + field + " " + what);
+  if (!ok) throw std::invalid_argument("hardware profile '" + hw.name + "': field " + field + " " + what);
 }
 
 }  // namespace
@@ -187,8 +186,8 @@ const HardwareProfile& hardware_profile(std::string_view name) {
       if (alias == key) return np.profile;
   std::string known;
   for (const auto& n : known_hardware()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown hardware '" + std::string(name) + "'; known profiles: " +
-                              known + " (or build a HardwareProfile with your own numbers)");
+  throw std::invalid_argument("unknown hardware '" + std::string(name) + "'; known profiles: " + known +
+                              " (or build a HardwareProfile with your own numbers)");
 }
 
 std::vector<std::string> known_hardware() {

@@ -11,8 +11,8 @@ namespace autoshard {
 namespace {
 
 // Walks an argument value depth-first and records every tensor reference read at `step`.
-void collect_uses(const ArgValue& v, int64_t step, std::vector<std::vector<std::vector<int64_t>>>& uses,
-                  const Graph& g, const std::string& consumer) {
+void collect_uses(const ArgValue& v, int64_t step, std::vector<std::vector<std::vector<int64_t>>>& uses, const Graph& g,
+                  const std::string& consumer) {
   if (v.kind == ArgValue::Kind::Tensor) {
     const TensorRef& r = v.tensor;
     if (r.node < 0 || static_cast<size_t>(r.node) >= g.nodes.size() || r.output < 0 ||
@@ -67,8 +67,8 @@ std::vector<std::vector<LiveInterval>> graph_live_intervals(const Graph& g, cons
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
     const int64_t def = static_cast<int64_t>(i);
-    bool persistent = options.persistent_state_whole_step &&
-                      (node.role == NodeRole::Parameter || node.role == NodeRole::Buffer);
+    bool persistent =
+        options.persistent_state_whole_step && (node.role == NodeRole::Parameter || node.role == NodeRole::Buffer);
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (!node.outputs[k]) {
         result[i].push_back({def, def});

@@ -25,8 +25,8 @@ std::string shape_str(const std::vector<int64_t>& v) {
 
 std::vector<int64_t> shard_counts(const Layout& layout, const std::vector<int64_t>& mesh_shape, int tensor_rank) {
   if (layout.size() != mesh_shape.size())
-    throw std::invalid_argument("layout has " + std::to_string(layout.size()) +
-                                " placements but the mesh has " + std::to_string(mesh_shape.size()) + " dims");
+    throw std::invalid_argument("layout has " + std::to_string(layout.size()) + " placements but the mesh has " +
+                                std::to_string(mesh_shape.size()) + " dims");
   if (tensor_rank < 0) throw std::invalid_argument("shard_counts: tensor rank must be >= 0");
   std::vector<int64_t> counts(static_cast<size_t>(tensor_rank), 1);
   for (size_t m = 0; m < layout.size(); ++m) {
@@ -75,14 +75,19 @@ TrainingStateBytes training_state_bytes(int64_t local_numel, DType param_dtype, 
     throw std::invalid_argument("training_state_bytes: local_numel must be >= 0, got " + std::to_string(local_numel));
   TrainingStateBytes t;
   t.parameters = checked_mul(local_numel, dtype_bytes(param_dtype), "training_state_bytes");
-  if (optimizer.has_gradients)
-    t.gradients = checked_mul(local_numel, dtype_bytes(grad_dtype), "training_state_bytes");
+  if (optimizer.has_gradients) t.gradients = checked_mul(local_numel, dtype_bytes(grad_dtype), "training_state_bytes");
   int moments = 0;
   switch (optimizer.kind) {
     case OptimizerKind::None:
-    case OptimizerKind::SGD: moments = 0; break;
-    case OptimizerKind::SGDMomentum: moments = 1; break;  // momentum_buffer
-    case OptimizerKind::Adam: moments = 2; break;         // exp_avg, exp_avg_sq
+    case OptimizerKind::SGD:
+      moments = 0;
+      break;
+    case OptimizerKind::SGDMomentum:
+      moments = 1;
+      break;  // momentum_buffer
+    case OptimizerKind::Adam:
+      moments = 2;
+      break;  // exp_avg, exp_avg_sq
   }
   t.optimizer_state =
       checked_mul(local_numel, int64_t{moments} * dtype_bytes(optimizer.state_dtype), "training_state_bytes");

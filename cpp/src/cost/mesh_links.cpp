@@ -20,8 +20,7 @@ struct GroupSpan {
 };
 
 // The worst group of mesh dim `dim`: most nodes spanned, fewest members on one node.
-GroupSpan worst_group_span(const std::vector<int64_t>& shape, size_t dim, int64_t mesh_size,
-                           int gpus_per_node) {
+GroupSpan worst_group_span(const std::vector<int64_t>& shape, size_t dim, int64_t mesh_size, int gpus_per_node) {
   int64_t n = shape[dim];
   int64_t stride = 1;
   for (size_t d = dim + 1; d < shape.size(); ++d) stride *= shape[d];

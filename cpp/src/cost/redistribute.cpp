@@ -12,12 +12,18 @@ namespace autoshard {
 
 const char* redist_step_name(RedistStepKind k) {
   switch (k) {
-    case RedistStepKind::AllGather: return "all-gather";
-    case RedistStepKind::ReduceScatter: return "reduce-scatter";
-    case RedistStepKind::AllReduce: return "all-reduce";
-    case RedistStepKind::AllToAll: return "all-to-all";
-    case RedistStepKind::LocalChunk: return "local chunk";
-    case RedistStepKind::LocalPartition: return "local partition";
+    case RedistStepKind::AllGather:
+      return "all-gather";
+    case RedistStepKind::ReduceScatter:
+      return "reduce-scatter";
+    case RedistStepKind::AllReduce:
+      return "all-reduce";
+    case RedistStepKind::AllToAll:
+      return "all-to-all";
+    case RedistStepKind::LocalChunk:
+      return "local chunk";
+    case RedistStepKind::LocalPartition:
+      return "local partition";
   }
   return "?";
 }
@@ -57,7 +63,10 @@ class Planner {
     Placement from = cur_[i];
     if (from == to) return;
     int64_t n = m_.mesh.shape[i];
-    if (n == 1) { cur_[i] = to; return; }  // a size-1 mesh dim holds the whole tensor either way
+    if (n == 1) {
+      cur_[i] = to;
+      return;
+    }  // a size-1 mesh dim holds the whole tensor either way
     Layout without = cur_;
     without[i] = Placement::replicate();
     std::vector<int64_t> other = max_local_shape(global_.shape, without, m_.mesh);
@@ -137,8 +146,7 @@ Redistribution plan_redistribution(const TensorMeta& global, const Layout& from,
   const Mesh& mesh = model.mesh;
   if (static_cast<int>(from.size()) != mesh.ndim() || static_cast<int>(to.size()) != mesh.ndim())
     throw std::invalid_argument("redistribution " + layout_list_str(from) + " -> " + layout_list_str(to) +
-                                ": layouts must have one placement per mesh dim (" + std::to_string(mesh.ndim()) +
-                                ")");
+                                ": layouts must have one placement per mesh dim (" + std::to_string(mesh.ndim()) + ")");
   Planner p(global, from, model);
   const int nd = mesh.ndim();
   bool has_shard = false;
@@ -152,7 +160,10 @@ Redistribution plan_redistribution(const TensorMeta& global, const Layout& from,
       if (target.is_shard()) {
         const Layout& cur = p.current();
         for (int k = 0; k < i; ++k)
-          if (cur[k].is_shard(target.dim) != to[k].is_shard(target.dim)) { target = Placement::replicate(); break; }
+          if (cur[k].is_shard(target.dim) != to[k].is_shard(target.dim)) {
+            target = Placement::replicate();
+            break;
+          }
       }
       p.step(i, target);
     }

@@ -10,16 +10,26 @@ namespace autoshard {
 namespace {
 const char* kind_name(ArgValue::Kind k) {
   switch (k) {
-    case ArgValue::Kind::None: return "None";
-    case ArgValue::Kind::Int: return "an integer";
-    case ArgValue::Kind::Float: return "a float";
-    case ArgValue::Kind::Bool: return "a bool";
-    case ArgValue::Kind::String: return "a string";
-    case ArgValue::Kind::Tensor: return "a tensor";
-    case ArgValue::Kind::List: return "a list";
-    case ArgValue::Kind::DType: return "a dtype";
-    case ArgValue::Kind::Device: return "a device";
-    case ArgValue::Kind::Enum: return "an enum";
+    case ArgValue::Kind::None:
+      return "None";
+    case ArgValue::Kind::Int:
+      return "an integer";
+    case ArgValue::Kind::Float:
+      return "a float";
+    case ArgValue::Kind::Bool:
+      return "a bool";
+    case ArgValue::Kind::String:
+      return "a string";
+    case ArgValue::Kind::Tensor:
+      return "a tensor";
+    case ArgValue::Kind::List:
+      return "a list";
+    case ArgValue::Kind::DType:
+      return "a dtype";
+    case ArgValue::Kind::Device:
+      return "a device";
+    case ArgValue::Kind::Enum:
+      return "an enum";
   }
   return "?";
 }

@@ -10,7 +10,8 @@ namespace autoshard {
 namespace {
 
 void collect_tensor_refs(const ArgValue& v, std::vector<TensorRef>& out) {
-  if (v.kind == ArgValue::Kind::Tensor) out.push_back(v.tensor);
+  if (v.kind == ArgValue::Kind::Tensor)
+    out.push_back(v.tensor);
   else if (v.kind == ArgValue::Kind::List)
     for (const auto& e : v.list) collect_tensor_refs(e, out);
 }

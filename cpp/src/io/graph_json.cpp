@@ -21,8 +21,16 @@ bool parse_enum_object(const Json& v, ArgValue& out) {
   if (v.size() != 1) return false;
   const auto& [key, val] = json_items(v).front();
   if (!val.is_string()) return false;
-  if (key == "dtype") { out.kind = ArgValue::Kind::DType; out.s = json_string(val); return true; }
-  if (key == "device") { out.kind = ArgValue::Kind::Device; out.s = json_string(val); return true; }
+  if (key == "dtype") {
+    out.kind = ArgValue::Kind::DType;
+    out.s = json_string(val);
+    return true;
+  }
+  if (key == "device") {
+    out.kind = ArgValue::Kind::Device;
+    out.s = json_string(val);
+    return true;
+  }
   if (key == "layout" || key == "memory_format") {
     out.kind = ArgValue::Kind::Enum;
     out.s = key + ":" + json_string(val);
@@ -82,9 +90,12 @@ class GraphReader {
       n.role = NodeRole::Compute;
       if (const Json* ph = json_find(j, "phase"); ph && !ph->is_null()) {
         const std::string& p = json_string(*ph, at + ": field 'phase'");
-        if (p == "forward") n.phase = Phase::Forward;
-        else if (p == "backward") n.phase = Phase::Backward;
-        else throw JsonError(at + ": field 'phase': expected \"forward\" or \"backward\", found \"" + p + "\"");
+        if (p == "forward")
+          n.phase = Phase::Forward;
+        else if (p == "backward")
+          n.phase = Phase::Backward;
+        else
+          throw JsonError(at + ": field 'phase': expected \"forward\" or \"backward\", found \"" + p + "\"");
       }
       if (const Json* args = json_find(j, "args"); args && !args->is_null()) {
         const auto& list = json_array(*args, at + ": field 'args'");
@@ -100,7 +111,10 @@ class GraphReader {
     const auto& outs = json_array(json_at(j, "outputs", at), at + ": field 'outputs'");
     for (size_t k = 0; k < outs.size(); ++k) {
       std::string f = at + ": field 'outputs[" + std::to_string(k) + "]'";
-      if (outs[k].is_null()) { n.outputs.emplace_back(std::nullopt); continue; }
+      if (outs[k].is_null()) {
+        n.outputs.emplace_back(std::nullopt);
+        continue;
+      }
       if (!outs[k].is_object()) throw JsonError(f + ": expected {\"shape\": [...], \"dtype\": ...} or null");
       TensorMeta m;
       for (const auto& d : json_array(json_at(outs[k], "shape", f), f + ".shape")) {
@@ -169,16 +183,30 @@ class GraphReader {
   ArgValue read_arg(const Json& j, const std::string& at, const std::string& field) {
     ArgValue v;
     switch (j.type()) {
-      case Json::value_t::null: v.kind = ArgValue::Kind::None; break;
-      case Json::value_t::boolean: v.kind = ArgValue::Kind::Bool; v.b = json_bool(j); break;
+      case Json::value_t::null:
+        v.kind = ArgValue::Kind::None;
+        break;
+      case Json::value_t::boolean:
+        v.kind = ArgValue::Kind::Bool;
+        v.b = json_bool(j);
+        break;
       case Json::value_t::number_integer:
       case Json::value_t::number_unsigned:
       case Json::value_t::number_float:
         // Integers beyond 64 bits stay floats, as the text cannot be held exactly anyway.
-        if (json_is_int64(j)) { v.kind = ArgValue::Kind::Int; v.i = json_int(j); v.f = static_cast<double>(v.i); }
-        else { v.kind = ArgValue::Kind::Float; v.f = json_double(j); }
+        if (json_is_int64(j)) {
+          v.kind = ArgValue::Kind::Int;
+          v.i = json_int(j);
+          v.f = static_cast<double>(v.i);
+        } else {
+          v.kind = ArgValue::Kind::Float;
+          v.f = json_double(j);
+        }
         break;
-      case Json::value_t::string: v.kind = ArgValue::Kind::String; v.s = json_string(j); break;
+      case Json::value_t::string:
+        v.kind = ArgValue::Kind::String;
+        v.s = json_string(j);
+        break;
       case Json::value_t::array: {
         v.kind = ArgValue::Kind::List;
         const auto& items = json_array(j);

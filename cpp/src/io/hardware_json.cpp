@@ -101,8 +101,7 @@ HardwareProfile hardware_profile_from_json(const Json& spec) {
 
 HardwareProfile hardware_profile_from_text(std::string_view text) {
   size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && text[first] == '{')
-    return hardware_profile_from_json(parse_json(text));
+  if (first != std::string_view::npos && text[first] == '{') return hardware_profile_from_json(parse_json(text));
   return hardware_profile(text);
 }
 

@@ -39,7 +39,10 @@ size_t utf8_sequence(std::string_view s, size_t p) {
 // stops on the byte after a bad lead byte, but the user must be shown the bad one.
 size_t first_invalid_utf8(std::string_view s, size_t limit) {
   for (size_t i = 0; i < s.size() && i <= limit;) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) { ++i; continue; }
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
     const size_t len = utf8_sequence(s, i);
     if (len == 0) return i;
     i += len;
@@ -113,17 +116,20 @@ std::string library_reason(const char* what) {
     if (bad != std::string_view::npos) {
       const auto u = static_cast<unsigned char>(s[bad]);
       if (reason.find("invalid BOM") != std::string::npos)
-        fail_at(s, bad, "unexpected " + describe_byte(u) + " (JSON text must be UTF-8; an incomplete byte-order mark?)");
+        fail_at(s, bad,
+                "unexpected " + describe_byte(u) + " (JSON text must be UTF-8; an incomplete byte-order mark?)");
       fail_at(s, bad, describe_byte(u) + " in a string is not valid UTF-8; save the file as UTF-8");
     }
   }
   if (p < s.size() && static_cast<unsigned char>(s[p]) >= 0x80)
-    fail_at(s, p, "unexpected input, found " + describe_byte(static_cast<unsigned char>(s[p])) +
-                      " (JSON text must be UTF-8)");
+    fail_at(
+        s, p,
+        "unexpected input, found " + describe_byte(static_cast<unsigned char>(s[p])) + " (JSON text must be UTF-8)");
   if (p >= s.size())
-    fail_at(s, p, reason + (reason.find("end of input") != std::string::npos
-                                ? " (is the file cut short?)"
-                                : ", found the end of the input (is the file cut short?)"));
+    fail_at(s, p,
+            reason + (reason.find("end of input") != std::string::npos
+                          ? " (is the file cut short?)"
+                          : ", found the end of the input (is the file cut short?)"));
   fail_at(s, p, reason);
 }
 
@@ -135,11 +141,14 @@ size_t too_deep_at(std::string_view s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > kMaxDepth) return i;
     } else if (c == ']' || c == '}') {
@@ -181,15 +190,22 @@ Json json_number(double d) {
 
 const char* json_kind_name(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "bool";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "bool";
     case Json::value_t::number_integer:
     case Json::value_t::number_unsigned:
-    case Json::value_t::number_float: return "number";
-    case Json::value_t::string: return "string";
-    case Json::value_t::array: return "array";
-    case Json::value_t::object: return "object";
-    default: return "?";
+    case Json::value_t::number_float:
+      return "number";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::object:
+      return "object";
+    default:
+      return "?";
   }
 }
 

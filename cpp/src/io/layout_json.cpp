@@ -6,8 +6,7 @@
 namespace autoshard {
 
 Layout parse_layout(const Json& j, const Mesh& mesh, const std::string& where) {
-  if (!j.is_array())
-    throw JsonError(where + ": expected a layout like [\"S(0)\", \"R\"] (one placement per mesh dim)");
+  if (!j.is_array()) throw JsonError(where + ": expected a layout like [\"S(0)\", \"R\"] (one placement per mesh dim)");
   const auto& items = json_array(j);
   if (static_cast<int>(items.size()) != mesh.ndim())
     throw JsonError(where + ": layout has " + std::to_string(items.size()) + " placements but the mesh has " +

@@ -24,7 +24,8 @@ Mesh parse_mesh(const Json& j) {
       }
     } else if (k == "dim_names") {
       if (v.is_null()) continue;
-      for (const auto& d : json_array(v, "options.mesh.dim_names")) m.dim_names.push_back(json_string(d, "options.mesh.dim_names"));
+      for (const auto& d : json_array(v, "options.mesh.dim_names"))
+        m.dim_names.push_back(json_string(d, "options.mesh.dim_names"));
     } else {
       throw JsonError("options.mesh: unknown field \"" + k + "\" (expected shape, dim_names)");
     }
@@ -38,7 +39,8 @@ Mesh parse_mesh(const Json& j) {
 
 double fraction(const Json& v, const char* where) {
   double f = json_double(v, where);
-  if (!(f >= 0.0 && f <= 1.0)) throw JsonError(std::string(where) + ": must be a fraction in [0, 1], found " + std::to_string(f));
+  if (!(f >= 0.0 && f <= 1.0))
+    throw JsonError(std::string(where) + ": must be a fraction in [0, 1], found " + std::to_string(f));
   return f;
 }
 
@@ -55,22 +57,31 @@ PlannerOptions parse_planner_options(const Json& doc) {
     if (k == "mesh") continue;
     if (k == "hardware") {
       // a profile name, or an object of profile fields (carried as its JSON text)
-      if (v.is_object()) o.hardware = hardware_profile_from_json(v);
-      else if (!v.is_null()) o.hardware = hardware_profile(json_string(v, "options.hardware"));
+      if (v.is_object())
+        o.hardware = hardware_profile_from_json(v);
+      else if (!v.is_null())
+        o.hardware = hardware_profile(json_string(v, "options.hardware"));
     } else if (k == "parameter_memory") {
       o.parameter_memory_default = false;
-      if (v.is_null()) { o.parameter_memory.reset(); continue; }
+      if (v.is_null()) {
+        o.parameter_memory.reset();
+        continue;
+      }
       double low = 0.0, high = default_high;
       if (v.is_array()) {
         const auto& a = json_array(v);
-        if (a.size() != 2) throw JsonError("options.parameter_memory: expected [low, high] or {\"low\":..., \"high\":...}");
+        if (a.size() != 2)
+          throw JsonError("options.parameter_memory: expected [low, high] or {\"low\":..., \"high\":...}");
         if (!a[0].is_null()) low = fraction(a[0], "options.parameter_memory[0]");
         if (!a[1].is_null()) high = fraction(a[1], "options.parameter_memory[1]");
       } else {
         for (const auto& [pk, pv] : json_items(v, "options.parameter_memory")) {
-          if (pk == "low") { if (!pv.is_null()) low = fraction(pv, "options.parameter_memory.low"); }
-          else if (pk == "high") { if (!pv.is_null()) high = fraction(pv, "options.parameter_memory.high"); }
-          else throw JsonError("options.parameter_memory: unknown field \"" + pk + "\" (expected low, high)");
+          if (pk == "low") {
+            if (!pv.is_null()) low = fraction(pv, "options.parameter_memory.low");
+          } else if (pk == "high") {
+            if (!pv.is_null()) high = fraction(pv, "options.parameter_memory.high");
+          } else
+            throw JsonError("options.parameter_memory: unknown field \"" + pk + "\" (expected low, high)");
         }
       }
       if (low > high)
@@ -103,7 +114,11 @@ PlannerOptions parse_planner_options(const Json& doc) {
         for (const auto& [key, l] : json_items(v, "options.output_constraints")) {
           size_t pos = 0;
           int idx = -1;
-          try { idx = std::stoi(key, &pos); } catch (const std::exception&) { pos = 0; }
+          try {
+            idx = std::stoi(key, &pos);
+          } catch (const std::exception&) {
+            pos = 0;
+          }
           if (pos != key.size() || idx < 0)
             throw JsonError("options.output_constraints: key \"" + key + "\" is not an output index");
           o.constraints.outputs[idx] = parse_layout(l, o.mesh, "options.output_constraints." + key);
@@ -140,7 +155,8 @@ PlannerOptions parse_planner_options(const Json& doc) {
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
-                      "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, repeated_layers, verbose)");
+                      "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, "
+                      "repeated_layers, verbose)");
     }
   }
   validate_planner_options(o);

@@ -18,9 +18,7 @@ namespace {
 std::string idx(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
 // Every message starts with the source so that a user with many files knows which one.
-[[noreturn]] void fail(const std::string& source, const std::string& msg) {
-  throw ProblemError(source + ": " + msg);
-}
+[[noreturn]] void fail(const std::string& source, const std::string& msg) { throw ProblemError(source + ": " + msg); }
 
 // Wraps the Json accessors so their JsonError becomes a ProblemError with the source.
 template <class F>
@@ -77,9 +75,9 @@ Cost read_cost(const Json& v, const std::string& where, const std::string& sourc
   auto r = std::to_chars(text, text + sizeof text, d);
   const std::string shown(text, r.ptr);
   if (!float_cost_fits(d))
-    fail(source, where + ": cost " + shown + " does not fit in 64 bits; write infeasible choices as 1000000000000000000 (1e18)");
-  if (!float_cost_exact(d))
-    fail(source, where + ": cost " + shown + " cannot be represented exactly" + fix);
+    fail(source, where + ": cost " + shown +
+                     " does not fit in 64 bits; write infeasible choices as 1000000000000000000 (1e18)");
+  if (!float_cost_exact(d)) fail(source, where + ": cost " + shown + " cannot be represented exactly" + fix);
   return d;
 }
 
@@ -98,10 +96,11 @@ int64_t read_usage(const Json& v, const std::string& where, const std::string& s
 Problem problem_from_json(const Json& doc, const std::string& source) {
   Problem p;
   if (!doc.is_object())
-    fail(source, std::string("expected a JSON object {\"problem\": {...}} at the top level, found ") +
-                     json_kind_name(doc));
+    fail(source,
+         std::string("expected a JSON object {\"problem\": {...}} at the top level, found ") + json_kind_name(doc));
   const Json* root = json_find(doc, "problem");
-  if (!root) fail(source, "missing top-level key \"problem\" (IOPDDL format: {\"problem\": {\"nodes\": ..., \"edges\": ...}})");
+  if (!root)
+    fail(source, "missing top-level key \"problem\" (IOPDDL format: {\"problem\": {\"nodes\": ..., \"edges\": ...}})");
   const Json& pr = *root;
   if (!pr.is_object()) fail(source, std::string("problem: expected an object, found ") + json_kind_name(pr));
 
@@ -116,7 +115,8 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
   for (size_t i = 0; i < n; ++i) {
     std::string w = idx("problem.nodes.costs", i);
     const auto& row = array_of(costs[i], w, source);
-    if (row.empty()) fail(source, w + ": node " + std::to_string(i) + " has no strategies; every node needs at least one");
+    if (row.empty())
+      fail(source, w + ": node " + std::to_string(i) + " has no strategies; every node needs at least one");
     p.node_costs[i].reserve(row.size());
     for (size_t s = 0; s < row.size(); ++s) p.node_costs[i].push_back(read_cost(row[s], idx(w, s), source));
   }
@@ -124,12 +124,16 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
   const Json* limit = json_find(pr, "usage_limit");
   if (limit && !limit->is_null()) {
     p.usage_limit = read_int(*limit, "problem.usage_limit", source);
-    if (p.usage_limit < 0) fail(source, "problem.usage_limit: negative limit " + std::to_string(p.usage_limit) + "; omit the key for no limit");
+    if (p.usage_limit < 0)
+      fail(source,
+           "problem.usage_limit: negative limit " + std::to_string(p.usage_limit) + "; omit the key for no limit");
   }
   const Json* usages = json_find(nodes, "usages");
   const Json* intervals = json_find(nodes, "intervals");
-  if (p.usage_limit >= 0 && !usages) fail(source, "problem.nodes: missing key \"usages\" (required with \"usage_limit\")");
-  if (p.usage_limit >= 0 && !intervals) fail(source, "problem.nodes: missing key \"intervals\" (required with \"usage_limit\")");
+  if (p.usage_limit >= 0 && !usages)
+    fail(source, "problem.nodes: missing key \"usages\" (required with \"usage_limit\")");
+  if (p.usage_limit >= 0 && !intervals)
+    fail(source, "problem.nodes: missing key \"intervals\" (required with \"usage_limit\")");
   p.node_usages.assign(n, {});
   if (usages) {
     const auto& rows = array_of(*usages, "problem.nodes.usages", source);
@@ -141,7 +145,8 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
       const auto& row = array_of(rows[i], w, source);
       if (row.size() != p.node_costs[i].size())
         fail(source, w + ": has " + std::to_string(row.size()) + " entries but node " + std::to_string(i) + " has " +
-                         std::to_string(p.node_costs[i].size()) + " strategies in problem.nodes.costs; give one usage per strategy");
+                         std::to_string(p.node_costs[i].size()) +
+                         " strategies in problem.nodes.costs; give one usage per strategy");
       p.node_usages[i].reserve(row.size());
       for (size_t s = 0; s < row.size(); ++s) p.node_usages[i].push_back(read_usage(row[s], idx(w, s), source));
     }
@@ -150,8 +155,9 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
   if (intervals) {
     const auto& rows = array_of(*intervals, "problem.nodes.intervals", source);
     if (rows.size() != n)
-      fail(source, "problem.nodes.intervals: has " + std::to_string(rows.size()) + " entries but problem.nodes.costs has " +
-                       std::to_string(n) + "; give one [start, end) per node");
+      fail(source, "problem.nodes.intervals: has " + std::to_string(rows.size()) +
+                       " entries but problem.nodes.costs has " + std::to_string(n) +
+                       "; give one [start, end) per node");
     for (size_t i = 0; i < n; ++i) {
       std::string w = idx("problem.nodes.intervals", i);
       const auto& iv = array_of(rows[i], w, source);
@@ -166,7 +172,8 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
   if (const Json* names = json_find(nodes, "names")) {
     const auto& rows = array_of(*names, "problem.nodes.names", source);
     if (rows.size() != n)
-      fail(source, "problem.nodes.names: has " + std::to_string(rows.size()) + " entries, expected one per node (" + std::to_string(n) + ")");
+      fail(source, "problem.nodes.names: has " + std::to_string(rows.size()) + " entries, expected one per node (" +
+                       std::to_string(n) + ")");
     for (size_t i = 0; i < n; ++i) {
       if (!rows[i].is_string()) fail(source, idx("problem.nodes.names", i) + ": expected a string");
       p.node_names.push_back(json_string(rows[i]));
@@ -198,9 +205,10 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
     const auto& m = array_of(ecosts[e], wc, source);
     size_t su = p.node_costs[edge.u].size(), sv = p.node_costs[edge.v].size();
     if (m.size() != su * sv)
-      fail(source, wc + ": edge " + std::to_string(e) + " (" + std::to_string(edge.u) + " -> " + std::to_string(edge.v) +
-                       ") has " + std::to_string(m.size()) + " costs but needs |S_u| x |S_v| = " + std::to_string(su) +
-                       " x " + std::to_string(sv) + " = " + std::to_string(su * sv) + " (row-major)");
+      fail(source, wc + ": edge " + std::to_string(e) + " (" + std::to_string(edge.u) + " -> " +
+                       std::to_string(edge.v) + ") has " + std::to_string(m.size()) +
+                       " costs but needs |S_u| x |S_v| = " + std::to_string(su) + " x " + std::to_string(sv) + " = " +
+                       std::to_string(su * sv) + " (row-major)");
     edge.costs.reserve(m.size());
     for (size_t k = 0; k < m.size(); ++k) edge.costs.push_back(read_cost(m[k], idx(wc, k), source));
   }
@@ -216,7 +224,8 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
       }
       const auto& rows = array_of(require(list[b], "usages", w, source), w + ".usages", source);
       if (rows.size() != n)
-        fail(source, w + ".usages: has " + std::to_string(rows.size()) + " rows, expected one per node (" + std::to_string(n) + ")");
+        fail(source, w + ".usages: has " + std::to_string(rows.size()) + " rows, expected one per node (" +
+                         std::to_string(n) + ")");
       g.usage.resize(n);
       for (size_t i = 0; i < n; ++i) {
         std::string wr = idx(w + ".usages", i);
@@ -229,7 +238,8 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
       if (const Json* lo = json_find(list[b], "low")) g.low = read_int(*lo, w + ".low", source);
       if (const Json* hi = json_find(list[b], "high")) g.high = read_int(*hi, w + ".high", source);
       if (g.low > g.high)
-        fail(source, w + ": low " + std::to_string(g.low) + " > high " + std::to_string(g.high) + "; no plan can satisfy it");
+        fail(source,
+             w + ": low " + std::to_string(g.low) + " > high " + std::to_string(g.high) + "; no plan can satisfy it");
       p.budgets.push_back(std::move(g));
     }
   }
@@ -278,12 +288,42 @@ class ProblemEvents {
   // What the next value is: a field of a known object, an element of a known array, or
   // something the reader ignores (unknown keys, as the tree reader ignores them).
   enum class Slot : uint8_t {
-    Doc, Problem, Name, Nodes, Edges, UsageLimit, Budgets,                      // document, problem
-    NodeCosts, NodeUsages, Intervals, Names, EdgeNodes, EdgeCosts,              // lists of rows
-    BudgetName, BudgetUsages, Low, High,                                        // a budget's fields
-    Budget, Row, Number, NameItem, Ignore, Bad                                  // elements
+    Doc,
+    Problem,
+    Name,
+    Nodes,
+    Edges,
+    UsageLimit,
+    Budgets,  // document, problem
+    NodeCosts,
+    NodeUsages,
+    Intervals,
+    Names,
+    EdgeNodes,
+    EdgeCosts,  // lists of rows
+    BudgetName,
+    BudgetUsages,
+    Low,
+    High,  // a budget's fields
+    Budget,
+    Row,
+    Number,
+    NameItem,
+    Ignore,
+    Bad  // elements
   };
-  enum class Frame : uint8_t { DocObj, ProblemObj, NodesObj, EdgesObj, BudgetObj, BudgetsArr, RowsArr, RowArr, NamesArr, Skip };
+  enum class Frame : uint8_t {
+    DocObj,
+    ProblemObj,
+    NodesObj,
+    EdgesObj,
+    BudgetObj,
+    BudgetsArr,
+    RowsArr,
+    RowArr,
+    NamesArr,
+    Skip
+  };
   struct Level {
     Frame frame;
     Slot list;          // RowsArr, RowArr: which list of rows
@@ -297,12 +337,18 @@ class ProblemEvents {
   Slot slot() const {
     if (stack_.empty()) return Slot::Doc;
     switch (stack_.back().frame) {
-      case Frame::BudgetsArr: return Slot::Budget;
-      case Frame::RowsArr: return Slot::Row;
-      case Frame::RowArr: return Slot::Number;
-      case Frame::NamesArr: return Slot::NameItem;
-      case Frame::Skip: return Slot::Ignore;
-      default: return next_;
+      case Frame::BudgetsArr:
+        return Slot::Budget;
+      case Frame::RowsArr:
+        return Slot::Row;
+      case Frame::RowArr:
+        return Slot::Number;
+      case Frame::NamesArr:
+        return Slot::NameItem;
+      case Frame::Skip:
+        return Slot::Ignore;
+      default:
+        return next_;
     }
   }
   bool push(Frame f, Slot list = Slot::Bad) {
@@ -370,37 +416,61 @@ bool ProblemEvents::int_value(int64_t v) {
       if (v < 0) return false;
       p_.usage_limit = v;
       return true;
-    case Slot::Low: budgets_.back().g.low = v; return true;
-    case Slot::High: budgets_.back().g.high = v; return true;
+    case Slot::Low:
+      budgets_.back().g.low = v;
+      return true;
+    case Slot::High:
+      budgets_.back().g.high = v;
+      return true;
     case Slot::Number: {
       const Slot list = stack_.back().list;
       if ((list == Slot::NodeUsages || list == Slot::BudgetUsages) && v < 0) return false;
       int_row_.push_back(v);
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
 bool ProblemEvents::string(string_t& v) {
   switch (slot()) {
-    case Slot::Ignore: return true;
-    case Slot::Name: p_.name = std::move(v); return true;
-    case Slot::BudgetName: budgets_.back().g.name = std::move(v); return true;
-    case Slot::NameItem: p_.node_names.push_back(std::move(v)); return true;
-    default: return false;
+    case Slot::Ignore:
+      return true;
+    case Slot::Name:
+      p_.name = std::move(v);
+      return true;
+    case Slot::BudgetName:
+      budgets_.back().g.name = std::move(v);
+      return true;
+    case Slot::NameItem:
+      p_.node_names.push_back(std::move(v));
+      return true;
+    default:
+      return false;
   }
 }
 
 bool ProblemEvents::start_object(std::size_t) {
   switch (slot()) {
-    case Slot::Doc: return push(Frame::DocObj);
-    case Slot::Problem: has_problem_ = true; return push(Frame::ProblemObj);
-    case Slot::Nodes: has_nodes_ = true; return push(Frame::NodesObj);
-    case Slot::Edges: has_edges_ = true; return push(Frame::EdgesObj);
-    case Slot::Budget: budgets_.emplace_back(); return push(Frame::BudgetObj);
-    case Slot::Ignore: return push(Frame::Skip);
-    default: return false;
+    case Slot::Doc:
+      return push(Frame::DocObj);
+    case Slot::Problem:
+      has_problem_ = true;
+      return push(Frame::ProblemObj);
+    case Slot::Nodes:
+      has_nodes_ = true;
+      return push(Frame::NodesObj);
+    case Slot::Edges:
+      has_edges_ = true;
+      return push(Frame::EdgesObj);
+    case Slot::Budget:
+      budgets_.emplace_back();
+      return push(Frame::BudgetObj);
+    case Slot::Ignore:
+      return push(Frame::Skip);
+    default:
+      return false;
   }
 }
 
@@ -412,29 +482,45 @@ bool ProblemEvents::key(string_t& k) {
       if (k == "problem") s = Slot::Problem;
       break;
     case Frame::ProblemObj:
-      if (k == "name") s = Slot::Name;
-      else if (k == "nodes") s = Slot::Nodes;
-      else if (k == "edges") s = Slot::Edges;
-      else if (k == "usage_limit") s = Slot::UsageLimit;
-      else if (k == "budgets") s = Slot::Budgets;
+      if (k == "name")
+        s = Slot::Name;
+      else if (k == "nodes")
+        s = Slot::Nodes;
+      else if (k == "edges")
+        s = Slot::Edges;
+      else if (k == "usage_limit")
+        s = Slot::UsageLimit;
+      else if (k == "budgets")
+        s = Slot::Budgets;
       break;
     case Frame::NodesObj:
-      if (k == "costs") s = Slot::NodeCosts;
-      else if (k == "usages") s = Slot::NodeUsages;
-      else if (k == "intervals") s = Slot::Intervals;
-      else if (k == "names") s = Slot::Names;
+      if (k == "costs")
+        s = Slot::NodeCosts;
+      else if (k == "usages")
+        s = Slot::NodeUsages;
+      else if (k == "intervals")
+        s = Slot::Intervals;
+      else if (k == "names")
+        s = Slot::Names;
       break;
     case Frame::EdgesObj:
-      if (k == "nodes") s = Slot::EdgeNodes;
-      else if (k == "costs") s = Slot::EdgeCosts;
+      if (k == "nodes")
+        s = Slot::EdgeNodes;
+      else if (k == "costs")
+        s = Slot::EdgeCosts;
       break;
     case Frame::BudgetObj:
-      if (k == "name") s = Slot::BudgetName;
-      else if (k == "usages") s = Slot::BudgetUsages;
-      else if (k == "low") s = Slot::Low;
-      else if (k == "high") s = Slot::High;
+      if (k == "name")
+        s = Slot::BudgetName;
+      else if (k == "usages")
+        s = Slot::BudgetUsages;
+      else if (k == "low")
+        s = Slot::Low;
+      else if (k == "high")
+        s = Slot::High;
       break;
-    default: break;
+    default:
+      break;
   }
   if (s != Slot::Ignore) {
     const uint32_t bit = 1u << static_cast<unsigned>(s);
@@ -448,13 +534,17 @@ bool ProblemEvents::key(string_t& k) {
 bool ProblemEvents::start_array(std::size_t) {
   const Slot s = slot();
   switch (s) {
-    case Slot::Budgets: return push(Frame::BudgetsArr);
-    case Slot::Names: has_names_ = true; return push(Frame::NamesArr);
+    case Slot::Budgets:
+      return push(Frame::BudgetsArr);
+    case Slot::Names:
+      has_names_ = true;
+      return push(Frame::NamesArr);
     case Slot::Row:
       cost_row_.clear();
       int_row_.clear();
       return push(Frame::RowArr, stack_.back().list);
-    case Slot::Ignore: return push(Frame::Skip);
+    case Slot::Ignore:
+      return push(Frame::Skip);
     default:
       if (!is_list(s)) return false;
       if (s == Slot::NodeCosts) has_costs_ = true;
@@ -475,9 +565,15 @@ bool ProblemEvents::end_array() {
         if (cost_row_.empty()) return false;
         p_.node_costs.emplace_back(cost_row_.begin(), cost_row_.end());
         break;
-      case Slot::EdgeCosts: ecosts_.emplace_back(cost_row_.begin(), cost_row_.end()); break;
-      case Slot::NodeUsages: usages_.emplace_back(int_row_.begin(), int_row_.end()); break;
-      case Slot::BudgetUsages: budgets_.back().g.usage.emplace_back(int_row_.begin(), int_row_.end()); break;
+      case Slot::EdgeCosts:
+        ecosts_.emplace_back(cost_row_.begin(), cost_row_.end());
+        break;
+      case Slot::NodeUsages:
+        usages_.emplace_back(int_row_.begin(), int_row_.end());
+        break;
+      case Slot::BudgetUsages:
+        budgets_.back().g.usage.emplace_back(int_row_.begin(), int_row_.end());
+        break;
       case Slot::Intervals:
         if (int_row_.size() != 2 || int_row_[1] < int_row_[0]) return false;
         intervals_.push_back({int_row_[0], int_row_[1]});
@@ -486,7 +582,8 @@ bool ProblemEvents::end_array() {
         if (int_row_.size() != 2) return false;
         enodes_.emplace_back(int_row_[0], int_row_[1]);
         break;
-      default: return false;
+      default:
+        return false;
     }
   }
   return pop();
@@ -514,10 +611,14 @@ std::optional<Problem> ProblemEvents::finish() {
   for (const Budget& b : budgets_)
     if (!b.has_usages || !rows_fit(b.g.usage, true) || b.g.low > b.g.high) return std::nullopt;
 
-  if (has_usages_) p_.node_usages = std::move(usages_);
-  else p_.node_usages.assign(n, {});
-  if (has_intervals_) p_.intervals = std::move(intervals_);
-  else p_.intervals.assign(n, Interval{});
+  if (has_usages_)
+    p_.node_usages = std::move(usages_);
+  else
+    p_.node_usages.assign(n, {});
+  if (has_intervals_)
+    p_.intervals = std::move(intervals_);
+  else
+    p_.intervals.assign(n, Interval{});
   p_.edges.resize(enodes_.size());
   for (size_t e = 0; e < enodes_.size(); ++e) {
     p_.edges[e].u = static_cast<int32_t>(enodes_[e].first);
@@ -578,7 +679,8 @@ Json problem_to_json(const Problem& p) {
     Json row = Json::array();
     for (Cost c : p.node_costs[i]) row.push_back(cost_json(c));
     costs.push_back(std::move(row));
-    usages.push_back(usage_row(i < p.node_usages.size() ? p.node_usages[i] : std::vector<int64_t>{}, p.num_strategies(i)));
+    usages.push_back(
+        usage_row(i < p.node_usages.size() ? p.node_usages[i] : std::vector<int64_t>{}, p.num_strategies(i)));
     Interval iv = i < p.intervals.size() ? p.intervals[i] : Interval{};
     intervals.push_back(Json::array({Json(iv.start), Json(iv.end)}));
   }
@@ -653,7 +755,8 @@ Solution read_solution(const std::string& path, const Problem& p) {
   }
   const auto& arr = array_of(require(doc, "solution", "top level", path), "solution", path);
   if (arr.size() != p.num_nodes())
-    fail(path, "solution: has " + std::to_string(arr.size()) + " entries but the problem has " + std::to_string(p.num_nodes()) + " nodes");
+    fail(path, "solution: has " + std::to_string(arr.size()) + " entries but the problem has " +
+                   std::to_string(p.num_nodes()) + " nodes");
   Solution s(arr.size());
   for (size_t i = 0; i < arr.size(); ++i) {
     int64_t v = read_int(arr[i], idx("solution", i), path);

@@ -52,8 +52,8 @@ std::string read_file_maybe_gzip(const std::string& path) {
   std::string msg = gzerror(f, &err);
   gzclose(f);
   if (err != Z_OK)
-    throw std::runtime_error("'" + path + "' is a truncated or damaged gzip file (" + msg +
-                             " after " + std::to_string(out.size()) + " decompressed bytes); copy or download it again");
+    throw std::runtime_error("'" + path + "' is a truncated or damaged gzip file (" + msg + " after " +
+                             std::to_string(out.size()) + " decompressed bytes); copy or download it again");
   return out;
 }
 

@@ -33,12 +33,12 @@ std::string count_error(const std::string& field, size_t got, size_t want, const
 
 }  // namespace
 
-std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g, const Node& n,
-                                                  const std::string& at) {
+std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g, const Node& n, const std::string& at) {
   const std::string field = at + ": field 'strategies'";
   const auto& list = json_array(j, field);
   if (list.empty())
-    throw JsonError(field + ": empty (a node with explicit strategies needs at least one; "
+    throw JsonError(field +
+                    ": empty (a node with explicit strategies needs at least one; "
                     "return at least the all-Replicate strategy from the sharding rule)");
   const std::vector<TensorRef> refs = n.tensor_inputs();
   std::vector<ShardingRow> rows;
@@ -59,8 +59,8 @@ std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g,
     for (size_t k = 0; k < outs.size(); ++k) {
       const std::string where = fld(".outputs[" + std::to_string(k) + "]");
       if (!n.outputs[k]) {
-        if (!outs[k].is_null()) throw JsonError(where + ": a placement for output " + std::to_string(k) +
-                                                ", which is None (write null)");
+        if (!outs[k].is_null())
+          throw JsonError(where + ": a placement for output " + std::to_string(k) + ", which is None (write null)");
         row.outputs.push_back(Placement::replicate());  // ignored: there is no tensor
         continue;
       }

@@ -16,8 +16,7 @@ namespace autoshard {
 // Throws JsonError naming `at` (the node and its op) and what is wrong: a row whose number of
 // output or input placements differs from the node's, a placement that does not parse, a
 // Shard dim outside its tensor, a placement given for a None output.
-std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g, const Node& n,
-                                                  const std::string& at);
+std::vector<ShardingRow> read_explicit_strategies(const Json& j, const Graph& g, const Node& n, const std::string& at);
 
 // {"inputs": [layout per tensor input], "outputs": [layout or null per output],
 //  "compute_us": estimate}

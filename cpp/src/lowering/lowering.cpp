@@ -113,8 +113,8 @@ class Lowerer {
         for (const auto& s : sm_.of(k.v)) lv.push_back(&s.inputs[k.v_side]);
       }
       const Node& consumer = g_.nodes[k.v];
-      const bool local = !k.grad && std::find(consumer.local_inputs.begin(), consumer.local_inputs.end(),
-                                              k.v_side) != consumer.local_inputs.end();
+      const bool local = !k.grad && std::find(consumer.local_inputs.begin(), consumer.local_inputs.end(), k.v_side) !=
+                                        consumer.local_inputs.end();
       add_pair(k.u, k.v, *grp.meta, output_layouts(k.u, k.u_side), lv, !k.grad, grp.what, k.exposed, k.launch_share,
                static_cast<double>(grp.times), local);
     }
@@ -201,8 +201,13 @@ class Lowerer {
       std::vector<TensorRef> refs = node.tensor_inputs();
       for (size_t a = 0; a < refs.size(); ++a) {
         const TensorRef& r = refs[a];
-        PairKey k{sm_.tied.of(r.node), sm_.tied.of(static_cast<int32_t>(c)), r.output, static_cast<int32_t>(a), false,
-                  lp_.overlap.input_factor[c][a], lp_.overlap.input_launch_share[c][a]};
+        PairKey k{sm_.tied.of(r.node),
+                  sm_.tied.of(static_cast<int32_t>(c)),
+                  r.output,
+                  static_cast<int32_t>(a),
+                  false,
+                  lp_.overlap.input_factor[c][a],
+                  lp_.overlap.input_launch_share[c][a]};
         note_pair(k, g_.meta(r), [&] { return "the edge " + g_.nodes[r.node].name + " -> " + node.name; });
       }
     }
@@ -222,7 +227,8 @@ class Lowerer {
         std::string what = "forward output " + std::to_string(o.output_index) + " (" + g_.nodes[p].name + ")";
         auto charged = [&](const Layout& from) {
           return charged_time_us(cache_.time_us(meta, from, target), cache_.collectives(meta, from, target),
-                                 lp_.overlap.launch_us, lp_.overlap.output_launch_share[j], lp_.overlap.output_factor[j]);
+                                 lp_.overlap.launch_us, lp_.overlap.output_launch_share[j],
+                                 lp_.overlap.output_factor[j]);
         };
         if (u < 0) {
           add_constant(charged(*outs[0]), what);
@@ -233,7 +239,12 @@ class Lowerer {
       } else {
         // The gradient leaves in its parameter's layout: producer layout -> parameter layout.
         const int32_t q = o.grad_of, p = o.ref.node;
-        PairKey k{sm_.tied.of(q), sm_.tied.of(p), 0, -1 - o.ref.output, true, lp_.overlap.output_factor[j],
+        PairKey k{sm_.tied.of(q),
+                  sm_.tied.of(p),
+                  0,
+                  -1 - o.ref.output,
+                  true,
+                  lp_.overlap.output_factor[j],
                   lp_.overlap.output_launch_share[j]};
         note_pair(k, meta, [&] { return "the gradient of " + g_.nodes[q].name + " (" + g_.nodes[p].name + ")"; });
       }
@@ -315,8 +326,8 @@ class Lowerer {
       hi += std::max(static_cast<double>(smallest), high * full);
       if (static_cast<double>(smallest) > high * full) {
         const std::string share = fmt::format("{:.4g}", static_cast<double>(smallest) / std::max(1.0, full));
-        lp_.budget_raised_for.push_back(g_.nodes[gi].name + (sm_.pinned[gi] ? " (pinned)" : "") + " at least " +
-                                        share + " of itself");
+        lp_.budget_raised_for.push_back(g_.nodes[gi].name + (sm_.pinned[gi] ? " (pinned)" : "") + " at least " + share +
+                                        " of itself");
       }
     }
     b.low = static_cast<int64_t>(std::floor(lo));
@@ -390,9 +401,8 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
       const Layout& from = *strat(refs[a].node).outputs[refs[a].output];
       const double us = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
       r.node_comm_us[c] += us;
-      r.exposed_comm_us += charged_time_us(us, cache.collectives(g.meta(refs[a]), from, s.inputs[a]),
-                                           overlap.launch_us, overlap.input_launch_share[c][a],
-                                           overlap.input_factor[c][a]);
+      r.exposed_comm_us += charged_time_us(us, cache.collectives(g.meta(refs[a]), from, s.inputs[a]), overlap.launch_us,
+                                           overlap.input_launch_share[c][a], overlap.input_factor[c][a]);
     }
     if (g.nodes[c].role == NodeRole::Parameter)
       r.parameter_bytes_per_gpu += local_meta(*g.nodes[c].outputs[0], *s.outputs[0], mesh).bytes();

@@ -18,8 +18,8 @@ namespace {
 // nothing but the gradient outputs, so no backward compute waits for it.
 bool moves_data_only(const Node& node, const std::vector<Strategy>& strategies) {
   static const std::set<std::string> kMovement = {
-      "aten.clone.default", "aten.split.Tensor", "aten.split_with_sizes.default", "aten._to_copy.default",
-      "aten.contiguous.default", "aten.cat.default"};
+      "aten.clone.default",    "aten.split.Tensor",       "aten.split_with_sizes.default",
+      "aten._to_copy.default", "aten.contiguous.default", "aten.cat.default"};
   if (kMovement.count(node.op)) return true;
   return !strategies.empty() && strategies.front().aliases_input;
 }
@@ -67,8 +67,8 @@ int count_blocks(const std::vector<std::string>& parameter_fqns) {
       size_t end = fqn.find('.', start);
       if (end == std::string::npos) end = fqn.size();
       const bool digits = end > start && std::all_of(fqn.begin() + static_cast<std::ptrdiff_t>(start),
-                                                      fqn.begin() + static_cast<std::ptrdiff_t>(end),
-                                                      [](unsigned char ch) { return std::isdigit(ch) != 0; });
+                                                     fqn.begin() + static_cast<std::ptrdiff_t>(end),
+                                                     [](unsigned char ch) { return std::isdigit(ch) != 0; });
       if (digits && end < fqn.size()) {  // a numbered module, not a parameter named "0"
         groups.insert(fqn.substr(0, end));
         found = true;
@@ -121,10 +121,13 @@ OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache) 
     }
     if (node.role == NodeRole::Parameter && !node.outputs.empty() && node.outputs[0]) fqns.push_back(node.fqn);
   }
-  for (const GraphOutput& o : g.outputs) (o.role == GraphOutput::Role::Grad ? grad_uses : other_output)[o.ref.node] += 1;
+  for (const GraphOutput& o : g.outputs)
+    (o.role == GraphOutput::Role::Grad ? grad_uses : other_output)[o.ref.node] += 1;
   for (size_t k = n; k-- > 0;) {
     const Node& node = g.nodes[k];
-    if (node.role != NodeRole::Compute || node.phase != Phase::Backward || !moves_data_only(node, sm.of(static_cast<int32_t>(k)))) continue;
+    if (node.role != NodeRole::Compute || node.phase != Phase::Backward ||
+        !moves_data_only(node, sm.of(static_cast<int32_t>(k))))
+      continue;
     if (other_output[k] || (users[k].empty() && grad_uses[k] == 0)) continue;
     feeds_grads_only[k] = std::all_of(users[k].begin(), users[k].end(), [&](int32_t u) { return feeds_grads_only[u]; });
   }

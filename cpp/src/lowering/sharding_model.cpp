@@ -22,13 +22,15 @@ void check_layout_fits(const TensorMeta& m, const Layout& l, const Mesh& mesh, c
   if (!is_shardable(m.shape, l, mesh))
     throw std::invalid_argument(what + ": layout " + layout_list_str(l) + " is not shardable for a tensor of shape " +
                                 shape_str(m.shape) + " (a sharded dim is smaller than the mesh dims that split it)");
-  if (has_mixed_partial(l)) throw std::invalid_argument(what + ": layout " + layout_list_str(l) + " mixes Partial kinds");
+  if (has_mixed_partial(l))
+    throw std::invalid_argument(what + ": layout " + layout_list_str(l) + " mixes Partial kinds");
 }
 
 void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::string& what) {
   const Node& n = sm.graph->nodes[node];
   if (sm.tied.of(node) != node || sm.tie_counts()[node] > 1)
-    throw std::logic_error("internal error: " + what + " pins node '" + n.name + "' of a tied layer; the planner "
+    throw std::logic_error("internal error: " + what + " pins node '" + n.name +
+                           "' of a tied layer; the planner "
                            "leaves pinned layers untied");
   int k = first_tensor_output(n);
   if (k < 0) throw std::invalid_argument(what + ": node '" + n.name + "' has no tensor output to constrain");
@@ -38,8 +40,10 @@ void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::strin
   std::string available;
   for (auto& s : list) {
     const Layout& l = *s.outputs[k];
-    if (l == layout) kept.push_back(s);
-    else if (available.size() < 400) available += (available.empty() ? "" : ", ") + layout_list_str(l);
+    if (l == layout)
+      kept.push_back(s);
+    else if (available.size() < 400)
+      available += (available.empty() ? "" : ", ") + layout_list_str(l);
   }
   if (kept.empty())
     throw std::invalid_argument(what + ": no strategy of node '" + n.name + "' (" + n.op + ") produces layout " +
@@ -66,8 +70,8 @@ void untie_layers(ShardingModel& sm) {
 }
 
 ShardingModel build_sharding_model(const Graph& graph, const MeshModel& model,
-                                   std::vector<std::vector<Strategy>> strategies,
-                                   const PlacementConstraints& c, RepeatedLayers tied) {
+                                   std::vector<std::vector<Strategy>> strategies, const PlacementConstraints& c,
+                                   RepeatedLayers tied) {
   if (strategies.size() != graph.nodes.size())
     throw std::invalid_argument("build_sharding_model: one strategy list per graph node is needed");
   if (tied.any() && tied.rep.size() != graph.nodes.size())
@@ -94,8 +98,7 @@ ShardingModel build_sharding_model(const Graph& graph, const MeshModel& model,
     if (o.role == GraphOutput::Role::Output) {
       auto it = c.outputs.find(o.output_index);
       if (it != c.outputs.end()) {
-        check_layout_fits(graph.meta(o.ref), it->second, mesh,
-                          "output constraint " + std::to_string(o.output_index));
+        check_layout_fits(graph.meta(o.ref), it->second, mesh, "output constraint " + std::to_string(o.output_index));
         target = it->second;
       }
     }

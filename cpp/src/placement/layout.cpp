@@ -42,7 +42,10 @@ std::vector<std::vector<int64_t>> local_shapes_per_rank(const std::vector<int64_
   std::vector<int64_t> coord(mesh.ndim(), 0);
   for (int64_t r = 0; r < mesh.size(); ++r) {
     int64_t rest = r;
-    for (int i = mesh.ndim() - 1; i >= 0; --i) { coord[i] = rest % mesh.shape[i]; rest /= mesh.shape[i]; }
+    for (int i = mesh.ndim() - 1; i >= 0; --i) {
+      coord[i] = rest % mesh.shape[i];
+      rest /= mesh.shape[i];
+    }
     out.push_back(local_shape_at(global, layout, mesh, coord));
   }
   return out;
@@ -119,8 +122,10 @@ uint64_t layout_code(const Layout& l) {
   uint64_t code = 0;
   for (size_t i = 0; i < l.size(); ++i) {
     uint64_t c = 0;
-    if (l[i].is_shard()) c = 1 + static_cast<uint64_t>(l[i].dim & 0x3f);
-    else if (l[i].is_partial()) c = 0x80 | static_cast<uint64_t>(l[i].reduce);
+    if (l[i].is_shard())
+      c = 1 + static_cast<uint64_t>(l[i].dim & 0x3f);
+    else if (l[i].is_partial())
+      c = 0x80 | static_cast<uint64_t>(l[i].reduce);
     code |= c << (8 * i);
   }
   return code;

@@ -9,19 +9,26 @@ namespace autoshard {
 
 static const char* reduce_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
 
 std::string Placement::str() const {
   switch (kind) {
-    case Kind::Replicate: return "R";
-    case Kind::Shard: return "S(" + std::to_string(dim) + ")";
-    case Kind::Partial: return std::string("P(") + reduce_name(reduce) + ")";
+    case Kind::Replicate:
+      return "R";
+    case Kind::Shard:
+      return "S(" + std::to_string(dim) + ")";
+    case Kind::Partial:
+      return std::string("P(") + reduce_name(reduce) + ")";
   }
   return "?";
 }

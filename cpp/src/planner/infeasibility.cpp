@@ -17,7 +17,6 @@ namespace autoshard {
 
 namespace {
 
-
 std::string num(double v) { return fmt::format("{:g}", v); }
 
 // DTensor spelling, as users write constraints in Python: (Shard(0), Replicate()).
@@ -25,10 +24,14 @@ std::string placement_py(const Placement& p) {
   if (p.is_shard()) return "Shard(" + std::to_string(p.dim) + ")";
   if (p.is_replicate()) return "Replicate()";
   switch (p.reduce) {
-    case ReduceOp::Sum: return "Partial()";
-    case ReduceOp::Avg: return "Partial(\"avg\")";
-    case ReduceOp::Max: return "Partial(\"max\")";
-    case ReduceOp::Min: return "Partial(\"min\")";
+    case ReduceOp::Sum:
+      return "Partial()";
+    case ReduceOp::Avg:
+      return "Partial(\"avg\")";
+    case ReduceOp::Max:
+      return "Partial(\"max\")";
+    case ReduceOp::Min:
+      return "Partial(\"min\")";
   }
   return "Partial()";
 }
@@ -50,11 +53,20 @@ std::string node_where(const Node& n) {
   std::string s;
   if (n.op == "placeholder") {
     switch (n.role) {
-      case NodeRole::Parameter: s = "parameter " + n.fqn + ", "; break;
-      case NodeRole::Buffer: s = "buffer " + n.fqn + ", "; break;
-      case NodeRole::Input: s = "forward input " + std::to_string(n.input_index) + ", "; break;
-      case NodeRole::Tangent: s = "tangent of output " + std::to_string(n.tangent_of) + ", "; break;
-      case NodeRole::Compute: break;
+      case NodeRole::Parameter:
+        s = "parameter " + n.fqn + ", ";
+        break;
+      case NodeRole::Buffer:
+        s = "buffer " + n.fqn + ", ";
+        break;
+      case NodeRole::Input:
+        s = "forward input " + std::to_string(n.input_index) + ", ";
+        break;
+      case NodeRole::Tangent:
+        s = "tangent of output " + std::to_string(n.tangent_of) + ", ";
+        break;
+      case NodeRole::Compute:
+        break;
     }
     s += "placeholder " + tensor_str(n);
   } else {
@@ -73,12 +85,18 @@ const Layout* pinned_layout(const std::map<std::string, Layout>& m, const std::s
 // A short name for fix lines: "the input constraint on 'x'", "the memory limit".
 std::string short_label(const UserConstraint& c) {
   switch (c.kind) {
-    case UserConstraint::Kind::Input: return "the input constraint on '" + c.name + "'";
-    case UserConstraint::Kind::Output: return "the output constraint on output " + std::to_string(c.output_index);
-    case UserConstraint::Kind::Node: return "the node constraint on '" + c.name + "'";
-    case UserConstraint::Kind::ParameterLow: return "the parameter memory low bound";
-    case UserConstraint::Kind::ParameterHigh: return "the parameter memory high bound";
-    case UserConstraint::Kind::MemoryLimit: return "the memory limit";
+    case UserConstraint::Kind::Input:
+      return "the input constraint on '" + c.name + "'";
+    case UserConstraint::Kind::Output:
+      return "the output constraint on output " + std::to_string(c.output_index);
+    case UserConstraint::Kind::Node:
+      return "the node constraint on '" + c.name + "'";
+    case UserConstraint::Kind::ParameterLow:
+      return "the parameter memory low bound";
+    case UserConstraint::Kind::ParameterHigh:
+      return "the parameter memory high bound";
+    case UserConstraint::Kind::MemoryLimit:
+      return "the memory limit";
   }
   return "?";
 }
@@ -92,7 +110,11 @@ class Prober {
  public:
   Prober(const Graph& graph, const PlannerOptions& options, const std::vector<UserConstraint>& cs,
          const std::optional<std::pair<double, double>>& pm, const DiagnosisOptions& dopt, Clock::time_point deadline)
-      : graph_(graph), options_(options), cs_(cs), pm_(pm), deadline_(deadline),
+      : graph_(graph),
+        options_(options),
+        cs_(cs),
+        pm_(pm),
+        deadline_(deadline),
         model_(std::make_unique<MeshModel>(MeshModel::make(options.mesh, options.hardware))),
         cache_(std::make_unique<RedistributionCache>(*model_)) {
     limits_.deadline = deadline;
@@ -116,8 +138,8 @@ class Prober {
  private:
   ProbeOutcome solve_subset(const std::vector<bool>& keep, double limit_s) {
     const auto start = Clock::now();
-    const auto probe_deadline =
-        std::min(deadline_, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s)));
+    const auto probe_deadline = std::min(
+        deadline_, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s)));
     PlacementConstraints pc;
     LoweringOptions lo;
     lo.parameter_memory = pm_;
@@ -219,9 +241,11 @@ std::optional<ObviousInfeasibility> obvious_infeasibility(const ShardingModel& s
     for (const auto& row : b.usage)
       if (!row.empty()) most += *std::max_element(row.begin(), row.end());
     if (most < b.low)
-      return ObviousInfeasibility{"no feasible plan: parameter_memory low asks for at least " +
-                                      std::to_string(b.low) + " parameter bytes per GPU but the parameters take at "
-                                      "most " + std::to_string(most) + " (as replicated as their constraints allow); "
+      return ObviousInfeasibility{"no feasible plan: parameter_memory low asks for at least " + std::to_string(b.low) +
+                                      " parameter bytes per GPU but the parameters take at "
+                                      "most " +
+                                      std::to_string(most) +
+                                      " (as replicated as their constraints allow); "
                                       "lower parameter_memory.low",
                                   UserConstraint::Kind::ParameterLow};
   }
@@ -270,17 +294,20 @@ std::optional<ObviousInfeasibility> obvious_infeasibility(const ShardingModel& s
     if (peak + params > p.usage_limit)
       return ObviousInfeasibility{"no feasible plan: memory_limit_bytes=" + std::to_string(p.usage_limit) +
                                       " is below the smallest possible peak of " + std::to_string(peak + params) +
-                                      " bytes per GPU" + where + " even with every tensor as sharded as its "
+                                      " bytes per GPU" + where +
+                                      " even with every tensor as sharded as its "
                                       "constraints allow; raise memory_limit_bytes or use a larger mesh",
                                   UserConstraint::Kind::MemoryLimit};
     if (peak + low > p.usage_limit)
-      return ObviousInfeasibility{"no feasible plan: memory_limit_bytes=" + std::to_string(p.usage_limit) +
-                                      " is below the smallest possible peak of " + std::to_string(peak + low) +
-                                      " bytes per GPU" + where + " under the parameter memory low bound: the "
-                                      "parameters, live the whole step, must take at least " + std::to_string(low) +
-                                      " bytes per GPU (they could take " + std::to_string(params) + "); lower "
-                                      "parameter_memory.low or raise memory_limit_bytes",
-                                  std::nullopt};
+      return ObviousInfeasibility{
+          "no feasible plan: memory_limit_bytes=" + std::to_string(p.usage_limit) +
+              " is below the smallest possible peak of " + std::to_string(peak + low) + " bytes per GPU" + where +
+              " under the parameter memory low bound: the "
+              "parameters, live the whole step, must take at least " +
+              std::to_string(low) + " bytes per GPU (they could take " + std::to_string(params) +
+              "); lower "
+              "parameter_memory.low or raise memory_limit_bytes",
+          std::nullopt};
   }
   return std::nullopt;
 }
@@ -298,8 +325,7 @@ std::vector<UserConstraint> user_constraints(const Graph& graph, const PlannerOp
     pins.push_back({index(name), {UserConstraint::Kind::Input, name, -1}});
   std::sort(pins.begin(), pins.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [i, c] : pins) out.push_back(std::move(c));
-  for (const auto& [idx, layout] : options.constraints.outputs)
-    out.push_back({UserConstraint::Kind::Output, "", idx});
+  for (const auto& [idx, layout] : options.constraints.outputs) out.push_back({UserConstraint::Kind::Output, "", idx});
   pins.clear();
   for (const auto& [name, layout] : options.constraints.nodes)
     pins.push_back({index(name), {UserConstraint::Kind::Node, name, -1}});
@@ -324,17 +350,17 @@ std::string describe_constraint(const Graph& graph, const PlannerOptions& option
     case UserConstraint::Kind::Node: {
       const bool input = c.kind == UserConstraint::Kind::Input;
       const Layout* l = pinned_layout(input ? options.constraints.inputs : options.constraints.nodes, c.name);
-      std::string s = std::string(input ? "input" : "node") + " constraint on '" + c.name + "' = " +
-                      (l ? layout_py(*l) + " " + layout_list_str(*l) : std::string("?"));
+      std::string s = std::string(input ? "input" : "node") + " constraint on '" + c.name +
+                      "' = " + (l ? layout_py(*l) + " " + layout_list_str(*l) : std::string("?"));
       if (const Node* n = node(c.name)) s += ": " + node_where(*n);
       return s;
     }
     case UserConstraint::Kind::Output: {
       auto it = options.constraints.outputs.find(c.output_index);
-      std::string s = "output constraint on forward output " + std::to_string(c.output_index) + " = " +
-                      (it != options.constraints.outputs.end() ? layout_py(it->second) + " " +
-                                                                     layout_list_str(it->second)
-                                                               : std::string("?"));
+      std::string s =
+          "output constraint on forward output " + std::to_string(c.output_index) + " = " +
+          (it != options.constraints.outputs.end() ? layout_py(it->second) + " " + layout_list_str(it->second)
+                                                   : std::string("?"));
       for (const auto& o : graph.outputs)
         if (o.role == GraphOutput::Role::Output && o.output_index == c.output_index) {
           const Node& n = graph.nodes[o.ref.node];
@@ -364,8 +390,8 @@ std::string describe_constraint(const Graph& graph, const PlannerOptions& option
   return "?";
 }
 
-InfeasibilityDiagnosis diagnose_infeasibility(const Graph& graph, const PlannerOptions& options,
-                                              bool request_proven, const DiagnosisOptions& dopt) {
+InfeasibilityDiagnosis diagnose_infeasibility(const Graph& graph, const PlannerOptions& options, bool request_proven,
+                                              const DiagnosisOptions& dopt) {
   const auto start = Clock::now();
   const auto deadline =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(0.0, dopt.budget_s)));
@@ -430,8 +456,10 @@ InfeasibilityDiagnosis diagnose_infeasibility(const Graph& graph, const PlannerO
     ProbeOutcome r = probe(without(keep, i));
     if (d.ran_out) break;
     decided[i] = true;
-    if (r == ProbeOutcome::Infeasible) keep[i] = false;
-    else if (r == ProbeOutcome::Unknown) d.undecided.push_back(i);
+    if (r == ProbeOutcome::Infeasible)
+      keep[i] = false;
+    else if (r == ProbeOutcome::Unknown)
+      d.undecided.push_back(i);
   }
   for (size_t i = 0; i < n; ++i) {
     if (!keep[i]) continue;
@@ -501,10 +529,10 @@ std::string format_diagnosis(const Graph& graph, const PlannerOptions& options, 
 
   const size_t k = d.conflict.size();
   const bool irreducible = std::all_of(d.member_necessary.begin(), d.member_necessary.end(), [](bool b) { return b; });
-  if (d.proven_by_diagnosis)
-    s += "\nThe diagnosis proved that no plan exists, so more time would not help.";
+  if (d.proven_by_diagnosis) s += "\nThe diagnosis proved that no plan exists, so more time would not help.";
   s += "\nCause (proven: with every other constraint removed there is still no plan";
-  if (irreducible) s += k == 1 ? ", and without this one there is a plan" : ", and removing any one of these gives a plan";
+  if (irreducible)
+    s += k == 1 ? ", and without this one there is a plan" : ", and removing any one of these gives a plan";
   s += "; " + std::string(budget) + "): ";
   s += k == 1 ? "this constraint cannot be met:" : "these " + std::to_string(k) + " constraints cannot all hold:";
   for (size_t m = 0; m < k; ++m) {
@@ -517,14 +545,17 @@ std::string format_diagnosis(const Graph& graph, const PlannerOptions& options, 
   // The fix: which single removal gives a plan for the whole request.
   std::vector<std::string> alone, not_alone;
   for (size_t i : d.conflict) {
-    if (d.alone_fixes[i] == ProbeOutcome::Feasible) alone.push_back(label(i));
-    else if (d.alone_fixes[i] == ProbeOutcome::Infeasible) not_alone.push_back(label(i));
+    if (d.alone_fixes[i] == ProbeOutcome::Feasible)
+      alone.push_back(label(i));
+    else if (d.alone_fixes[i] == ProbeOutcome::Infeasible)
+      not_alone.push_back(label(i));
   }
   s += "\nFix: ";
   if (!alone.empty()) {
     s += "remove or relax " + join(alone, " or ") + ": the request without " +
          (alone.size() == 1 ? "it" : "any one of them") + " has a plan.";
-    if (!not_alone.empty()) s += " Without " + join(not_alone, " or without ") + " alone there is still another conflict.";
+    if (!not_alone.empty())
+      s += " Without " + join(not_alone, " or without ") + " alone there is still another conflict.";
   } else if (!not_alone.empty()) {
     s += "relax these, but removing any single one still leaves another conflict (proven); relax several and plan "
          "again.";

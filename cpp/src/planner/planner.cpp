@@ -21,7 +21,6 @@ namespace autoshard {
 
 namespace {
 
-
 // No plan: thrown inside plan_within_limits and turned into InfeasiblePlanError by
 // run_planner once the failed attempt's tables are freed, with the diagnosis of which
 // constraints conflict (infeasibility.h) appended to `headline`.
@@ -47,7 +46,8 @@ std::string mesh_str(const Mesh& m) {
 // fit under the cap: they are the bulk of the memory, growing as strategies^2.
 void check_problem_size(const ShardingModel& sm, const BuildLimits& limits) {
   const TableEstimate t = estimate_cost_tables(sm);
-  const double bytes = t.entries * static_cast<double>(kBytesPerTableEntry) + static_cast<double>(limits.strategy_bytes);
+  const double bytes =
+      t.entries * static_cast<double>(kBytesPerTableEntry) + static_cast<double>(limits.strategy_bytes);
   if (bytes <= static_cast<double>(limits.max_bytes)) return;
   size_t strategies = 0;  // enumerated (tied copies share their representative's)
   for (const auto& s : sm.strategies) strategies += s.size();
@@ -57,7 +57,8 @@ void check_problem_size(const ShardingModel& sm, const BuildLimits& limits) {
       human_bytes(bytes) + " (" + std::to_string(strategies) + " strategies over " +
       std::to_string(sm.strategies.size()) + " nodes, " + entries + " cost-table entries; the largest table is " +
       t.largest_what + "), above the memory cap of " + human_bytes(static_cast<double>(limits.max_bytes)) + " (" +
-      limits.cap_source + "); use a mesh with fewer dimensions (strategies per node grow exponentially with "
+      limits.cap_source +
+      "); use a mesh with fewer dimensions (strategies per node grow exponentially with "
       "them), pin layouts with constraints, or raise the cap with --max-problem-bytes / max_problem_bytes if the "
       "machine has the memory");
 }
@@ -81,8 +82,10 @@ std::string tie_note(const RepeatedLayers& t) {
     return s;
   };
   std::string note = std::to_string(t.tied.size()) + " identical layers of '" + t.container + "' (" +
-                     std::to_string(t.nodes_per_layer) + " nodes each) were planned tied: every one takes the "
-                     "strategies of " + t.container + "." + std::to_string(t.tied[0]) +
+                     std::to_string(t.nodes_per_layer) +
+                     " nodes each) were planned tied: every one takes the "
+                     "strategies of " +
+                     t.container + "." + std::to_string(t.tied[0]) +
                      " (repeated_layers=\"untie\" / --repeated-layers untie plans each on its own)";
   if (!t.untied.empty()) note += "; layers " + list(t.untied) + " differ and were planned on their own";
   return note;
@@ -118,9 +121,13 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
     std::string list;
     for (size_t i = 0; i < raised.size() && i < 5; ++i) list += (i ? ", " : "") + raised[i];
     if (raised.size() > 5) list += ", and " + std::to_string(raised.size() - 5) + " more";
-    r.plan.notes.push_back("the parameter memory budget (high = " + high + " of each parameter) cannot be "
-                           "met by " + std::to_string(raised.size()) + " parameter(s), so their share was raised to "
-                           "the least any strategy reaches: " + list);
+    r.plan.notes.push_back("the parameter memory budget (high = " + high +
+                           " of each parameter) cannot be "
+                           "met by " +
+                           std::to_string(raised.size()) +
+                           " parameter(s), so their share was raised to "
+                           "the least any strategy reaches: " +
+                           list);
   }
 
   const Problem& p = r.lowered.problem;
@@ -150,10 +157,12 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
                                "); please report this with the graph");
       const std::string limit = fmt::format("{:g}", options.time_limit_s);
       if (!sr.proven_infeasible)
-        throw NoPlan{"no plan found within the time limit (" + limit + " s, --time-limit / "
-                     "time_limit_s): the solver stopped before finding any plan that meets the constraints, and did "
-                     "not prove that none exists; raise the time limit",
-                     false, std::nullopt};
+        throw NoPlan{
+            "no plan found within the time limit (" + limit +
+                " s, --time-limit / "
+                "time_limit_s): the solver stopped before finding any plan that meets the constraints, and did "
+                "not prove that none exists; raise the time limit",
+            false, std::nullopt};
       throw NoPlan{"no feasible plan exists (proven by the solver: " + sr.status + ").", true, std::nullopt};
     }
     solution = sr.solution;
@@ -185,8 +194,8 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
   options.time_limit_s = checked_time_limit(given.time_limit_s, "time_limit_s");
   BuildLimits limits;
   limits.time_limit_s = options.time_limit_s;
-  limits.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(options.time_limit_s));
+  limits.deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s));
   if (options.max_problem_bytes > 0) {
     limits.max_bytes = options.max_problem_bytes;
     limits.cap_source = "set by --max-problem-bytes / max_problem_bytes";
@@ -202,9 +211,9 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
     failed = NoPlan{e.what(), true, std::nullopt};
   } catch (const std::bad_alloc&) {
     // The estimate is not exact; running out anyway still gets a message, not a bare bad_alloc.
-    throw PlanningLimitError("ran out of memory while planning on mesh " + mesh_str(options.mesh) +
-                             " (memory cap " + human_bytes(static_cast<double>(limits.max_bytes)) + ", " +
-                             limits.cap_source + "); lower the cap with --max-problem-bytes / max_problem_bytes so "
+    throw PlanningLimitError("ran out of memory while planning on mesh " + mesh_str(options.mesh) + " (memory cap " +
+                             human_bytes(static_cast<double>(limits.max_bytes)) + ", " + limits.cap_source +
+                             "); lower the cap with --max-problem-bytes / max_problem_bytes so "
                              "that such a problem is refused early, or use a mesh with fewer dimensions");
   }
   // No plan: find which constraints conflict, in half the time limit again at most (but at

@@ -36,18 +36,20 @@ void validate_planner_options(const PlannerOptions& o) {
   if (!o.parameter_memory_default && o.parameter_memory) {
     const auto [low, high] = *o.parameter_memory;
     if (!(low >= 0 && low <= high && high <= 1))
-      throw invalid_argument("parameter memory: need 0 <= low <= high <= 1 (fractions of all parameter bytes), got low=" +
-                             fmt(low) + " high=" + fmt(high));
+      throw invalid_argument(
+          "parameter memory: need 0 <= low <= high <= 1 (fractions of all parameter bytes), got low=" + fmt(low) +
+          " high=" + fmt(high));
     // Even with every parameter sharded over every GPU, one GPU holds at least 1/size of it
     // (the largest chunk of an uneven split holds more), so a smaller high bound can never be
     // met; it used to be quietly raised to what the parameters reach.
     const double least = 1.0 / static_cast<double>(size);
     if (high < least * (1 - 1e-9))
       throw invalid_argument("parameter memory: high=" + fmt(high) + " is below " + fmt(least) + " = 1/" +
-                             std::to_string(size) + ", the least fraction of the parameters any plan can store per "
-                             "GPU on this mesh (every parameter sharded over all " + std::to_string(size) +
-                             " GPUs); pass high >= " + fmt(least) + " (--param-memory " + fmt(low) + "," + fmt(least) +
-                             ", add_parameter_memory_constraint(high=" + fmt(least) +
+                             std::to_string(size) +
+                             ", the least fraction of the parameters any plan can store per "
+                             "GPU on this mesh (every parameter sharded over all " +
+                             std::to_string(size) + " GPUs); pass high >= " + fmt(least) + " (--param-memory " +
+                             fmt(low) + "," + fmt(least) + ", add_parameter_memory_constraint(high=" + fmt(least) +
                              "), or leave high out for that default), or drop the constraint (--no-param-memory, "
                              "remove_parameter_memory_constraint())");
   }
@@ -74,9 +76,12 @@ LayerTying parse_layer_tying(const std::string& name, const std::string& what) {
 
 const char* layer_tying_name(LayerTying t) {
   switch (t) {
-    case LayerTying::Tie: return "tie";
-    case LayerTying::Untie: return "untie";
-    default: return "auto";
+    case LayerTying::Tie:
+      return "tie";
+    case LayerTying::Untie:
+      return "untie";
+    default:
+      return "auto";
   }
 }
 

@@ -34,7 +34,10 @@ int64_t peak_usage(const Problem& p, const Solution& sol, int64_t* peak_time) {
   int64_t at = 0;
   for (const auto& [t, d] : events) {
     live += d;
-    if (live > peak) { peak = live; at = t; }
+    if (live > peak) {
+      peak = live;
+      at = t;
+    }
   }
   if (peak_time) *peak_time = at;
   if (peak > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();

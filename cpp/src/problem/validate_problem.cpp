@@ -13,21 +13,22 @@ namespace autoshard {
 namespace {
 
 // Every message starts with the source so that a user with many files knows which one.
-[[noreturn]] void fail(const std::string& source, const std::string& msg) {
-  throw ProblemError(source + ": " + msg);
-}
+[[noreturn]] void fail(const std::string& source, const std::string& msg) { throw ProblemError(source + ": " + msg); }
 
 }  // namespace
 
 void validate_problem(const Problem& p, const std::string& source) {
   const size_t n = p.num_nodes();
   for (size_t i = 0; i < n; ++i) {
-    if (p.node_costs[i].empty()) fail(source, "node " + std::to_string(i) + " has no strategies; every node needs at least one");
+    if (p.node_costs[i].empty())
+      fail(source, "node " + std::to_string(i) + " has no strategies; every node needs at least one");
     for (size_t s = 0; s < p.node_costs[i].size(); ++s)
-      if (std::isnan(p.node_costs[i][s])) fail(source, "node " + std::to_string(i) + " strategy " + std::to_string(s) + ": cost is NaN");
+      if (std::isnan(p.node_costs[i][s]))
+        fail(source, "node " + std::to_string(i) + " strategy " + std::to_string(s) + ": cost is NaN");
   }
   if (p.node_usages.size() != n && !p.node_usages.empty())
-    fail(source, "node_usages has " + std::to_string(p.node_usages.size()) + " rows for " + std::to_string(n) + " nodes");
+    fail(source,
+         "node_usages has " + std::to_string(p.node_usages.size()) + " rows for " + std::to_string(n) + " nodes");
   for (size_t i = 0; i < p.node_usages.size(); ++i) {
     if (!p.node_usages[i].empty() && p.node_usages[i].size() != p.node_costs[i].size())
       fail(source, "node " + std::to_string(i) + ": " + std::to_string(p.node_usages[i].size()) + " usages for " +
@@ -36,7 +37,8 @@ void validate_problem(const Problem& p, const std::string& source) {
       if (u < 0) fail(source, "node " + std::to_string(i) + ": negative usage " + std::to_string(u));
   }
   if (p.intervals.size() != n && !p.intervals.empty())
-    fail(source, "intervals has " + std::to_string(p.intervals.size()) + " entries for " + std::to_string(n) + " nodes");
+    fail(source,
+         "intervals has " + std::to_string(p.intervals.size()) + " entries for " + std::to_string(n) + " nodes");
   for (size_t i = 0; i < p.intervals.size(); ++i)
     if (p.intervals[i].end < p.intervals[i].start)
       fail(source, "node " + std::to_string(i) + ": interval end " + std::to_string(p.intervals[i].end) + " < start " +
@@ -48,14 +50,16 @@ void validate_problem(const Problem& p, const std::string& source) {
                        std::to_string(ed.v) + ") for " + std::to_string(n) + " nodes");
     size_t want = p.node_costs[ed.u].size() * p.node_costs[ed.v].size();
     if (ed.costs.size() != want)
-      fail(source, "edge " + std::to_string(e) + " (" + std::to_string(ed.u) + " -> " + std::to_string(ed.v) + "): " +
-                       std::to_string(ed.costs.size()) + " costs, expected " + std::to_string(p.node_costs[ed.u].size()) +
-                       " x " + std::to_string(p.node_costs[ed.v].size()) + " = " + std::to_string(want));
+      fail(source, "edge " + std::to_string(e) + " (" + std::to_string(ed.u) + " -> " + std::to_string(ed.v) +
+                       "): " + std::to_string(ed.costs.size()) + " costs, expected " +
+                       std::to_string(p.node_costs[ed.u].size()) + " x " + std::to_string(p.node_costs[ed.v].size()) +
+                       " = " + std::to_string(want));
   }
   for (size_t b = 0; b < p.budgets.size(); ++b) {
     const GlobalBudget& g = p.budgets[b];
     if (g.usage.size() != n && !g.usage.empty())
-      fail(source, "budget " + std::to_string(b) + ": " + std::to_string(g.usage.size()) + " rows for " + std::to_string(n) + " nodes");
+      fail(source, "budget " + std::to_string(b) + ": " + std::to_string(g.usage.size()) + " rows for " +
+                       std::to_string(n) + " nodes");
     for (size_t i = 0; i < g.usage.size(); ++i) {
       if (!g.usage[i].empty() && g.usage[i].size() != p.node_costs[i].size())
         fail(source, "budget " + std::to_string(b) + " node " + std::to_string(i) + ": wrong number of usages");
@@ -82,7 +86,8 @@ void validate_problem(const Problem& p, const std::string& source) {
                      "common factor");
   }
   if (!p.node_names.empty() && p.node_names.size() != n)
-    fail(source, "node_names has " + std::to_string(p.node_names.size()) + " entries for " + std::to_string(n) + " nodes");
+    fail(source,
+         "node_names has " + std::to_string(p.node_names.size()) + " entries for " + std::to_string(n) + " nodes");
 }
 
 bool has_integer_costs(const Problem& p) {

@@ -54,14 +54,18 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   for (size_t i = 0; i < m.mesh.dim_names.size(); ++i) os << (i ? "," : "") << m.mesh.dim_names[i];
   os << ") on " << m.hw.name << ", " << m.mesh.size() << " GPUs\n";
   os << "  estimated step: " << ms(plan.cost.total_us) << " ms = compute " << ms(plan.cost.compute_us)
-     << " ms + exposed comm " << ms(plan.cost.exposed_comm_us) << " ms (lower bound " << ms(plan.lower_bound_us) << " ms"
-     << (plan.proven_optimal ? ", optimal"
-                             : ", gap " + fixed(3, plan.cost.total_us > 0
-                                                          ? 100.0 * std::max(0.0, plan.cost.total_us - plan.lower_bound_us) /
-                                                                plan.cost.total_us
-                                                          : 0.0) + "%")
+     << " ms + exposed comm " << ms(plan.cost.exposed_comm_us) << " ms (lower bound " << ms(plan.lower_bound_us)
+     << " ms"
+     << (plan.proven_optimal
+             ? ", optimal"
+             : ", gap " +
+                   fixed(3, plan.cost.total_us > 0
+                                ? 100.0 * std::max(0.0, plan.cost.total_us - plan.lower_bound_us) / plan.cost.total_us
+                                : 0.0) +
+                   "%")
      << ")\n";
-  os << "  communication: " << ms(plan.cost.comm_us) << " ms in all, " << ms(plan.cost.comm_us - plan.cost.exposed_comm_us)
+  os << "  communication: " << ms(plan.cost.comm_us) << " ms in all, "
+     << ms(plan.cost.comm_us - plan.cost.exposed_comm_us)
      << " ms of it hidden behind compute (prefetched parameter gathers, gradient reductions)\n";
   int64_t total_param = 0;
   for (const auto& n : g.nodes)
@@ -69,17 +73,19 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
   os << "  parameters per GPU: " << mib(static_cast<double>(plan.cost.parameter_bytes_per_gpu)) << " MiB of "
      << mib(static_cast<double>(total_param)) << " MiB"
      << (total_param > 0
-             ? " (" + fixed(4, static_cast<double>(plan.cost.parameter_bytes_per_gpu) / static_cast<double>(total_param)) +
+             ? " (" +
+                   fixed(4, static_cast<double>(plan.cost.parameter_bytes_per_gpu) / static_cast<double>(total_param)) +
                    " of the total)"
              : std::string())
      << "\n";
   for (const auto& note : plan.notes) os << "  note: " << note << "\n";
   size_t strategies = 0;
   for (const auto& s : sm.strategies) strategies += s.size();
-  os << "  graph: " << g.nodes.size() << " nodes, " << strategies << " strategies; solver problem: " << plan.solver_nodes
-     << " nodes, " << plan.solver_edges << " edges; solver " << plan.solver_status << " in "
-     << fixed(2, plan.solve_time_s) << " s; planning " << fixed(2, plan.total_time_s) << " s (strategies "
-     << fixed(2, plan.enumerate_time_s) << " s, problem " << fixed(2, plan.lower_time_s) << " s)\n";
+  os << "  graph: " << g.nodes.size() << " nodes, " << strategies
+     << " strategies; solver problem: " << plan.solver_nodes << " nodes, " << plan.solver_edges << " edges; solver "
+     << plan.solver_status << " in " << fixed(2, plan.solve_time_s) << " s; planning " << fixed(2, plan.total_time_s)
+     << " s (strategies " << fixed(2, plan.enumerate_time_s) << " s, problem " << fixed(2, plan.lower_time_s)
+     << " s)\n";
 
   // Per module group, in first-appearance order.
   std::vector<Group> groups;
@@ -113,7 +119,10 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
       grp.weights.push_back(w + " " + layout_str(*s.outputs[0]));
     } else if (n.role == NodeRole::Compute && n.phase != Phase::Backward && !n.outputs.empty() && n.outputs[0]) {
       int64_t b = n.outputs[0]->bytes();
-      if (b >= grp.main_activation_bytes) { grp.main_activation_bytes = b; grp.main_activation = static_cast<int32_t>(i); }
+      if (b >= grp.main_activation_bytes) {
+        grp.main_activation_bytes = b;
+        grp.main_activation = static_cast<int32_t>(i);
+      }
     }
   }
   // Consecutive numbered groups (layers.0, layers.1, ...) with the same placements and costs

@@ -23,10 +23,10 @@ namespace {
 using namespace rule;
 
 struct AttentionSpec {
-  int q_input;                        // tensor-input index of q (k and v follow it)
-  std::vector<size_t> bias_args;      // positional args holding a bias / mask, if any
+  int q_input;                           // tensor-input index of q (k and v follow it)
+  std::vector<size_t> bias_args;         // positional args holding a bias / mask, if any
   std::vector<const char*> bias_kwargs;  // keyword args holding a bias / mask
-  double flop_factor;                 // 1 forward, 2.5 backward
+  double flop_factor;                    // 1 forward, 2.5 backward
 };
 
 std::set<int> bias_inputs(const RuleContext& ctx, const AttentionSpec& spec) {

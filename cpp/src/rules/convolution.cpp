@@ -129,8 +129,8 @@ std::vector<ShardingRow> conv_backward_rows(const RuleContext& ctx) {
 // Spatial shards must hold whole windows on every rank: size % (shards * stride) == 0. And no
 // rank may hold an empty block: the CPU kernels return wrongly shaped results for zero
 // channels (and oneDNN refuses them).
-bool conv_accept(const RuleContext& ctx, const TensorMeta& x, const TensorMeta& w, size_t first,
-                 const Layout& x_layout, const std::vector<Layout>& ins) {
+bool conv_accept(const RuleContext& ctx, const TensorMeta& x, const TensorMeta& w, size_t first, const Layout& x_layout,
+                 const std::vector<Layout>& ins) {
   for (size_t i = 0; i < ins.size() && i < ctx.inputs.size(); ++i)
     if (has_empty_shard(ctx.mesh, ins[i], ctx.inputs[i])) return false;
   const ConvArgs a = conv_args(ctx, x, w, first);

@@ -75,7 +75,10 @@ bool keeps_uneven_layout(const Strategy& s, const RuleContext& ctx, const Mesh& 
   const TensorMeta* meta = nullptr;
   const Layout* layout = nullptr;
   auto same = [&](const TensorMeta& m, const Layout& l) {
-    if (!meta) { meta = &m; layout = &l; }
+    if (!meta) {
+      meta = &m;
+      layout = &l;
+    }
     return m.shape == meta->shape && l == *layout;
   };
   for (size_t k = 0; k < s.outputs.size(); ++k)
@@ -195,7 +198,10 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
     Strategy s;
     bool ok = true;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
-      if (!n.outputs[k]) { s.outputs.emplace_back(std::nullopt); continue; }
+      if (!n.outputs[k]) {
+        s.outputs.emplace_back(std::nullopt);
+        continue;
+      }
       Layout l(nd);
       for (int i = 0; i < nd; ++i) l[i] = rows[idx[i]].outputs[k];
       ok = ok && layout_ok(*n.outputs[k], l, mesh);
@@ -230,7 +236,10 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   const bool is_view = rule && rule->is_view;
   for (auto& s : out) {
     s.aliases_input = is_view;
-    if (is_view) { s.compute_us = 0; continue; }
+    if (is_view) {
+      s.compute_us = 0;
+      continue;
+    }
     std::vector<TensorMeta> li, lo;
     double bytes = 0;
     for (size_t a = 0; a < refs.size(); ++a) {
@@ -238,7 +247,10 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
       bytes += static_cast<double>(li.back().bytes());
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) {
-      if (!n.outputs[k]) { lo.push_back(TensorMeta{}); continue; }
+      if (!n.outputs[k]) {
+        lo.push_back(TensorMeta{});
+        continue;
+      }
       lo.push_back(local_meta(*n.outputs[k], *s.outputs[k], mesh));
       bytes += static_cast<double>(lo.back().bytes());
     }
@@ -249,14 +261,15 @@ std::vector<Strategy> enumerate_node_strategies(const Graph& graph, int32_t inde
   return out;
 }
 
-std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model,
-                                                        BuildLimits* limits, const RepeatedLayers* tied) {
+std::vector<std::vector<Strategy>> enumerate_strategies(const Graph& graph, const MeshModel& model, BuildLimits* limits,
+                                                        const RepeatedLayers* tied) {
   std::vector<std::vector<Strategy>> all(graph.nodes.size());
   std::map<std::string, std::string> missing;  // op -> first node, deterministic order
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     if (tied && tied->of(static_cast<int32_t>(i)) != static_cast<int32_t>(i)) continue;  // its layer's copy
-    if (limits) limits->check_time("enumerating strategies (node " + std::to_string(i) + " of " +
-                                   std::to_string(graph.nodes.size()) + ")");
+    if (limits)
+      limits->check_time("enumerating strategies (node " + std::to_string(i) + " of " +
+                         std::to_string(graph.nodes.size()) + ")");
     try {
       all[i] = enumerate_node_strategies(graph, static_cast<int32_t>(i), model, limits);
     } catch (const UnsupportedOpError&) {

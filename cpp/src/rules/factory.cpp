@@ -59,12 +59,11 @@ std::vector<ShardingRow> fill_tensor_rows(const RuleContext& ctx) {
 
 void register_factory_rules() {
   add_rules({"aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.empty.memory_format",
-             "aten.empty_strided.default", "aten.scalar_tensor.default", "aten.arange.default",
-             "aten.arange.start", "aten.arange.start_step", "aten.rand.default", "aten.randn.default",
-             "aten._assert_async.msg"},
+             "aten.empty_strided.default", "aten.scalar_tensor.default", "aten.arange.default", "aten.arange.start",
+             "aten.arange.start_step", "aten.rand.default", "aten.randn.default", "aten._assert_async.msg"},
             memory_bound_rule(no_rows));
-  add_rules({"aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default",
-             "aten.rand_like.default", "aten.randn_like.default"},
+  add_rules({"aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", "aten.rand_like.default",
+             "aten.randn_like.default"},
             memory_bound_rule([](const RuleContext& ctx) { return factory_like_rows(ctx, true, {}); }));
   add_rules({"aten.empty_like.default", "aten.new_empty.default", "aten.new_empty_strided.default"},
             memory_bound_rule([](const RuleContext& ctx) {

@@ -77,14 +77,14 @@ std::vector<ShardingRow> index_add_rows(const RuleContext& ctx) {
 // Advanced indexing layout: which x dims are indexed, and where the broadcast index dims and
 // the remaining x dims land in the result.
 struct AdvancedIndex {
-  std::vector<bool> indexed;          // per x dim
-  std::vector<int> index_inputs;      // tensor-input index of each non-None index, in order
-  std::vector<int> index_dims_of;     // per non-None index: its x dim
-  int broadcast_rank = 0;             // rank of the broadcast index shape
+  std::vector<bool> indexed;       // per x dim
+  std::vector<int> index_inputs;   // tensor-input index of each non-None index, in order
+  std::vector<int> index_dims_of;  // per non-None index: its x dim
+  int broadcast_rank = 0;          // rank of the broadcast index shape
   std::vector<int64_t> broadcast_shape;
-  int first_index_out = 0;            // output dim where the broadcast index dims start
-  std::vector<int> out_dim_of_x;      // per x dim: output dim, -1 if indexed
-  bool data_dependent = false;        // a boolean mask index: result shape depends on values
+  int first_index_out = 0;        // output dim where the broadcast index dims start
+  std::vector<int> out_dim_of_x;  // per x dim: output dim, -1 if indexed
+  bool data_dependent = false;    // a boolean mask index: result shape depends on values
 };
 
 AdvancedIndex advanced_index(const RuleContext& ctx, int x_rank, int first_index_input) {
@@ -122,7 +122,10 @@ AdvancedIndex advanced_index(const RuleContext& ctx, int x_rank, int first_index
   bool block_placed = !contiguous;
   for (int d = 0; d < x_rank; ++d) {
     if (ai.indexed[d]) {
-      if (!block_placed) { out += ai.broadcast_rank; block_placed = true; }
+      if (!block_placed) {
+        out += ai.broadcast_rank;
+        block_placed = true;
+      }
       continue;
     }
     ai.out_dim_of_x[d] = out++;

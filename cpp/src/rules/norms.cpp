@@ -46,8 +46,7 @@ std::vector<ShardingRow> norm_backward_rows(const RuleContext& ctx) {
     ShardingRow r = replicate_row(ctx);
     r.outputs[0] = S(d);
     for (size_t o = 1; o < r.outputs.size(); ++o) r.outputs[o] = P(ReduceOp::Sum);
-    for (size_t i = 0; i < ctx.inputs.size(); ++i)
-      r.inputs[i] = ctx.inputs[i].rank() == rank ? S(d) : R();
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) r.inputs[i] = ctx.inputs[i].rank() == rank ? S(d) : R();
     rows.push_back(r);
   }
   return dedup_rows(std::move(rows));

@@ -27,12 +27,22 @@ namespace {
 using namespace rule;
 
 enum class PartialClass {
-  None, Additive, Mul, Div, ScalarLinear, Neg, NonDecreasing, NonIncreasing, Identity, Cast, Copy,
-  MaxPreserving, MinPreserving
+  None,
+  Additive,
+  Mul,
+  Div,
+  ScalarLinear,
+  Neg,
+  NonDecreasing,
+  NonIncreasing,
+  Identity,
+  Cast,
+  Copy,
+  MaxPreserving,
+  MinPreserving
 };
 
-void add_uniform(std::vector<ShardingRow>& rows, const RuleContext& ctx, Placement out,
-                 std::vector<Placement> ins) {
+void add_uniform(std::vector<ShardingRow>& rows, const RuleContext& ctx, Placement out, std::vector<Placement> ins) {
   if (ins.size() != ctx.inputs.size()) return;  // e.g. a binary rule on a call with a number operand
   ShardingRow r;
   r.outputs.assign(ctx.outputs.size(), out);
@@ -135,11 +145,10 @@ void register_pointwise_rules() {
   add_rules({"aten.div.Tensor"}, pointwise_rule(PartialClass::Div));
   add_rules({"aten.mul.Scalar", "aten.div.Scalar"}, pointwise_rule(PartialClass::ScalarLinear));
   add_rules({"aten.neg.default"}, pointwise_rule(PartialClass::Neg));
-  add_rules({"aten.exp.default", "aten.relu.default", "aten.sigmoid.default", "aten.tanh.default",
-             "aten.erf.default", "aten.expm1.default", "aten.exp2.default", "aten.floor.default",
-             "aten.ceil.default", "aten.trunc.default", "aten.round.default", "aten.sign.default",
-             "aten.sgn.default", "aten.atan.default", "aten.asinh.default", "aten.sinh.default",
-             "aten.nan_to_num.default"},
+  add_rules({"aten.exp.default", "aten.relu.default", "aten.sigmoid.default", "aten.tanh.default", "aten.erf.default",
+             "aten.expm1.default", "aten.exp2.default", "aten.floor.default", "aten.ceil.default", "aten.trunc.default",
+             "aten.round.default", "aten.sign.default", "aten.sgn.default", "aten.atan.default", "aten.asinh.default",
+             "aten.sinh.default", "aten.nan_to_num.default"},
             pointwise_rule(PartialClass::NonDecreasing));
   add_rules({"aten.erfc.default"}, pointwise_rule(PartialClass::NonIncreasing));
   add_rules({"aten.maximum.default", "aten.fmax.default", "aten.clamp_min.Tensor"},
@@ -147,8 +156,7 @@ void register_pointwise_rules() {
   add_rules({"aten.minimum.default", "aten.fmin.default", "aten.clamp_max.Tensor"},
             pointwise_rule(PartialClass::MinPreserving));
   OpRule identity = pointwise_rule(PartialClass::Identity);
-  add_rules({"aten.clone.default", "aten.lift_fresh_copy.default", "aten.contiguous.default",
-             "aten.positive.default"},
+  add_rules({"aten.clone.default", "aten.lift_fresh_copy.default", "aten.contiguous.default", "aten.positive.default"},
             identity);
   OpRule identity_view = identity;
   identity_view.is_view = true;
@@ -160,31 +168,80 @@ void register_pointwise_rules() {
   add_rules({"aten._to_copy.default", "prims.convert_element_type.default", "aten.to.dtype"},
             pointwise_rule(PartialClass::Cast));
   add_rules({"aten.copy.default"}, pointwise_rule(PartialClass::Copy));
-  add_rules({"aten.silu.default", "aten.gelu.default", "aten.rsqrt.default", "aten.sqrt.default",
-             "aten.log.default", "aten.log1p.default", "aten.log2.default", "aten.abs.default",
-             "aten.cos.default", "aten.sin.default", "aten.tan.default", "aten.reciprocal.default",
-             "aten.square.default", "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor",
-             "aten.pow.Scalar", "aten.add.Scalar", "aten.sub.Scalar", "aten.rsub.Scalar",
-             "aten.rsub.Tensor", "aten.remainder.Scalar", "aten.remainder.Tensor",
-             "aten.fmod.Scalar", "aten.fmod.Tensor", "aten.floor_divide.default",
-             "aten.div.Tensor_mode", "aten.clamp.default", "aten.clamp.Tensor",
-             "aten.clamp_min.default", "aten.clamp_max.default", "aten.threshold.default",
-             "aten.eq.Scalar", "aten.eq.Tensor", "aten.ne.Scalar", "aten.ne.Tensor",
-             "aten.lt.Scalar", "aten.lt.Tensor", "aten.le.Scalar", "aten.le.Tensor",
-             "aten.gt.Scalar", "aten.gt.Tensor", "aten.ge.Scalar", "aten.ge.Tensor",
-             "aten.logical_not.default", "aten.logical_and.default", "aten.logical_or.default",
-             "aten.logical_xor.default", "aten.bitwise_not.default", "aten.bitwise_and.Tensor",
-             "aten.bitwise_or.Tensor", "aten.isnan.default", "aten.isinf.default",
-             "aten.where.self", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
-             "aten.lerp.Scalar", "aten.lerp.Tensor", "aten.addcmul.default", "aten.addcdiv.default",
-             "aten.threshold_backward.default", "aten.gelu_backward.default",
-             "aten.silu_backward.default", "aten.tanh_backward.default",
-             "aten.sigmoid_backward.default", "aten.native_dropout_backward.default",
-             "aten.erfinv.default", "aten.logit.default", "aten.xlogy.Tensor"},
+  add_rules({"aten.silu.default",
+             "aten.gelu.default",
+             "aten.rsqrt.default",
+             "aten.sqrt.default",
+             "aten.log.default",
+             "aten.log1p.default",
+             "aten.log2.default",
+             "aten.abs.default",
+             "aten.cos.default",
+             "aten.sin.default",
+             "aten.tan.default",
+             "aten.reciprocal.default",
+             "aten.square.default",
+             "aten.pow.Tensor_Scalar",
+             "aten.pow.Tensor_Tensor",
+             "aten.pow.Scalar",
+             "aten.add.Scalar",
+             "aten.sub.Scalar",
+             "aten.rsub.Scalar",
+             "aten.rsub.Tensor",
+             "aten.remainder.Scalar",
+             "aten.remainder.Tensor",
+             "aten.fmod.Scalar",
+             "aten.fmod.Tensor",
+             "aten.floor_divide.default",
+             "aten.div.Tensor_mode",
+             "aten.clamp.default",
+             "aten.clamp.Tensor",
+             "aten.clamp_min.default",
+             "aten.clamp_max.default",
+             "aten.threshold.default",
+             "aten.eq.Scalar",
+             "aten.eq.Tensor",
+             "aten.ne.Scalar",
+             "aten.ne.Tensor",
+             "aten.lt.Scalar",
+             "aten.lt.Tensor",
+             "aten.le.Scalar",
+             "aten.le.Tensor",
+             "aten.gt.Scalar",
+             "aten.gt.Tensor",
+             "aten.ge.Scalar",
+             "aten.ge.Tensor",
+             "aten.logical_not.default",
+             "aten.logical_and.default",
+             "aten.logical_or.default",
+             "aten.logical_xor.default",
+             "aten.bitwise_not.default",
+             "aten.bitwise_and.Tensor",
+             "aten.bitwise_or.Tensor",
+             "aten.isnan.default",
+             "aten.isinf.default",
+             "aten.where.self",
+             "aten.masked_fill.Scalar",
+             "aten.masked_fill.Tensor",
+             "aten.lerp.Scalar",
+             "aten.lerp.Tensor",
+             "aten.addcmul.default",
+             "aten.addcdiv.default",
+             "aten.threshold_backward.default",
+             "aten.gelu_backward.default",
+             "aten.silu_backward.default",
+             "aten.tanh_backward.default",
+             "aten.sigmoid_backward.default",
+             "aten.native_dropout_backward.default",
+             "aten.erfinv.default",
+             "aten.logit.default",
+             "aten.xlogy.Tensor"},
             pointwise_rule(PartialClass::None));
   OpRule dropout;
   dropout.rows = dropout_rows;
-  dropout.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };
+  dropout.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) {
+    return 0.0;
+  };
   add_rule("aten.native_dropout.default", dropout);
 }
 

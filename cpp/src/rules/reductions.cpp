@@ -22,9 +22,9 @@ namespace {
 using namespace rule;
 
 struct ReductionSpec {
-  size_t dims_pos;          // schema position of the dims argument (SIZE_MAX: reduces all)
+  size_t dims_pos;  // schema position of the dims argument (SIZE_MAX: reduces all)
   const char* dims_name;
-  size_t keepdim_pos;       // SIZE_MAX: no keepdim argument (false)
+  size_t keepdim_pos;               // SIZE_MAX: no keepdim argument (false)
   std::optional<ReduceOp> partial;  // nullopt: no Partial rows
 };
 
@@ -136,8 +136,8 @@ void register_reduction_rules() {
   amin.accept = no_empty_input_block;
   add_rule("aten.amin.default", amin);
   add_rules({"aten.all.default", "aten.any.default"}, reduction_rule({SIZE_MAX, nullptr, SIZE_MAX, std::nullopt}));
-  add_rules({"aten.all.dim", "aten.any.dim", "aten.all.dims", "aten.any.dims", "aten.logsumexp.default",
-             "aten.max.dim", "aten.min.dim"},
+  add_rules({"aten.all.dim", "aten.any.dim", "aten.all.dims", "aten.any.dims", "aten.logsumexp.default", "aten.max.dim",
+             "aten.min.dim"},
             reduction_rule({1, "dim", 2, std::nullopt}));
   OpRule argred;
   argred.rows = arg_reduction_rows;

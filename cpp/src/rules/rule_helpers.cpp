@@ -12,8 +12,10 @@ void rule_error(const RuleContext& ctx, const std::string& what) {
 
 const ArgValue* find_arg(const RuleContext& ctx, size_t pos, const char* name) {
   const ArgValue* v = nullptr;
-  if (pos < ctx.node.args.size()) v = &ctx.node.args[pos];
-  else if (name) v = ctx.node.kwarg(name);
+  if (pos < ctx.node.args.size())
+    v = &ctx.node.args[pos];
+  else if (name)
+    v = ctx.node.kwarg(name);
   if (v && v->kind == ArgValue::Kind::None) return nullptr;
   return v;
 }
@@ -29,7 +31,8 @@ int64_t int_arg(const RuleContext& ctx, size_t pos, const char* name, std::optio
   const ArgValue* v = find_arg(ctx, pos, name);
   if (!v) {
     if (dflt) return *dflt;
-    rule_error(ctx, "missing required integer argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
+    rule_error(
+        ctx, "missing required integer argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
   }
   return v->as_int(arg_label(ctx, pos, name).c_str());
 }
@@ -38,7 +41,8 @@ double number_arg(const RuleContext& ctx, size_t pos, const char* name, std::opt
   const ArgValue* v = find_arg(ctx, pos, name);
   if (!v) {
     if (dflt) return *dflt;
-    rule_error(ctx, "missing required number argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
+    rule_error(
+        ctx, "missing required number argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
   }
   return v->as_number(arg_label(ctx, pos, name).c_str());
 }
@@ -47,14 +51,17 @@ bool bool_arg(const RuleContext& ctx, size_t pos, const char* name, std::optiona
   const ArgValue* v = find_arg(ctx, pos, name);
   if (!v) {
     if (dflt) return *dflt;
-    rule_error(ctx, "missing required bool argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
+    rule_error(ctx,
+               "missing required bool argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
   }
   return v->as_bool(arg_label(ctx, pos, name).c_str());
 }
 
 std::vector<int64_t> int_list_arg(const RuleContext& ctx, size_t pos, const char* name) {
   const ArgValue* v = find_arg(ctx, pos, name);
-  if (!v) rule_error(ctx, "missing required integer-list argument " + std::to_string(pos) + (name ? std::string(" '") + name + "'" : ""));
+  if (!v)
+    rule_error(ctx, "missing required integer-list argument " + std::to_string(pos) +
+                        (name ? std::string(" '") + name + "'" : ""));
   return v->as_int_list(arg_label(ctx, pos, name).c_str());
 }
 
@@ -95,8 +102,7 @@ int tensor_kwarg_index(const RuleContext& ctx, const char* name) {
 std::optional<DType> dtype_kwarg(const RuleContext& ctx, const char* name) {
   const ArgValue* v = ctx.node.kwarg(name);
   if (!v || v->kind == ArgValue::Kind::None) return std::nullopt;
-  if (v->kind != ArgValue::Kind::DType)
-    rule_error(ctx, std::string("keyword '") + name + "' is not a dtype");
+  if (v->kind != ArgValue::Kind::DType) rule_error(ctx, std::string("keyword '") + name + "' is not a dtype");
   return parse_dtype(v->s);
 }
 
@@ -122,8 +128,8 @@ std::vector<int> reduction_dims(const RuleContext& ctx, const ArgValue* dims_arg
 
 const TensorMeta& input_meta(const RuleContext& ctx, int i) {
   if (i < 0 || i >= static_cast<int>(ctx.inputs.size()))
-    rule_error(ctx, "expected a tensor input #" + std::to_string(i) + ", the node has " +
-                        std::to_string(ctx.inputs.size()));
+    rule_error(ctx,
+               "expected a tensor input #" + std::to_string(i) + ", the node has " + std::to_string(ctx.inputs.size()));
   return ctx.inputs[i];
 }
 
@@ -135,7 +141,11 @@ const TensorMeta& output_meta(const RuleContext& ctx, int i) {
 
 bool is_floating(DType d) {
   switch (d) {
-    case DType::Float64: case DType::Float32: case DType::BFloat16: case DType::Float16: case DType::Float8:
+    case DType::Float64:
+    case DType::Float32:
+    case DType::BFloat16:
+    case DType::Float16:
+    case DType::Float8:
       return true;
     default:
       return false;
@@ -144,7 +154,12 @@ bool is_floating(DType d) {
 
 bool is_integral(DType d) {
   switch (d) {
-    case DType::Int64: case DType::Int32: case DType::Int16: case DType::Int8: case DType::UInt8: case DType::Bool:
+    case DType::Int64:
+    case DType::Int32:
+    case DType::Int16:
+    case DType::Int8:
+    case DType::UInt8:
+    case DType::Bool:
       return true;
     default:
       return false;
@@ -180,9 +195,8 @@ std::vector<ShardingRow> dedup_rows(std::vector<ShardingRow> rows) {
     bool all_r = std::all_of(r.outputs.begin(), r.outputs.end(), [](const Placement& p) { return p.is_replicate(); }) &&
                  std::all_of(r.inputs.begin(), r.inputs.end(), [](const Placement& p) { return p.is_replicate(); });
     if (all_r) continue;
-    bool dup = std::any_of(out.begin(), out.end(), [&](const ShardingRow& o) {
-      return o.outputs == r.outputs && o.inputs == r.inputs;
-    });
+    bool dup = std::any_of(out.begin(), out.end(),
+                           [&](const ShardingRow& o) { return o.outputs == r.outputs && o.inputs == r.inputs; });
     if (!dup) out.push_back(std::move(r));
   }
   return out;
@@ -245,7 +259,8 @@ int64_t min_local_size(int64_t size, const Mesh& mesh, const Layout& layout, int
     std::vector<int64_t> next;
     for (int64_t s : sizes) {
       const int64_t c = (s + n - 1) / n;
-      for (int64_t r = 0; r < n; ++r) next.push_back(std::max<int64_t>(0, std::min(s, (r + 1) * c) - std::min(s, r * c)));
+      for (int64_t r = 0; r < n; ++r)
+        next.push_back(std::max<int64_t>(0, std::min(s, (r + 1) * c) - std::min(s, r * c)));
     }
     std::sort(next.begin(), next.end());
     next.erase(std::unique(next.begin(), next.end()), next.end());  // only distinct sizes matter
@@ -266,8 +281,7 @@ void add_rules(std::initializer_list<const char*> ops, const OpRule& rule) {
   for (const char* op : ops) add_rule(op, rule);
 }
 
-OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows,
-                         bool is_view) {
+OpRule memory_bound_rule(std::function<std::vector<ShardingRow>(const RuleContext&)> rows, bool is_view) {
   OpRule r;
   r.rows = std::move(rows);
   r.flops = [](const RuleContext&, const std::vector<TensorMeta>&, const std::vector<TensorMeta>&) { return 0.0; };

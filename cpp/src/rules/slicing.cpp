@@ -132,8 +132,7 @@ std::vector<ShardingRow> cat_rows(const RuleContext& ctx) {
     if (d == dim) continue;
     ShardingRow r = replicate_row(ctx);
     r.outputs[0] = S(d);
-    for (size_t i = 0; i < ctx.inputs.size(); ++i)
-      r.inputs[i] = is_legacy_empty(ctx.inputs[i], rank) ? R() : S(d);
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) r.inputs[i] = is_legacy_empty(ctx.inputs[i], rank) ? R() : S(d);
     rows.push_back(r);
   }
   add_partials(rows, ctx);
@@ -163,11 +162,16 @@ std::vector<ShardingRow> pad_rows(const RuleContext& ctx) {
   bool any = false;
   for (size_t k = 0; k < pad.size(); ++k) {
     int d = rank - 1 - static_cast<int>(k / 2);
-    if (d >= 0 && pad[k] != 0) { padded[d] = true; any = true; }
+    if (d >= 0 && pad[k] != 0) {
+      padded[d] = true;
+      any = true;
+    }
   }
   auto rows = shard_rows_by_input_dim(ctx, rank, [&](int d) { return padded[d] ? -1 : d; });
-  if (!any || value == 0.0) add_partials(rows, ctx);
-  else add_partials(rows, ctx, {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min});
+  if (!any || value == 0.0)
+    add_partials(rows, ctx);
+  else
+    add_partials(rows, ctx, {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min});
   return dedup_rows(std::move(rows));
 }
 

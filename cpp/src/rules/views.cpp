@@ -33,8 +33,16 @@ std::optional<std::vector<DimGroup>> view_groups(const std::vector<int64_t>& in,
   std::vector<DimGroup> groups;
   int i = 0, j = 0;
   while (i < ni || j < no) {
-    if (i < ni && in[i] == 1 && (j >= no || out[j] != 1)) { groups.push_back({i, i + 1, j, j}); ++i; continue; }
-    if (j < no && out[j] == 1 && (i >= ni || in[i] != 1)) { groups.push_back({i, i, j, j + 1}); ++j; continue; }
+    if (i < ni && in[i] == 1 && (j >= no || out[j] != 1)) {
+      groups.push_back({i, i + 1, j, j});
+      ++i;
+      continue;
+    }
+    if (j < no && out[j] == 1 && (i >= ni || in[i] != 1)) {
+      groups.push_back({i, i, j, j + 1});
+      ++j;
+      continue;
+    }
     if (i >= ni || j >= no) return std::nullopt;
     int64_t pi = in[i], po = out[j];
     int ii = i + 1, jj = j + 1;
@@ -187,7 +195,8 @@ std::vector<ShardingRow> expand_rows(const RuleContext& ctx) {
 // batch, sequence and heads); the pair itself is never split.
 std::vector<ShardingRow> view_as_complex_rows(const RuleContext& ctx) {
   const int out_rank = output_meta(ctx, 0).rank();
-  if (input_meta(ctx, 0).rank() != out_rank + 1) rule_error(ctx, "input must have one more dim (size 2) than the output");
+  if (input_meta(ctx, 0).rank() != out_rank + 1)
+    rule_error(ctx, "input must have one more dim (size 2) than the output");
   std::vector<int> out_to_in(out_rank);
   for (int d = 0; d < out_rank; ++d) out_to_in[d] = d;
   return rows_from_dim_map(ctx, out_to_in);
@@ -195,7 +204,8 @@ std::vector<ShardingRow> view_as_complex_rows(const RuleContext& ctx) {
 
 std::vector<ShardingRow> view_as_real_rows(const RuleContext& ctx) {
   const int in_rank = input_meta(ctx, 0).rank();
-  if (output_meta(ctx, 0).rank() != in_rank + 1) rule_error(ctx, "output must have one more dim (size 2) than the input");
+  if (output_meta(ctx, 0).rank() != in_rank + 1)
+    rule_error(ctx, "output must have one more dim (size 2) than the input");
   std::vector<int> out_to_in(in_rank + 1, -1);
   for (int d = 0; d < in_rank; ++d) out_to_in[d] = d;
   return rows_from_dim_map(ctx, out_to_in);

@@ -16,8 +16,7 @@ GraphView build_graph_view(const Problem& p) {
   for (int32_t i = 0; i < n; ++i) {
     g.num_labels[i] = static_cast<int32_t>(p.node_costs[i].size());
     if (g.num_labels[i] == 0)
-      throw std::invalid_argument("node " + std::to_string(i) +
-                                  " has no strategy; every node needs at least one");
+      throw std::invalid_argument("node " + std::to_string(i) + " has no strategy; every node needs at least one");
     g.label_offset[i + 1] = g.label_offset[i] + g.num_labels[i];
   }
   g.node_cost.resize(g.label_offset[n]);
@@ -37,8 +36,7 @@ GraphView build_graph_view(const Problem& p) {
     vb.high = b.high;
     vb.usage.assign(g.label_offset[n], 0);
     for (int32_t i = 0; i < n && i < static_cast<int32_t>(b.usage.size()); ++i)
-      if (!b.usage[i].empty())
-        std::copy(b.usage[i].begin(), b.usage[i].end(), vb.usage.begin() + g.label_offset[i]);
+      if (!b.usage[i].empty()) std::copy(b.usage[i].begin(), b.usage[i].end(), vb.usage.begin() + g.label_offset[i]);
     g.budgets.push_back(std::move(vb));
   }
 
@@ -61,8 +59,8 @@ GraphView build_graph_view(const Problem& p) {
   const int32_t m = static_cast<int32_t>(g.edge_a.size());
   g.matrix_offset.assign(m + 1, 0);
   for (int32_t e = 0; e < m; ++e)
-    g.matrix_offset[e + 1] = g.matrix_offset[e] +
-                             static_cast<int64_t>(g.num_labels[g.edge_a[e]]) * g.num_labels[g.edge_b[e]];
+    g.matrix_offset[e + 1] =
+        g.matrix_offset[e] + static_cast<int64_t>(g.num_labels[g.edge_a[e]]) * g.num_labels[g.edge_b[e]];
   g.matrix.assign(g.matrix_offset[m], 0.0);
   for (size_t k = 0; k < p.edges.size(); ++k) {
     const Edge& e = p.edges[k];

@@ -53,15 +53,15 @@ class Reducer {
   const ReduceOptions& opt_;
   Reduction& out_;
   int32_t n_ = 0;
-  std::vector<int32_t> size_;                 // original strategy count
-  std::vector<std::vector<Cost>> cost_;       // per node, original-indexed
-  std::vector<std::vector<uint8_t>> alive_;   // per node, per original strategy
+  std::vector<int32_t> size_;                // original strategy count
+  std::vector<std::vector<Cost>> cost_;      // per node, original-indexed
+  std::vector<std::vector<uint8_t>> alive_;  // per node, per original strategy
   std::vector<int32_t> alive_count_;
   std::vector<uint8_t> node_alive_;
   std::vector<WorkEdge> edges_;
-  std::vector<std::vector<int32_t>> adj_;     // edge ids, dead ones filtered lazily
+  std::vector<std::vector<int32_t>> adj_;  // edge ids, dead ones filtered lazily
   std::unordered_map<uint64_t, int32_t> edge_of_pair_;
-  std::vector<uint8_t> low_slack_;            // per budget: its low bound cannot bind
+  std::vector<uint8_t> low_slack_;  // per budget: its low bound cannot bind
   // Per node: something its dominance test reads changed since it was last tested (its
   // costs, its edges, a neighbour's live strategies). A node tested since finds nothing new:
   // removing one of its own strategies never makes another dominated.
@@ -101,8 +101,7 @@ class Reducer {
 
   std::vector<int32_t> alive_edges(int32_t i) {
     auto& list = adj_[i];
-    list.erase(std::remove_if(list.begin(), list.end(), [&](int32_t e) { return !edges_[e].alive; }),
-               list.end());
+    list.erase(std::remove_if(list.begin(), list.end(), [&](int32_t e) { return !edges_[e].alive; }), list.end());
     return list;
   }
 
@@ -152,8 +151,10 @@ class Reducer {
       for (int32_t a = 0; a < su; ++a)
         for (int32_t b = 0; b < sv; ++b) at(w, e.u, a, b) += e.costs[int64_t(a) * sv + b];
     }
-    for (auto& c : cost_) for (Cost& x : c) x = std::min(x, kInfeasibleCost);
-    for (auto& e : edges_) for (Cost& x : e.m) x = std::min(x, kInfeasibleCost);
+    for (auto& c : cost_)
+      for (Cost& x : c) x = std::min(x, kInfeasibleCost);
+    for (auto& e : edges_)
+      for (Cost& x : e.m) x = std::min(x, kInfeasibleCost);
   }
 
   // Removes strategies with an infinite cost or no finite partner on some edge, to a fixpoint.
@@ -162,7 +163,10 @@ class Reducer {
     std::deque<int32_t> queue;
     std::vector<uint8_t> queued(n_, 0);
     for (int32_t i = 0; i < n_; ++i)
-      if (node_alive_[i]) { queue.push_back(i); queued[i] = 1; }
+      if (node_alive_[i]) {
+        queue.push_back(i);
+        queued[i] = 1;
+      }
     while (!queue.empty()) {
       const int32_t i = queue.front();
       queue.pop_front();
@@ -191,7 +195,10 @@ class Reducer {
         changed = true;
         for (int32_t ei : inc) {
           const int32_t j = other(edges_[ei], i);
-          if (!queued[j]) { queued[j] = 1; queue.push_back(j); }
+          if (!queued[j]) {
+            queued[j] = 1;
+            queue.push_back(j);
+          }
         }
       }
     }
@@ -203,7 +210,8 @@ class Reducer {
   bool memory_prune() {
     if (p_.usage_limit < 0) return false;
     std::vector<int64_t> starts;
-    for (int32_t i = 0; i < n_; ++i) if (live(i)) starts.push_back(p_.intervals[i].start);
+    for (int32_t i = 0; i < n_; ++i)
+      if (live(i)) starts.push_back(p_.intervals[i].start);
     std::sort(starts.begin(), starts.end());
     starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
     const int32_t T = static_cast<int32_t>(starts.size());
@@ -217,7 +225,8 @@ class Reducer {
     for (int32_t i = 0; i < n_; ++i) {
       if (!live(i)) continue;
       int64_t mu = INT64_MAX;
-      for (int32_t s = 0; s < size_[i]; ++s) if (alive_[i][s]) mu = std::min(mu, usage(i, s));
+      for (int32_t s = 0; s < size_[i]; ++s)
+        if (alive_[i][s]) mu = std::min(mu, usage(i, s));
       min_usage[i] = mu;
       auto [lo, hi] = range(i);
       diff[lo] += mu;
@@ -245,9 +254,9 @@ class Reducer {
       if (peak > p_.usage_limit) {
         out_.infeasible = true;
         out_.infeasible_reason = "the memory limit " + std::to_string(p_.usage_limit) +
-                                 " is below the smallest possible live usage " + std::to_string(peak) +
-                                 " at time " + std::to_string(starts[lo]) + " or later in node " +
-                                 std::to_string(i) + "'s interval; raise the limit";
+                                 " is below the smallest possible live usage " + std::to_string(peak) + " at time " +
+                                 std::to_string(starts[lo]) + " or later in node " + std::to_string(i) +
+                                 "'s interval; raise the limit";
         return true;
       }
       for (int32_t s = 0; s < size_[i]; ++s) {
@@ -268,8 +277,14 @@ class Reducer {
     for (int32_t i = 0; i < n_; ++i) {
       int64_t mn = INT64_MAX, mx = INT64_MIN;
       for (int32_t s = 0; s < size_[i]; ++s)
-        if (alive_[i][s]) { mn = std::min(mn, budget_usage(k, i, s)); mx = std::max(mx, budget_usage(k, i, s)); }
-      if (mn <= mx) { lo += mn; hi += mx; }
+        if (alive_[i][s]) {
+          mn = std::min(mn, budget_usage(k, i, s));
+          mx = std::max(mx, budget_usage(k, i, s));
+        }
+      if (mn <= mx) {
+        lo += mn;
+        hi += mx;
+      }
     }
     return {lo, hi};
   }
@@ -295,7 +310,10 @@ class Reducer {
         if (!node_alive_[i] || alive_count_[i] < 2) continue;
         int64_t mn = INT64_MAX, mx = INT64_MIN;
         for (int32_t s = 0; s < size_[i]; ++s)
-          if (alive_[i][s]) { mn = std::min(mn, budget_usage(k, i, s)); mx = std::max(mx, budget_usage(k, i, s)); }
+          if (alive_[i][s]) {
+            mn = std::min(mn, budget_usage(k, i, s));
+            mx = std::max(mx, budget_usage(k, i, s));
+          }
         if (mn == mx) continue;
         for (int32_t s = 0; s < size_[i]; ++s) {
           if (!alive_[i][s]) continue;
@@ -443,7 +461,10 @@ class Reducer {
     for (int32_t s = 0; s < size_[i]; ++s) {
       if (!alive_[i][s]) continue;
       if (usage(i, s) != 0) return false;
-      if (first < 0) { first = s; continue; }
+      if (first < 0) {
+        first = s;
+        continue;
+      }
       for (size_t k = 0; k < p_.budgets.size(); ++k)
         if (budget_usage(k, i, s) != budget_usage(k, i, first)) return false;
     }
@@ -458,7 +479,8 @@ class Reducer {
   bool eliminate() {
     bool changed = false;
     std::deque<int32_t> queue;
-    for (int32_t i = 0; i < n_; ++i) if (node_alive_[i] && memory_free(i)) queue.push_back(i);
+    for (int32_t i = 0; i < n_; ++i)
+      if (node_alive_[i] && memory_free(i)) queue.push_back(i);
     std::vector<uint8_t> is_free(n_, 0);
     for (int32_t i : queue) is_free[i] = 1;
     while (!queue.empty()) {
@@ -487,7 +509,10 @@ class Reducer {
           for (int32_t s = 0; s < size_[i]; ++s) {
             if (!alive_[i][s]) continue;
             const Cost c = cost_[i][s] + at(e, i, s, t);
-            if (arg < 0 || c < best) { best = c; arg = s; }
+            if (arg < 0 || c < best) {
+              best = c;
+              arg = s;
+            }
           }
           rec.choice[t] = arg;
           cost_[j][t] = std::min(kInfeasibleCost, cost_[j][t] + best);
@@ -529,7 +554,10 @@ class Reducer {
             size_t arg = 0;
             for (size_t q = 0; q < ns; ++q) {
               const Cost c = rj[q] + rk[q];
-              if (q == 0 || c < best) { best = c; arg = q; }
+              if (q == 0 || c < best) {
+                best = c;
+                arg = q;
+              }
             }
             rec.choice[int64_t(tj) * size_[k] + tk] = ns ? live_s[arg] : -1;
             fold[int64_t(tj) * size_[k] + tk] = std::min(best, kInfeasibleCost);
@@ -644,8 +672,8 @@ Reduction reduce(const Problem& problem, const ReduceOptions& options) {
 Solution Reduction::expand(const Solution& reduced_solution) const {
   if (reduced_solution.size() != original_node.size())
     throw std::invalid_argument("Reduction::expand: the plan has " + std::to_string(reduced_solution.size()) +
-                                " entries but the reduced problem has " +
-                                std::to_string(original_node.size()) + " nodes");
+                                " entries but the reduced problem has " + std::to_string(original_node.size()) +
+                                " nodes");
   Solution x(original_num_nodes, -1);
   for (size_t r = 0; r < original_node.size(); ++r) {
     const int32_t s = reduced_solution[r];

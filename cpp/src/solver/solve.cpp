@@ -98,9 +98,11 @@ double checked_time_limit(double seconds, const std::string& what) {
 double checked_gap_tolerance(double fraction, const std::string& what) {
   if (!(fraction >= 0.0 && fraction < 1.0)) {  // NaN fails too
     const std::string got = fmt::format("{:g}", fraction);
-    throw std::invalid_argument(what + " must be a fraction in [0, 1) (the relative gap between the plan and its "
+    throw std::invalid_argument(what +
+                                " must be a fraction in [0, 1) (the relative gap between the plan and its "
                                 "lower bound at which the search stops; e.g. 0.001 for 0.1 %, 0 to ask for a proof "
-                                "of optimality), got " + got);
+                                "of optimality), got " +
+                                got);
   }
   return fraction;
 }
@@ -151,7 +153,8 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     }
   }
   // A heuristic whose dual bound meets its plan has already proven optimality.
-  const bool already_proven = best.found && (best.proven_optimal || (!options.exact && within_gap(best, options.gap_tolerance)));
+  const bool already_proven =
+      best.found && (best.proven_optimal || (!options.exact && within_gap(best, options.gap_tolerance)));
   if ((exact_only || options.exact) && !already_proven) {
     SolveOptions eo = options;
     double before = deadline.elapsed();
@@ -169,21 +172,26 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     best.found = ev.valid;
     best.cost = ev.cost;
     best.peak_usage = ev.peak_usage;
-    if (!ev.valid) { best.proven_optimal = false; best.solution.clear(); }
+    if (!ev.valid) {
+      best.proven_optimal = false;
+      best.solution.clear();
+    }
   }
   if (best.found) {
     best.lower_bound = std::min(best.lower_bound, best.cost);
     if (bound_proves_optimal(best.cost, best.lower_bound, has_integer_costs(problem))) best.proven_optimal = true;
-    if (best.proven_optimal) { best.status = "optimal"; best.lower_bound = best.cost; }
-    else if (within_gap(best, options.gap_tolerance)) best.status = "gap tolerance";
+    if (best.proven_optimal) {
+      best.status = "optimal";
+      best.lower_bound = best.cost;
+    } else if (within_gap(best, options.gap_tolerance))
+      best.status = "gap tolerance";
     // A later stage that found nothing must not label the plan an earlier stage found.
     else if (best.status.find("limit") == std::string::npos || best.status.find("no valid") != std::string::npos)
       best.status = "time limit (best plan so far)";
   } else {
     best.proven_optimal = false;
     best.proven_infeasible = best.status.rfind("infeasible", 0) == 0;
-    if (!best.proven_infeasible)
-      best.status = "no valid plan found within the time limit (infeasibility not proven)";
+    if (!best.proven_infeasible) best.status = "no valid plan found within the time limit (infeasibility not proven)";
   }
   if (!std::isfinite(best.lower_bound) || best.lower_bound < -kInfeasibleCost) best.lower_bound = -kInfeasibleCost;
   best.total_time_s = deadline.elapsed();

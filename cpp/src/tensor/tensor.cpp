@@ -75,8 +75,7 @@ DType parse_dtype(std::string_view name) {
     if (a.alias == bare) return a.dtype;
   std::string known;
   for (const auto& row : kDTypes) known += (known.empty() ? "" : ", ") + std::string(row.name);
-  throw std::invalid_argument("unknown dtype '" + std::string(name) +
-                              "'; expected a torch dtype name: " + known +
+  throw std::invalid_argument("unknown dtype '" + std::string(name) + "'; expected a torch dtype name: " + known +
                               " (or an alias: float, double, half, long, int, short, cfloat, "
                               "cdouble, chalf)");
 }
@@ -87,18 +86,23 @@ int dtype_bytes(DType d) { return info(d).bytes; }
 
 bool dtype_is_floating(DType d) {
   switch (d) {
-    case DType::Float64: case DType::Float32: case DType::BFloat16: case DType::Float16:
-    case DType::Float8: case DType::Float8E5M2: case DType::Float8E4M3FNUZ:
-    case DType::Float8E5M2FNUZ: case DType::Float8E8M0FNU: case DType::Float4E2M1FNx2:
+    case DType::Float64:
+    case DType::Float32:
+    case DType::BFloat16:
+    case DType::Float16:
+    case DType::Float8:
+    case DType::Float8E5M2:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0FNU:
+    case DType::Float4E2M1FNx2:
       return true;
     default:
       return false;
   }
 }
 
-bool dtype_is_complex(DType d) {
-  return d == DType::Complex32 || d == DType::Complex64 || d == DType::Complex128;
-}
+bool dtype_is_complex(DType d) { return d == DType::Complex32 || d == DType::Complex64 || d == DType::Complex128; }
 
 int64_t TensorMeta::numel() const {
   int64_t n = 1;

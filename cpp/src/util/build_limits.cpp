@@ -19,8 +19,9 @@ std::string human_bytes(double bytes) {
 
 void BuildLimits::check_time(const std::string& stage) const {
   if (Clock::now() < deadline) return;
-  throw PlanningLimitError("the time limit (" + fmt::format("{:g}", time_limit_s) + " s, --time-limit / time_limit_s) ran out while " +
-                           stage + ", before the solver started; raise the time limit, or use a mesh with fewer "
+  throw PlanningLimitError("the time limit (" + fmt::format("{:g}", time_limit_s) +
+                           " s, --time-limit / time_limit_s) ran out while " + stage +
+                           ", before the solver started; raise the time limit, or use a mesh with fewer "
                            "dimensions (strategies per node grow exponentially with them)");
 }
 
@@ -29,7 +30,8 @@ void BuildLimits::reserve(int64_t bytes, const std::string& what) {
   if (strategy_bytes <= max_bytes) return;
   throw PlanningLimitError(what + " is estimated to need " + human_bytes(static_cast<double>(strategy_bytes)) +
                            ", above the memory cap of " + human_bytes(static_cast<double>(max_bytes)) + " (" +
-                           cap_source + "); use a mesh with fewer dimensions (strategies per node grow "
+                           cap_source +
+                           "); use a mesh with fewer dimensions (strategies per node grow "
                            "exponentially with them), or raise the cap with --max-problem-bytes / max_problem_bytes "
                            "if the machine has the memory");
 }

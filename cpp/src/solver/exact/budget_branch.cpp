@@ -69,13 +69,21 @@ constexpr int kMaxPoints = 40;
 class Brancher {
  public:
   Brancher(const GraphView& g, int32_t budget, const BudgetBranchConfig& config)
-      : g_(g), bud_(g.budgets[budget]), cfg_(config), trws_(g), memory_(g, -1), state_(g, memory_),
-        allowed_(g.node_cost.size(), 1), unary_(g.node_cost.size(), 0.0) {
-    for (int64_t e = 0; e < g.num_edges(); ++e) one_sweep_ += 2 * int64_t(g.labels(g.edge_a[e])) * g.labels(g.edge_b[e]);
+      : g_(g),
+        bud_(g.budgets[budget]),
+        cfg_(config),
+        trws_(g),
+        memory_(g, -1),
+        state_(g, memory_),
+        allowed_(g.node_cost.size(), 1),
+        unary_(g.node_cost.size(), 0.0) {
+    for (int64_t e = 0; e < g.num_edges(); ++e)
+      one_sweep_ += 2 * int64_t(g.labels(g.edge_a[e])) * g.labels(g.edge_b[e]);
     for (int32_t i = 0; i < g.num_nodes; ++i)
       one_sweep_ += 3 * int64_t(g.labels(i)) * (1 + g.adj_offset[i + 1] - g.adj_offset[i]);
     double cost_scale = 0, usage_scale = 0;
-    for (Cost c : g.node_cost) if (!is_infeasible(c)) cost_scale = std::max(cost_scale, std::abs(c));
+    for (Cost c : g.node_cost)
+      if (!is_infeasible(c)) cost_scale = std::max(cost_scale, std::abs(c));
     for (int64_t u : bud_.usage) usage_scale = std::max(usage_scale, double(u));
     mu_unit_ = usage_scale > 0 ? std::max(1e-12, 1e-4 * std::max(1.0, cost_scale) / usage_scale) : 1.0;
     // Excluded labels cost more than any whole plan instead of being infeasible (1e18): the
@@ -131,9 +139,7 @@ class Brancher {
   // How far below the best plan a bound must stay for a node to be worth opening: a proof
   // (a quarter unit with integer costs, where a better plan is a whole unit cheaper;
   // floating-point noise otherwise) or the gap tolerance.
-  Cost proof_margin() const {
-    return cfg_.integer_costs ? kIntegerProofGap : 1e-9 * std::max(1.0, total(best_cost_));
-  }
+  Cost proof_margin() const { return cfg_.integer_costs ? kIntegerProofGap : 1e-9 * std::max(1.0, total(best_cost_)); }
   Cost margin() const {
     return std::isfinite(best_cost_) ? std::max(proof_margin(), cfg_.gap_tolerance * total(best_cost_)) : 0.0;
   }
@@ -153,7 +159,7 @@ class Brancher {
     double mu = 0;
     bool infeasible = false;
     bool bracketed = false;
-    Point over, under;  // plans on either side of the best multiplier (when bracketed)
+    Point over, under;          // plans on either side of the best multiplier (when bracketed)
     std::vector<int32_t> plan;  // the decoded plan of the last multiplier tried
   };
   int32_t least_decided(const std::vector<int32_t>& plan) const;
@@ -263,7 +269,10 @@ Cost Brancher::knapsack_bound(Cost rest, double mu) {
     const int64_t off = g_.label_offset[i];
     int64_t mn = std::numeric_limits<int64_t>::max(), mx = std::numeric_limits<int64_t>::min();
     for (int32_t s = 0; s < g_.labels(i); ++s)
-      if (allowed_[off + s]) { mn = std::min(mn, bud_.usage[off + s]); mx = std::max(mx, bud_.usage[off + s]); }
+      if (allowed_[off + s]) {
+        mn = std::min(mn, bud_.usage[off + s]);
+        mx = std::max(mx, bud_.usage[off + s]);
+      }
     if (mn > mx) return -kInf;
     other_min += mn;
     other_max += mx;
@@ -284,8 +293,10 @@ Cost Brancher::knapsack_bound(Cost rest, double mu) {
       if (!allowed_[off + s] || !(terms_[off + s] < big)) continue;
       const int64_t e = bud_.usage[off + s] - umin;
       auto it = std::find_if(opts.begin(), opts.end(), [&](const auto& o) { return o.first == e; });
-      if (it == opts.end()) opts.push_back({e, terms_[off + s]});
-      else it->second = std::min(it->second, terms_[off + s]);
+      if (it == opts.end())
+        opts.push_back({e, terms_[off + s]});
+      else
+        it->second = std::min(it->second, terms_[off + s]);
       gcd = std::gcd(gcd, e);
     }
     if (opts.size() == 1) {
@@ -363,10 +374,16 @@ int32_t Brancher::least_decided(const std::vector<int32_t>& plan) const {
     Cost first = kInf, second = kInf;
     for (int32_t s = 0; s < g_.labels(i); ++s) {
       if (!allowed_[off + s] || is_infeasible(g_.node_cost[off + s])) continue;
-      if (belief[s] < first) { second = first; first = belief[s]; }
-      else if (belief[s] < second) second = belief[s];
+      if (belief[s] < first) {
+        second = first;
+        first = belief[s];
+      } else if (belief[s] < second)
+        second = belief[s];
     }
-    if (second < kInf && second - first < pick_gap) { pick_gap = second - first; pick = i; }
+    if (second < kInf && second - first < pick_gap) {
+      pick_gap = second - first;
+      pick = i;
+    }
   }
   return pick;
 }
@@ -378,7 +395,10 @@ Brancher::NodeResult Brancher::evaluate(double mu_hint, Cost cutoff) {
   auto consider = [&](const Point& p) {
     offer(p);
     r.plan = p.x;
-    if (p.bound > r.bound) { r.bound = p.bound; r.mu = p.mu; }
+    if (p.bound > r.bound) {
+      r.bound = p.bound;
+      r.mu = p.mu;
+    }
   };
   Point p0 = solve_at(mu_hint, cutoff);
   consider(p0);
@@ -442,17 +462,24 @@ Brancher::NodeResult Brancher::evaluate(double mu_hint, Cost cutoff) {
     consider(p);
     if (r.bound >= cutoff || out_of_budget()) break;
     const int s = side(p);
-    if (s > 0) r.over = std::move(p);
-    else if (s < 0) r.under = std::move(p);
-    else if ((mu > 0 && p.usage == bud_.high) || (mu < 0 && p.usage == bud_.low) || mu == 0) break;
-    else (mu > 0 ? r.under : r.over) = std::move(p);  // within, with slack: the dual rises toward 0
+    if (s > 0)
+      r.over = std::move(p);
+    else if (s < 0)
+      r.under = std::move(p);
+    else if ((mu > 0 && p.usage == bud_.high) || (mu < 0 && p.usage == bud_.low) || mu == 0)
+      break;
+    else
+      (mu > 0 ? r.under : r.over) = std::move(p);  // within, with slack: the dual rises toward 0
   }
   return r;
 }
 
 BudgetBranchOutcome Brancher::run(const std::vector<int32_t>& incumbent, Cost incumbent_cost) {
   BudgetBranchOutcome out;
-  if (!incumbent.empty()) { best_ = incumbent; best_cost_ = incumbent_cost; }
+  if (!incumbent.empty()) {
+    best_ = incumbent;
+    best_cost_ = incumbent_cost;
+  }
   std::priority_queue<Open, std::vector<Open>, WorseFirst> open;
   int64_t next_id = 0;
   open.push(Open{-kInf, next_id++, 0.0, {}});
@@ -499,9 +526,13 @@ BudgetBranchOutcome Brancher::run(const std::vector<int32_t>& incumbent, Cost in
     int64_t pick_diff = 0;
     if (r.bracketed)
       for (int32_t i = 0; i < g_.num_nodes; ++i) {
-        const int64_t ua = bud_.usage[g_.label_offset[i] + r.over.x[i]], ub = bud_.usage[g_.label_offset[i] + r.under.x[i]];
+        const int64_t ua = bud_.usage[g_.label_offset[i] + r.over.x[i]],
+                      ub = bud_.usage[g_.label_offset[i] + r.under.x[i]];
         const int64_t d = ua > ub ? ua - ub : ub - ua;
-        if (d > pick_diff) { pick_diff = d; pick = i; }
+        if (d > pick_diff) {
+          pick_diff = d;
+          pick = i;
+        }
       }
     if (pick < 0) {
       // The multiplier is at its best with the plan within the budget: the gap left is TRW-S's
@@ -538,8 +569,10 @@ BudgetBranchOutcome Brancher::run(const std::vector<int32_t>& incumbent, Cost in
   // or stuck on TRW-S's bound), or the bound meets the plan anyway.
   out.complete = (open.empty() && closed_bound == kInf && !stuck) ||
                  (std::isfinite(best_cost_) && best_cost_ - frontier <= proof_margin());
-  if (out.complete) out.stopped_by = "complete";
-  else if (open.empty()) out.stopped_by = stuck ? "bound" : "gap tolerance";
+  if (out.complete)
+    out.stopped_by = "complete";
+  else if (open.empty())
+    out.stopped_by = stuck ? "bound" : "gap tolerance";
   if (improved_) {
     out.best = best_;
     out.best_cost = best_cost_;
@@ -601,8 +634,8 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
     std::vector<uint8_t> varies(n, 0);
     for (const GlobalBudget& b : red.reduced.budgets)
       for (int32_t i = 0; i < n && size_t(i) < b.usage.size(); ++i)
-        if (!b.usage[i].empty() &&
-            *std::min_element(b.usage[i].begin(), b.usage[i].end()) != *std::max_element(b.usage[i].begin(), b.usage[i].end()))
+        if (!b.usage[i].empty() && *std::min_element(b.usage[i].begin(), b.usage[i].end()) !=
+                                       *std::max_element(b.usage[i].begin(), b.usage[i].end()))
           varies[i] = 1;
     for (int pass = 0; pass < 2; ++pass)
       for (int32_t i = 0; i < n; ++i)
@@ -626,8 +659,10 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
     MemoryProfile memory(g, -1);
     PlanState state(g, memory);
     if (std::find(incumbent.begin(), incumbent.end(), -1) == incumbent.end()) state.reset(incumbent);
-    if (std::find(incumbent.begin(), incumbent.end(), -1) != incumbent.end() || !state.valid()) incumbent.clear();
-    else incumbent_cost = graph_cost(g, incumbent);
+    if (std::find(incumbent.begin(), incumbent.end(), -1) != incumbent.end() || !state.valid())
+      incumbent.clear();
+    else
+      incumbent_cost = graph_cost(g, incumbent);
   }
   BudgetBranchConfig config;
   config.deadline = t0 + std::chrono::duration_cast<Clock::duration>(
@@ -654,9 +689,11 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
     result.time_to_first_s = seconds_since(t0);
   }
   result.proven_optimal = out.complete && (result.found || !incumbent.empty());
-  result.status = out.complete ? (result.found || !incumbent.empty() ? "optimal" : "infeasible (proven by branch and bound)")
+  result.status = out.complete
+                      ? (result.found || !incumbent.empty() ? "optimal" : "infeasible (proven by branch and bound)")
                   : std::string(out.stopped_by) == "gap tolerance" ? "gap tolerance"
-                  : std::string(out.stopped_by) == "work limit" ? "work limit" : "time limit";
+                  : std::string(out.stopped_by) == "work limit"    ? "work limit"
+                                                                   : "time limit";
   result.total_time_s = seconds_since(t0);
   return true;
 }

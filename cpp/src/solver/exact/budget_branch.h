@@ -38,9 +38,9 @@ struct BudgetBranchConfig {
 struct BudgetBranchOutcome {
   std::vector<int32_t> best;  // empty when no valid plan was found (or none beat the incumbent)
   Cost best_cost = 0;
-  Cost lower_bound = 0;       // proven for the reduced problem
-  bool complete = false;      // every node was closed: best (or the incumbent) is optimal
-  int64_t nodes = 0;          // branch-and-bound nodes evaluated
+  Cost lower_bound = 0;   // proven for the reduced problem
+  bool complete = false;  // every node was closed: best (or the incumbent) is optimal
+  int64_t nodes = 0;      // branch-and-bound nodes evaluated
   int64_t work = 0;
   const char* stopped_by = "complete";  // "complete", "gap tolerance", "time limit", "work limit"
 };

@@ -70,10 +70,14 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
   r.proven_optimal = out.complete && r.found && !within_tolerance;
   r.lower_bound = std::isfinite(out.lower_bound) ? out.lower_bound + red.cost_offset : kInfeasibleCost;
   if (r.found && r.lower_bound > r.cost) r.lower_bound = r.cost;
-  if (out.complete && !r.found) r.status = "infeasible (proven: no plan satisfies every constraint)";
-  else if (r.proven_optimal) r.status = "optimal";
-  else if (within_tolerance && r.found) r.status = "gap tolerance";
-  else r.status = r.found ? "time limit (best plan so far)" : "time limit (no valid plan found)";
+  if (out.complete && !r.found)
+    r.status = "infeasible (proven: no plan satisfies every constraint)";
+  else if (r.proven_optimal)
+    r.status = "optimal";
+  else if (within_tolerance && r.found)
+    r.status = "gap tolerance";
+  else
+    r.status = r.found ? "time limit (best plan so far)" : "time limit (no valid plan found)";
   if (options.verbose)
     std::fprintf(stderr, "exact: reduced %zu -> %d nodes; %llu search nodes, complete=%d\n", problem.num_nodes(), m.n,
                  static_cast<unsigned long long>(out.nodes), out.complete ? 1 : 0);

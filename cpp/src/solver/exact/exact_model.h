@@ -16,8 +16,8 @@ namespace autoshard::detail {
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct PairCosts {
-  int32_t a = 0, b = 0;      // a < b
-  std::vector<double> m;     // m[sa * |S_b| + sb]
+  int32_t a = 0, b = 0;   // a < b
+  std::vector<double> m;  // m[sa * |S_b| + sb]
 };
 
 struct Adjacent {
@@ -41,7 +41,7 @@ struct SolverModel {
   std::vector<PairCosts> pairs;
   std::vector<std::vector<Adjacent>> adj;
   std::vector<BudgetRows> budgets;
-  bool integer_costs = false;               // every finite cost is an integer (IOPDDL)
+  bool integer_costs = false;  // every finite cost is an integer (IOPDDL)
 
   int32_t strategies(int32_t i) const { return static_cast<int32_t>(cost[i].size()); }
   double pair_cost(const Adjacent& a, int32_t s_node, int32_t s_other) const {

@@ -32,7 +32,10 @@ std::vector<int32_t> search_order(const SolverModel& m) {
     int32_t best = -1;
     for (int32_t i = 0; i < m.n; ++i) {
       if (done[i]) continue;
-      if (best < 0) { best = i; continue; }
+      if (best < 0) {
+        best = i;
+        continue;
+      }
       auto key = [&](int32_t x) {
         return std::make_tuple(-ordered_nbrs[x], ordered_nbrs[x] == 0 ? -static_cast<int32_t>(m.adj[x].size()) : 0,
                                m.strategies(x), x);
@@ -158,10 +161,16 @@ class BranchAndBound {
 
   void dfs(int32_t d, double g) {
     if (aborted_) return;
-    if ((++nodes_ & 1023) == 0 && deadline_.passed()) { aborted_ = true; return; }
+    if ((++nodes_ & 1023) == 0 && deadline_.passed()) {
+      aborted_ = true;
+      return;
+    }
     if (d == m_.n) {
       double c = model_cost(m_, plan_);
-      if (c < *best_cost_) { *best_cost_ = c; *best_ = plan_; }
+      if (c < *best_cost_) {
+        *best_cost_ = c;
+        *best_ = plan_;
+      }
       return;
     }
     const int32_t i = order_[d];
@@ -271,7 +280,10 @@ double lagrangian_root(const SolverModel& m, const std::vector<int32_t>& pos, co
         for (int32_t t = 0; t < m.strategies(a.other); ++t) mn = std::min(mn, m.pair_cost(a, s, t));
         v += mn;
       }
-      if (v < best) { best = v; arg = s; }
+      if (v < best) {
+        best = v;
+        arg = s;
+      }
     }
     total += best;
     if (m.live_hi[i] > m.live_lo[i]) {
@@ -307,7 +319,10 @@ ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, st
     const double target = std::isfinite(incumbent_cost) ? incumbent_cost : std::fabs(best_lb) * 2 + 1;
     for (int it = 0; it < 300 && std::isfinite(best_lb) && !deadline.passed(); ++it) {
       double lb = lagrangian_root(m, pos, lam, grad);
-      if (lb > best_lb) { best_lb = lb; best_lam = lam; }
+      if (lb > best_lb) {
+        best_lb = lb;
+        best_lam = lam;
+      }
       double norm = 0;
       for (size_t k = 0; k < grad.size(); ++k)
         if (lam[k] > 0 || grad[k] > 0) norm += grad[k] * grad[k];
@@ -323,8 +338,10 @@ ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, st
   out.complete = bb.run(out.plan, out.cost);
   out.nodes = bb.nodes_explored();
   out.tolerance_bound = bb.tolerance_bound();
-  if (out.complete) out.lower_bound = std::min(out.cost, out.tolerance_bound);  // +inf when nothing fits
-  else if (std::isfinite(out.cost)) out.lower_bound = std::min(out.lower_bound, out.cost);
+  if (out.complete)
+    out.lower_bound = std::min(out.cost, out.tolerance_bound);  // +inf when nothing fits
+  else if (std::isfinite(out.cost))
+    out.lower_bound = std::min(out.lower_bound, out.cost);
   return out;
 }
 

@@ -9,11 +9,11 @@
 namespace autoshard::detail {
 
 struct ExactOutcome {
-  std::vector<int32_t> plan;   // best plan (valid when cost is finite)
+  std::vector<int32_t> plan;  // best plan (valid when cost is finite)
   double cost = kInf;
-  double lower_bound = 0;      // proven; equals cost when complete
-  bool complete = false;       // search exhausted: cost is optimal (or +inf: nothing fits),
-                               // or within the gap tolerance when tolerance_bound is finite
+  double lower_bound = 0;         // proven; equals cost when complete
+  bool complete = false;          // search exhausted: cost is optimal (or +inf: nothing fits),
+                                  // or within the gap tolerance when tolerance_bound is finite
   double tolerance_bound = kInf;  // smallest bound of a branch cut only by the gap tolerance
   uint64_t nodes = 0;
 };

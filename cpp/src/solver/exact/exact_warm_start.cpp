@@ -20,8 +20,10 @@ struct LocalCost {
   int64_t infeasible = 0;
   double finite = 0;
   void add(double c) {
-    if (std::isinf(c)) ++infeasible;
-    else finite += c;
+    if (std::isinf(c))
+      ++infeasible;
+    else
+      finite += c;
   }
 };
 
@@ -97,9 +99,16 @@ class LocalSearch {
           int64_t bv = budget_violation_delta(i, s);
           if (bv > 0) continue;
           LocalCost c = local_cost(i, s);
-          if (better(c, bv, best_c, best_bv)) { best = s; best_c = c; best_bv = bv; }
+          if (better(c, bv, best_c, best_bv)) {
+            best = s;
+            best_c = c;
+            best_bv = bv;
+          }
         }
-        if (best != plan_[i]) { move(i, best); improved = true; }
+        if (best != plan_[i]) {
+          move(i, best);
+          improved = true;
+        }
       }
       if (!improved) break;
     }
@@ -113,7 +122,10 @@ class LocalSearch {
       int32_t worst = -1;
       int64_t excess = 0;
       for (size_t k = 0; k < live_.size(); ++k)
-        if (live_[k] - m_.limit > excess) { excess = live_[k] - m_.limit; worst = static_cast<int32_t>(k); }
+        if (live_[k] - m_.limit > excess) {
+          excess = live_[k] - m_.limit;
+          worst = static_cast<int32_t>(k);
+        }
       if (worst < 0) return true;
       if (deadline_.passed()) return false;
       int32_t best_node = -1, best_s = -1;
@@ -131,7 +143,10 @@ class LocalSearch {
           int64_t dinf = c.infeasible - cur.infeasible;
           double ratio = (c.finite - cur.finite) / static_cast<double>(std::min(saved, excess));
           if (dinf < best_inf || (dinf == best_inf && ratio < best_ratio)) {
-            best_inf = dinf; best_ratio = ratio; best_node = i; best_s = s;
+            best_inf = dinf;
+            best_ratio = ratio;
+            best_node = i;
+            best_s = s;
           }
         }
       }
@@ -173,7 +188,10 @@ std::vector<int32_t> constructive_plan(const SolverModel& m, const Deadline& dea
     while (head < order.size()) {
       int32_t i = order[head++];
       for (const Adjacent& a : m.adj[i])
-        if (!seen[a.other]) { seen[a.other] = 1; order.push_back(a.other); }
+        if (!seen[a.other]) {
+          seen[a.other] = 1;
+          order.push_back(a.other);
+        }
     }
   }
   std::vector<int64_t> umin(m.n), slack(m.checkpoints.size(), m.limit);
@@ -213,13 +231,20 @@ std::vector<int32_t> constructive_plan(const SolverModel& m, const Deadline& dea
         for (int32_t t = 0; t < m.strategies(k); ++t) {
           if (!alive[k][t]) continue;
           propagation_budget -= m.strategies(j);
-          if (!has_partner(back, t)) { alive[k][t] = 0; changed = true; } else any = true;
+          if (!has_partner(back, t)) {
+            alive[k][t] = 0;
+            changed = true;
+          } else
+            any = true;
         }
         if (!any) {  // wiped out: give the domain back rather than fail; the plan will be repaired
           std::fill(alive[k].begin(), alive[k].end(), 1);
           continue;
         }
-        if (changed && !queued[k]) { queued[k] = 1; queue.push_back(k); }
+        if (changed && !queued[k]) {
+          queued[k] = 1;
+          queue.push_back(k);
+        }
       }
     }
     for (int32_t q : queue) queued[q] = 0;
@@ -238,7 +263,10 @@ std::vector<int32_t> constructive_plan(const SolverModel& m, const Deadline& dea
       c.add(m.cost[i][s]);
       if (!alive[i][s]) ++c.infeasible;
       for (const Adjacent& a : m.adj[i]) {
-        if (plan[a.other] >= 0) { c.add(m.pair_cost(a, s, plan[a.other])); continue; }
+        if (plan[a.other] >= 0) {
+          c.add(m.pair_cost(a, s, plan[a.other]));
+          continue;
+        }
         double mn = kInf;
         for (int32_t t = 0; t < m.strategies(a.other); ++t)
           if (alive[a.other][t]) mn = std::min(mn, m.pair_cost(a, s, t));
@@ -247,7 +275,11 @@ std::vector<int32_t> constructive_plan(const SolverModel& m, const Deadline& dea
       bool better_choice = best < 0 || (fits && !best_fits) ||
                            (fits == best_fits && (c.infeasible < best_c.infeasible ||
                                                   (c.infeasible == best_c.infeasible && c.finite < best_c.finite)));
-      if (better_choice) { best = s; best_c = c; best_fits = fits; }
+      if (better_choice) {
+        best = s;
+        best_c = c;
+        best_fits = fits;
+      }
     }
     plan[i] = best;
     int64_t extra = m.usage[i][best] - umin[i];

@@ -41,7 +41,8 @@ Clusters find_clusters(const GraphView& g) {
     if (c.cluster_of[r] >= 0) continue;
     const int32_t id = c.num_clusters();
     c.cluster_of[r] = id;
-    for (int32_t s = 0; s < g.labels(r); ++s) c.label_of_root[c.map_offset[r] + s] = c.root_of_label[c.map_offset[r] + s] = s;
+    for (int32_t s = 0; s < g.labels(r); ++s)
+      c.label_of_root[c.map_offset[r] + s] = c.root_of_label[c.map_offset[r] + s] = s;
     queue.push_back(r);
     while (!queue.empty()) {
       const int32_t u = queue.front();
@@ -59,7 +60,8 @@ Clusters find_clusters(const GraphView& g) {
             lw = a_to_b[lu];
           } else {
             lw = -1;
-            for (int32_t t = 0; t < S; ++t) if (a_to_b[t] == lu) lw = t;
+            for (int32_t t = 0; t < S; ++t)
+              if (a_to_b[t] == lu) lw = t;
           }
           c.label_of_root[c.map_offset[w] + rl] = lw;
           c.root_of_label[c.map_offset[w] + lw] = rl;

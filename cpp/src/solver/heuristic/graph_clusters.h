@@ -12,12 +12,12 @@
 namespace autoshard::detail {
 
 struct Clusters {
-  std::vector<int32_t> cluster_of;        // node -> cluster
-  std::vector<int32_t> member_offset;     // cluster -> members [offset, offset+1), root first
+  std::vector<int32_t> cluster_of;     // node -> cluster
+  std::vector<int32_t> member_offset;  // cluster -> members [offset, offset+1), root first
   std::vector<int32_t> members;
-  std::vector<int64_t> map_offset;        // node -> its map at map_offset[node]
-  std::vector<int32_t> label_of_root;     // [map_offset[i] + root label] -> label of node i
-  std::vector<int32_t> root_of_label;     // [map_offset[i] + label of i] -> root label
+  std::vector<int64_t> map_offset;     // node -> its map at map_offset[node]
+  std::vector<int32_t> label_of_root;  // [map_offset[i] + root label] -> label of node i
+  std::vector<int32_t> root_of_label;  // [map_offset[i] + label of i] -> root label
 
   int32_t num_clusters() const { return static_cast<int32_t>(member_offset.size()) - 1; }
   int32_t size(int32_t c) const { return member_offset[c + 1] - member_offset[c]; }

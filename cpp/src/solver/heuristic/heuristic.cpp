@@ -37,10 +37,22 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
   c.verbose = options.verbose;
   c.id = k;
   switch (k % 4) {
-    case 1: c.polish_share_dual = 0.35; c.polish_share_primal = 0.7; break;
-    case 2: c.polish_share_dual = 0.1; c.polish_share_primal = 0.35; c.lns_tree_size = 64; break;
-    case 3: c.polish_share_dual = 0.2; c.polish_share_primal = 0.8; c.lns_tree_size = 32; break;
-    default: break;
+    case 1:
+      c.polish_share_dual = 0.35;
+      c.polish_share_primal = 0.7;
+      break;
+    case 2:
+      c.polish_share_dual = 0.1;
+      c.polish_share_primal = 0.35;
+      c.lns_tree_size = 64;
+      break;
+    case 3:
+      c.polish_share_dual = 0.2;
+      c.polish_share_primal = 0.8;
+      c.lns_tree_size = 32;
+      break;
+    default:
+      break;
   }
   return c;
 }
@@ -67,8 +79,8 @@ bool milp_gets_a_turn(const Problem& reduced, const detail::GraphView& g, const 
 // evaluation accepts it; a proof (or the gap tolerance) sets `proven` for the other runs.
 detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& reduced, bool integer_costs,
                                    const SolveOptions& options, Clock::time_point deadline,
-                                   const std::vector<int32_t>* start, std::atomic<bool>* proven,
-                                   Clock::time_point t0, Cost cost_offset) {
+                                   const std::vector<int32_t>* start, std::atomic<bool>* proven, Clock::time_point t0,
+                                   Cost cost_offset) {
   detail::SearchOutcome out;
   out.lower_bound = -kInfeasibleCost;
   SolveOptions mo = options;
@@ -91,11 +103,13 @@ detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& re
       }
     }
   }
-  if (std::string(out.stopped_by) != "time limit") proven->store(true);
-  else if (proven->load()) out.stopped_by = "another run's proof";
+  if (std::string(out.stopped_by) != "time limit")
+    proven->store(true);
+  else if (proven->load())
+    out.stopped_by = "another run's proof";
   if (options.verbose)
-    std::fprintf(stderr, "[milp] %s after %.2fs: cost %.17g, bound %.17g\n", m.status.c_str(),
-                 seconds_since(t0), out.best.empty() ? NAN : out.best_cost, out.lower_bound);
+    std::fprintf(stderr, "[milp] %s after %.2fs: cost %.17g, bound %.17g\n", m.status.c_str(), seconds_since(t0),
+                 out.best.empty() ? NAN : out.best_cost, out.lower_bound);
   return out;
 }
 
@@ -115,13 +129,13 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
 
   const Reduction red = reduce(problem);
   if (options.verbose)
-    std::fprintf(stderr, "[heuristic] reduce: %zu -> %zu nodes, %lld -> %lld strategies "
+    std::fprintf(stderr,
+                 "[heuristic] reduce: %zu -> %zu nodes, %lld -> %lld strategies "
                  "(infeasible %lld, memory %lld, budget %lld, dominated %lld, eliminated %lld) in %.2fs\n",
                  problem.num_nodes(), red.reduced.num_nodes(), (long long)red.stats.strategies_before,
                  (long long)red.stats.strategies_after, (long long)red.stats.infeasible_removed,
                  (long long)red.stats.memory_removed, (long long)red.stats.budget_removed,
-                 (long long)red.stats.dominated_removed,
-                 (long long)red.stats.nodes_eliminated, red.stats.seconds);
+                 (long long)red.stats.dominated_removed, (long long)red.stats.nodes_eliminated, red.stats.seconds);
   if (red.infeasible) {
     result.status = "infeasible: " + red.infeasible_reason;
     result.lower_bound = std::numeric_limits<Cost>::infinity();
@@ -168,13 +182,12 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, until, red.cost_offset);
   };
   auto run_milp = [&](int32_t k, const std::vector<int32_t>* start) {
-    outcomes[k] = milp_outcome(g, red.reduced, integer_costs, options, stop.deadline, start, &proven, t0,
-                               red.cost_offset);
+    outcomes[k] =
+        milp_outcome(g, red.reduced, integer_costs, options, stop.deadline, start, &proven, t0, red.cost_offset);
   };
   if (runs == 1 && milp) {
     detail::SearchStop first = stop;
-    first.deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                              (stop.deadline - t0) * kSearchShareBeforeMilp);
+    first.deadline = t0 + std::chrono::duration_cast<Clock::duration>((stop.deadline - t0) * kSearchShareBeforeMilp);
     run(0, first);
     if (!proven.load()) run_milp(1, &outcomes[0].best);
   } else if (runs == 1) {
@@ -182,8 +195,10 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   } else {
     std::vector<std::thread> workers;
     for (int32_t k = 0; k < runs; ++k) {
-      if (milp && k == runs - 1) workers.emplace_back(run_milp, k, nullptr);
-      else workers.emplace_back(run, k, std::cref(stop));
+      if (milp && k == runs - 1)
+        workers.emplace_back(run_milp, k, nullptr);
+      else
+        workers.emplace_back(run, k, std::cref(stop));
     }
     for (auto& w : workers) w.join();
   }

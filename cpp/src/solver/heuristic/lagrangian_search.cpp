@@ -30,16 +30,30 @@ class Search {
  public:
   Search(const GraphView& g, const Clusters& clusters, int64_t usage_limit, const SearchConfig& config,
          const SearchStop& stop, Cost cost_offset)
-      : g_(g), clusters_(clusters), config_(config), stop_(stop), cost_offset_(cost_offset),
-        memory_(g, usage_limit), state_(g, memory_), trws_(g), repair_trws_(g), lns_(g, clusters),
-        rng_(config.seed), T_(memory_.num_points()), limit_(double(usage_limit)),
-        lambda_(T_, 0.0), prefix_(T_ + 1, 0.0), boost_(T_, 0.0), one_sweep_(sweep_work(g)) {
+      : g_(g),
+        clusters_(clusters),
+        config_(config),
+        stop_(stop),
+        cost_offset_(cost_offset),
+        memory_(g, usage_limit),
+        state_(g, memory_),
+        trws_(g),
+        repair_trws_(g),
+        lns_(g, clusters),
+        rng_(config.seed),
+        T_(memory_.num_points()),
+        limit_(double(usage_limit)),
+        lambda_(T_, 0.0),
+        prefix_(T_ + 1, 0.0),
+        boost_(T_, 0.0),
+        one_sweep_(sweep_work(g)) {
     trws_.set_clusters(&clusters);
     repair_trws_.set_clusters(&clusters);
     // Smallest penalty per unit of usage and time point: tiny against the costs, then grown
     // until the plan fits; capped far below the infeasible-entry cost it must never outweigh.
     double cost_scale = 0, usage_scale = 0;
-    for (Cost c : g.node_cost) if (!is_infeasible(c)) cost_scale = std::max(cost_scale, std::abs(c));
+    for (Cost c : g.node_cost)
+      if (!is_infeasible(c)) cost_scale = std::max(cost_scale, std::abs(c));
     for (int64_t u : g.usage) usage_scale = std::max(usage_scale, double(u));
     if (usage_scale > 0) {
       boost_unit_ = std::max(1e-12, 1e-6 * cost_scale / usage_scale);
@@ -145,7 +159,11 @@ void Search::budget_sums(const std::vector<int32_t>& x, std::vector<int64_t>& ou
 double Search::mean_positive_lambda() const {
   double sum = 0;
   int32_t positive = 0;
-  for (double l : lambda_) if (l > 0) { sum += l; ++positive; }
+  for (double l : lambda_)
+    if (l > 0) {
+      sum += l;
+      ++positive;
+    }
   return positive ? sum / positive : 0.0;
 }
 
@@ -180,8 +198,9 @@ bool Search::polish(const char* how, bool with_lns) {
   // A descended plan already within the gap tolerance of the proven bound ends the search
   // this round whatever the tree LNS finds, and the LNS could gain less than the tolerance:
   // it is skipped (on Llama-3-8B's planner problem it was a third of the whole planning time).
-  const bool within_gap = config_.gap_tolerance > 0 && state_.valid() && std::isfinite(out_.lower_bound) &&
-                          state_.cost() - out_.lower_bound <= config_.gap_tolerance * std::abs(state_.cost() + cost_offset_);
+  const bool within_gap =
+      config_.gap_tolerance > 0 && state_.valid() && std::isfinite(out_.lower_bound) &&
+      state_.cost() - out_.lower_bound <= config_.gap_tolerance * std::abs(state_.cost() + cost_offset_);
   if (with_lns && !within_gap) {
     // The LNS's work budget is counted in sweeps; on clock-limited runs it also gets at most
     // a share of the whole time. Its 50 sweeps took 25.7 s of a 28 s limit on Llama-3-405B's
@@ -260,7 +279,8 @@ void Search::update_multipliers(bool primal_phase, Cost bound, double step_scale
     }
     if (norm2 <= 0) return;
     const double step = step_scale * std::max(target - bound, 1e-6 * std::abs(target)) / norm2;
-    for (int32_t t = 0; t < mem_points(); ++t) lambda_[t] = std::max(0.0, lambda_[t] + step * (double(profile_[t]) - limit_));
+    for (int32_t t = 0; t < mem_points(); ++t)
+      lambda_[t] = std::max(0.0, lambda_[t] + step * (double(profile_[t]) - limit_));
     for (size_t b = 0; b < budget_index_.size(); ++b) {
       const auto& bud = g_.budgets[budget_index_[b]];
       mu_high_[b] = std::max(0.0, mu_high_[b] + step * (double(budget_sums_[b]) - double(bud.high)));
@@ -303,8 +323,9 @@ SearchOutcome Search::run() {
   const bool limited = memory_.limited();
   for (int64_t round = 0;; ++round) {
     if (out_of_budget()) {
-      out_.stopped_by = Clock::now() >= stop_.deadline ? "time limit"
-                        : (stop_.work_limit > 0 && work() >= stop_.work_limit) ? "work limit" : "another run's proof";
+      out_.stopped_by = Clock::now() >= stop_.deadline                         ? "time limit"
+                        : (stop_.work_limit > 0 && work() >= stop_.work_limit) ? "work limit"
+                                                                               : "another run's proof";
       break;
     }
     out_.rounds = round + 1;
@@ -364,16 +385,18 @@ SearchOutcome Search::run() {
       polish("quick", false);
     }
     if (config_.verbose) {
-      std::fprintf(stderr, "[search %d] round %lld t=%.1fs (%.1fs left) bound %.6g best %.6g decoded cost %.6g peak %lld / %lld step %.3g",
+      std::fprintf(stderr,
+                   "[search %d] round %lld t=%.1fs (%.1fs left) bound %.6g best %.6g decoded cost %.6g peak %lld / "
+                   "%lld step %.3g",
                    config_.id, (long long)round, seconds_since(t0_),
-                   std::chrono::duration<double>(stop_.deadline - Clock::now()).count(), out_.lower_bound + cost_offset_,
-                   best_cost() + cost_offset_, decoded_cost + cost_offset_, (long long)decoded_peak, (long long)limit_, step_scale);
+                   std::chrono::duration<double>(stop_.deadline - Clock::now()).count(),
+                   out_.lower_bound + cost_offset_, best_cost() + cost_offset_, decoded_cost + cost_offset_,
+                   (long long)decoded_peak, (long long)limit_, step_scale);
       for (size_t b = 0; b < budget_index_.size(); ++b)
         std::fprintf(stderr, " budget %lld mu %.3g/%.3g", (long long)budget_sums_[b], mu_high_[b], mu_low_[b]);
       std::fprintf(stderr, "\n");
     }
-    if (!out_.best.empty() &&
-        bound_proves_optimal(out_.best_cost, out_.lower_bound, config_.integer_costs)) {
+    if (!out_.best.empty() && bound_proves_optimal(out_.best_cost, out_.lower_bound, config_.integer_costs)) {
       out_.stopped_by = "proven optimal";
       if (stop_.proven) stop_.proven->store(true);
       break;
@@ -384,7 +407,10 @@ SearchOutcome Search::run() {
       if (stop_.proven) stop_.proven->store(true);
       break;
     }
-    if (best_cost() < best_seen) { best_seen = best_cost(); last_gain_round = round; }
+    if (best_cost() < best_seen) {
+      best_seen = best_cost();
+      last_gain_round = round;
+    }
     if (config_.stall_rounds > 0 && round - last_gain_round >= config_.stall_rounds) {
       out_.stopped_by = "stalled";
       break;

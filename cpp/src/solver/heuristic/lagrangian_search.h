@@ -27,7 +27,7 @@ struct SearchConfig {
   int32_t lns_tree_size = 48;
   bool verbose = false;
   bool integer_costs = false;  // every cost is an integer: a proof needs the gap below one unit
-  int32_t id = 0;  // names the run in verbose output
+  int32_t id = 0;              // names the run in verbose output
   // Stop once best - bound <= gap_tolerance * |best + cost_offset| (0: only a proof stops it).
   double gap_tolerance = 0;
   // > 0: stop after this many rounds without a better plan or bound.
@@ -43,11 +43,11 @@ struct SearchStop {
 };
 
 struct SearchOutcome {
-  std::vector<int32_t> best;           // empty when no valid plan was found
+  std::vector<int32_t> best;  // empty when no valid plan was found
   Cost best_cost = 0;
-  Cost lower_bound = 0;                // valid for the reduced problem
-  double time_to_first_s = -1;         // since the run started
-  int64_t work = 0;                    // total counted work
+  Cost lower_bound = 0;         // valid for the reduced problem
+  double time_to_first_s = -1;  // since the run started
+  int64_t work = 0;             // total counted work
   int64_t rounds = 0;
   // "time limit", "work limit", "proven optimal", "gap tolerance", "stalled" or "another run's proof"
   const char* stopped_by = "time limit";
@@ -55,7 +55,6 @@ struct SearchOutcome {
 
 // `cost_offset` is only added to verbose output (the reduced problem's dropped constant).
 SearchOutcome lagrangian_search(const GraphView& g, const Clusters& clusters, int64_t usage_limit,
-                                const SearchConfig& config, const SearchStop& stop,
-                                Cost cost_offset = 0);
+                                const SearchConfig& config, const SearchStop& stop, Cost cost_offset = 0);
 
 }  // namespace autoshard::detail

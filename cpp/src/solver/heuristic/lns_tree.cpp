@@ -41,7 +41,8 @@ TreeLns::TreeLns(const GraphView& g, const Clusters& cl) : g_(g), cl_(cl) {
       for (int32_t q = 0; q < Sb; ++q) se.costs[int64_t(r) * Sb + q] = m[int64_t(la[r]) * nb + lb[q]];
     p.edges.push_back(std::move(se));
   }
-  for (auto& row : p.node_costs) for (Cost& x : row) x = std::min(x, kInfeasibleCost);
+  for (auto& row : p.node_costs)
+    for (Cost& x : row) x = std::min(x, kInfeasibleCost);
   super_ = build_graph_view(p);
   super_price_.assign(super_.node_cost.size(), 0.0);
   in_tree_.assign(C, 0);
@@ -147,7 +148,8 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
         const int32_t w = super_.adj_other[k];
         if (in_tree_[w]) continue;
         int32_t inside = 0;
-        for (int64_t q = super_.adj_offset[w]; q < super_.adj_offset[w + 1] && inside < 2; ++q) inside += in_tree_[super_.adj_other[q]] != 0;
+        for (int64_t q = super_.adj_offset[w]; q < super_.adj_offset[w + 1] && inside < 2; ++q)
+          inside += in_tree_[super_.adj_other[q]] != 0;
         if (inside != 1) continue;
         in_tree_[w] = 1;
         parent_[w] = v;
@@ -161,14 +163,16 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
     };
     // DP from the leaves: best_[v][l] = cost of v's subtree with v at l.
     int64_t total = 0;
-    for (int32_t v : order_) { table_offset_[v] = total; total += super_.labels(v); }
+    for (int32_t v : order_) {
+      table_offset_[v] = total;
+      total += super_.labels(v);
+    }
     best_.assign(total, 0.0);
     arg_.assign(total, 0);  // for each v and parent label: v's best label (filled per child)
     for (int32_t v : order_) {
       const int32_t S = super_.labels(v);
       Cost* bv = best_.data() + table_offset_[v];
-      for (int32_t l = 0; l < S; ++l)
-        bv[l] = super_.costs(v)[l] + super_price_[super_.label_offset[v] + l];
+      for (int32_t l = 0; l < S; ++l) bv[l] = super_.costs(v)[l] + super_price_[super_.label_offset[v] + l];
       state.add_work(int64_t(S) * (1 + super_.adj_offset[v + 1] - super_.adj_offset[v]));
       for (int64_t k = super_.adj_offset[v]; k < super_.adj_offset[v + 1]; ++k) {
         const int32_t j = super_.adj_other[k];
@@ -195,7 +199,10 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
         int32_t a = 0;
         for (int32_t q = 0; q < Sw; ++q) {
           const Cost c = bw[q] + super_.edge_cost(e, v, l, q);
-          if (c < m) { m = c; a = q; }
+          if (c < m) {
+            m = c;
+            a = q;
+          }
         }
         bv[l] += m;
         ch[l] = a;

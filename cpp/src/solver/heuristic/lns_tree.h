@@ -27,14 +27,14 @@ class TreeLns {
   bool repair(PlanState& state, Clock::time_point deadline);
   // Runs steps until the deadline or max_steps; returns the number of improving steps.
   // Stops early once the steps have added max_work to state.work().
-  int64_t run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size,
-              std::mt19937_64& rng, int64_t max_work = std::numeric_limits<int64_t>::max());
+  int64_t run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size, std::mt19937_64& rng,
+              int64_t max_work = std::numeric_limits<int64_t>::max());
 
  private:
   const GraphView& g_;
   const Clusters& cl_;
-  GraphView super_;                   // one node per group, label = group (root) label
-  std::vector<Cost> super_price_;     // flattened like super_.node_cost
+  GraphView super_;                // one node per group, label = group (root) label
+  std::vector<Cost> super_price_;  // flattened like super_.node_cost
   std::vector<Cost> local_;
   std::vector<int64_t> du_;
   // scratch

@@ -204,7 +204,11 @@ int64_t PlanState::descend(Clock::time_point deadline, const std::vector<int32_t
     for (int32_t i = 0; i < g_.num_nodes; ++i) queue.push_back(i);
     std::fill(queued.begin(), queued.end(), 1);
   } else {
-    for (int32_t i : seeds) if (!queued[i]) { queued[i] = 1; queue.push_back(i); }
+    for (int32_t i : seeds)
+      if (!queued[i]) {
+        queued[i] = 1;
+        queue.push_back(i);
+      }
   }
   int64_t moves = 0, steps = 0;
   std::vector<Cost> lc;
@@ -224,7 +228,10 @@ int64_t PlanState::descend(Clock::time_point deadline, const std::vector<int32_t
       ++moves;
       for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
         const int32_t j = g_.adj_other[k];
-        if (!queued[j]) { queued[j] = 1; queue.push_back(j); }
+        if (!queued[j]) {
+          queued[j] = 1;
+          queue.push_back(j);
+        }
       }
     }
   }
@@ -251,7 +258,10 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
   std::deque<int32_t> queue;
   std::vector<uint8_t> queued(cl.num_clusters(), 0);
   for (int32_t c = 0; c < cl.num_clusters(); ++c)
-    if (cl.size(c) > 1) { queue.push_back(c); queued[c] = 1; }
+    if (cl.size(c) > 1) {
+      queue.push_back(c);
+      queued[c] = 1;
+    }
   while (!queue.empty()) {
     const int32_t c = queue.front();
     queue.pop_front();
@@ -296,7 +306,10 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
         const int32_t s = cl.label_of_root[cl.map_offset[m] + r];
         if (s != x_[m]) move(m, s, move_delta(m, s));
       }
-      if (valid()) { best_r = r; break; }
+      if (valid()) {
+        best_r = r;
+        break;
+      }
       if (memory_.limited() && budgets_ok() && !takes_infeasible()) {
         // Make room for the group with the greedy repair (group members locked).
         for (int32_t k = 0; k < size; ++k) locked_[mem[k]] = 1;
@@ -304,7 +317,10 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
         const Cost cost_after_group = cost_;
         const bool ok = repair_memory(deadline, 12, &group_log_) && budgets_ok();
         for (int32_t k = 0; k < size; ++k) locked_[mem[k]] = 0;
-        if (ok && cost_ < cost_before - tol) { best_r = r; break; }
+        if (ok && cost_ < cost_before - tol) {
+          best_r = r;
+          break;
+        }
         undo(group_log_, cost_after_group);
       }
       for (int32_t k = size - 1; k >= 0; --k) {
@@ -319,7 +335,10 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
     for (int32_t k = 0; k < size; ++k)
       for (int64_t a = g_.adj_offset[mem[k]]; a < g_.adj_offset[mem[k] + 1]; ++a) {
         const int32_t d = cl.cluster_of[g_.adj_other[a]];
-        if (!queued[d] && cl.size(d) > 1 && d != c) { queued[d] = 1; queue.push_back(d); }
+        if (!queued[d] && cl.size(d) > 1 && d != c) {
+          queued[d] = 1;
+          queue.push_back(d);
+        }
       }
   }
   return moves;

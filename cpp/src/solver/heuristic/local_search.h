@@ -78,7 +78,7 @@ class PlanState {
   int64_t memory_op_work_ = 1;  // one profile update or query: a walk down the segment tree
 
   using MoveLog = std::vector<std::pair<int32_t, int32_t>>;  // (node, previous label)
-  std::vector<uint8_t> locked_;  // nodes the memory repair may not move
+  std::vector<uint8_t> locked_;                              // nodes the memory repair may not move
   std::vector<Cost> repair_scratch_;
   MoveLog group_log_;
 

@@ -62,8 +62,10 @@ bool additive(const GraphView& g, int32_t e, const Model& md, std::vector<double
   const int32_t a = g.edge_a[e], b = g.edge_b[e], sb = g.labels(b);
   const Cost* m = g.edge_matrix(e);
   int32_t a0 = -1, b0 = -1;
-  for (int32_t s = 0; s < g.labels(a) && a0 < 0; ++s) if (md.x_col[a][s] >= 0) a0 = s;
-  for (int32_t s = 0; s < sb && b0 < 0; ++s) if (md.x_col[b][s] >= 0) b0 = s;
+  for (int32_t s = 0; s < g.labels(a) && a0 < 0; ++s)
+    if (md.x_col[a][s] >= 0) a0 = s;
+  for (int32_t s = 0; s < sb && b0 < 0; ++s)
+    if (md.x_col[b][s] >= 0) b0 = s;
   if (a0 < 0 || b0 < 0) return false;
   r.assign(g.labels(a), 0.0);
   c.assign(sb, 0.0);
@@ -307,13 +309,12 @@ SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_cos
   struct Stop {
     const std::atomic<bool>* flag;
     Clock::time_point deadline;
-  } stop{interrupt, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                           std::chrono::duration<double>(o.time_limit_s))};
+  } stop{interrupt,
+         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.time_limit_s))};
   h.setCallback(
       [](int, const std::string&, const HighsCallbackOutput*, HighsCallbackInput* in, void* data) {
         const Stop& st = *static_cast<const Stop*>(data);
-        if ((st.flag != nullptr && st.flag->load(std::memory_order_relaxed)) ||
-            Clock::now() >= st.deadline)
+        if ((st.flag != nullptr && st.flag->load(std::memory_order_relaxed)) || Clock::now() >= st.deadline)
           in->user_interrupt = true;
       },
       &stop);
