@@ -43,6 +43,7 @@ class OneBlock(nn.Module):
 
 def _timer(device: torch.device):
     if device.type == "cuda":
+
         def run(fn, iters):
             times = []
             for _ in range(iters):
@@ -54,7 +55,9 @@ def _timer(device: torch.device):
                 torch.cuda.synchronize()
                 times.append(start.elapsed_time(end) / 1e3)
             return statistics.median(times)
+
     else:
+
         def run(fn, iters):
             times = []
             for _ in range(iters):
@@ -62,6 +65,7 @@ def _timer(device: torch.device):
                 fn()
                 times.append(time.perf_counter() - t0)
             return statistics.median(times)
+
     return run
 
 
@@ -71,6 +75,7 @@ def _step(model, x):
         loss.backward()
         for p in model.parameters():
             p.grad = None
+
     return fn
 
 
@@ -80,8 +85,14 @@ def _planned(a, ref: nn.Module, x: torch.Tensor, mesh, compile: bool):
 
     with torch.device("meta"):
         meta = OneBlock(a).to(a.torch_dtype)
-    with AutoParallel(meta, lambda: (torch.empty(x.shape, dtype=x.dtype),), mesh,
-                      compile=compile, plan_cache=False, hardware=a.hardware) as autop:
+    with AutoParallel(
+        meta,
+        lambda: (torch.empty(x.shape, dtype=x.dtype),),
+        mesh,
+        compile=compile,
+        plan_cache=False,
+        hardware=a.hardware,
+    ) as autop:
         plan = autop.optimize_placement()
         par = autop.apply_placement(plan)
     par.to_empty(device=x.device)
@@ -137,18 +148,23 @@ def main() -> None:
             err = float((got.float() - want.float()).abs().max())
             print(f"{name}: loss {float(got):.6g} vs eager {float(want):.6g} (|diff| {err:.2g})")
         times[name] = timer(fn, a.iters)
-    print(f"\nblock: dim {a.dim}, heads {a.heads} ({a.kv_heads} kv), hidden {a.hidden}, "
-          f"batch {a.batch} x seq {a.seq}, {a.dtype}, {device}; forward + backward, median of "
-          f"{a.iters} after {a.warmup}\n")
+    print(
+        f"\nblock: dim {a.dim}, heads {a.heads} ({a.kv_heads} kv), hidden {a.hidden}, "
+        f"batch {a.batch} x seq {a.seq}, {a.dtype}, {device}; forward + backward, median of "
+        f"{a.iters} after {a.warmup}\n"
+    )
     print("| variant | step | / eager |\n|---|---:|---:|")
     for name, t in times.items():
         print(f"| {name} | {t * 1e3:.3f} ms | {t / times['eager']:.3f} |")
     plan = variants["program"][1]
     compute_us = float(plan.get("summary", {}).get("compute_us", 0.0))
-    print(f"\ncost model compute estimate {compute_us / 1e3:.3f} ms vs measured eager step "
-          f"{times['eager'] * 1e3:.3f} ms (measured / estimate "
-          f"{times['eager'] * 1e6 / compute_us:.2f})" if compute_us else
-          "\nthe plan has no compute estimate")
+    print(
+        f"\ncost model compute estimate {compute_us / 1e3:.3f} ms vs measured eager step "
+        f"{times['eager'] * 1e3:.3f} ms (measured / estimate "
+        f"{times['eager'] * 1e6 / compute_us:.2f})"
+        if compute_us
+        else "\nthe plan has no compute estimate"
+    )
     dist.destroy_process_group()
 
 

@@ -12,6 +12,7 @@ of --iters runs after warm-up). Without a GPU it prints the estimates only, so i
 
 The ratio column (measured / estimated) is what to feed back into the profile's efficiencies.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,9 @@ class LocalOp:
 def llama_layer_ops(tokens: int, tp: int, dtype: str, torch=None, device=None) -> list[LocalOp]:
     """The layer's local ops on one tensor-parallel rank (Megatron-style column/row split)."""
     if HEADS % tp or KV_HEADS % tp or FFN % tp:
-        raise ValueError(f"tp={tp} must divide the heads ({HEADS}), KV heads ({KV_HEADS}) and FFN ({FFN})")
+        raise ValueError(
+            f"tp={tp} must divide the heads ({HEADS}), KV heads ({KV_HEADS}) and FFN ({FFN})"
+        )
     e = DTYPE_BYTES[dtype]
     q_out, kv_out, ffn = HIDDEN // tp, KV_HEADS * HEAD_DIM // tp, FFN // tp
     heads = HEADS // tp
@@ -55,16 +58,20 @@ def llama_layer_ops(tokens: int, tp: int, dtype: str, torch=None, device=None) -
             a = torch.randn(m, k, device=device, dtype=getattr(torch, dtype))
             b = torch.randn(k, n, device=device, dtype=getattr(torch, dtype))
             return lambda: a @ b
+
         return LocalOp(name, 2.0 * m * k * n, (m * k + k * n + m * n) * e, make if torch else None)
 
     def pointwise(name: str, numel: int, reads: int, fn_name: str) -> LocalOp:
         def make():
-            xs = [torch.randn(numel, device=device, dtype=getattr(torch, dtype)) for _ in range(reads)]
+            xs = [
+                torch.randn(numel, device=device, dtype=getattr(torch, dtype)) for _ in range(reads)
+            ]
             if fn_name == "add":
                 return lambda: xs[0] + xs[1]
             if fn_name == "silu_mul":
                 return lambda: torch.nn.functional.silu(xs[0]) * xs[1]
             raise ValueError(fn_name)
+
         return LocalOp(name, float(numel * reads), (reads + 1) * numel * e, make if torch else None)
 
     def rmsnorm() -> LocalOp:
@@ -72,7 +79,13 @@ def llama_layer_ops(tokens: int, tp: int, dtype: str, torch=None, device=None) -
             x = torch.randn(tokens, HIDDEN, device=device, dtype=getattr(torch, dtype))
             w = torch.ones(HIDDEN, device=device, dtype=getattr(torch, dtype))
             return lambda: torch.nn.functional.rms_norm(x, (HIDDEN,), w)
-        return LocalOp("rmsnorm", 4.0 * tokens * HIDDEN, (2 * tokens * HIDDEN + HIDDEN) * e, make if torch else None)
+
+        return LocalOp(
+            "rmsnorm",
+            4.0 * tokens * HIDDEN,
+            (2 * tokens * HIDDEN + HIDDEN) * e,
+            make if torch else None,
+        )
 
     def attention() -> LocalOp:
         # Causal SDPA: QK^T and PV each 2*T*T*d per head, halved by the causal mask.
@@ -81,8 +94,11 @@ def llama_layer_ops(tokens: int, tp: int, dtype: str, torch=None, device=None) -
 
         def make():
             shape = (1, heads, tokens, HEAD_DIM)
-            q, k, v = (torch.randn(shape, device=device, dtype=getattr(torch, dtype)) for _ in range(3))
+            q, k, v = (
+                torch.randn(shape, device=device, dtype=getattr(torch, dtype)) for _ in range(3)
+            )
             return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
         return LocalOp("sdpa_causal", flops, bytes_moved, make if torch else None)
 
     return [
@@ -127,18 +143,27 @@ def detect_hardware(torch) -> str | None:
     except ValueError:
         for known in _core.known_hardware():
             if known.lower() in name.lower():
-                print(f"note: device '{name}' is not an exact profile alias; comparing with {known}", file=sys.stderr)
+                print(
+                    f"note: device '{name}' is not an exact profile alias; comparing with {known}",
+                    file=sys.stderr,
+                )
                 return known
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hardware", help="profile to estimate with (default: the local GPU, else H100)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--hardware", help="profile to estimate with (default: the local GPU, else H100)"
+    )
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the local shards")
     ap.add_argument("--seq", type=int, default=4096, help="tokens per rank (batch * sequence)")
     ap.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
-    ap.add_argument("--fp32-no-tf32", action="store_true", help="float32 matmuls without TF32 (PyTorch default)")
+    ap.add_argument(
+        "--fp32-no-tf32", action="store_true", help="float32 matmuls without TF32 (PyTorch default)"
+    )
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args(argv)
@@ -158,11 +183,19 @@ def main(argv: list[str] | None = None) -> int:
         profile = _core.hardware_profile(hardware)
     except ValueError as exc:
         ap.error(str(exc))
-    print(f"Llama-3-8B layer forward, tp={args.tp}, tokens={args.seq}, {args.dtype}, profile {profile['name']}"
-          f" (flop eff {profile['flop_efficiency']}, bw eff {profile['bandwidth_efficiency']},"
-          f" floor {profile['kernel_floor_us']} us)")
-    print("measured on: " + (torch.cuda.get_device_name(0) if has_gpu else "no CUDA device (estimates only)"))
-    print(f"{'op':<14}{'GFLOP':>10}{'MB':>10}{'est us':>11}{'bound':>8}" + (f"{'meas us':>11}{'meas/est':>10}" if has_gpu else ""))
+    print(
+        f"Llama-3-8B layer forward, tp={args.tp}, tokens={args.seq}, {args.dtype}, profile {profile['name']}"
+        f" (flop eff {profile['flop_efficiency']}, bw eff {profile['bandwidth_efficiency']},"
+        f" floor {profile['kernel_floor_us']} us)"
+    )
+    print(
+        "measured on: "
+        + (torch.cuda.get_device_name(0) if has_gpu else "no CUDA device (estimates only)")
+    )
+    print(
+        f"{'op':<14}{'GFLOP':>10}{'MB':>10}{'est us':>11}{'bound':>8}"
+        + (f"{'meas us':>11}{'meas/est':>10}" if has_gpu else "")
+    )
     total_est = total_meas = 0.0
     for op in ops:
         est = _core.compute_time_us(hardware, op.flops, op.bytes_moved, args.dtype, allow_tf32)

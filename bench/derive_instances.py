@@ -63,7 +63,10 @@ def load(path):
 def save(problem, path):
     # mtime=0: byte-identical files from run to run (gzip stores a timestamp otherwise).
     data = json.dumps({"problem": problem}, separators=(",", ":")).encode()
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f,
+    ):
         f.write(data)
 
 
@@ -73,7 +76,16 @@ def base_plan(cli, name, src, out):
     if not sol.exists():
         sol.parent.mkdir(parents=True, exist_ok=True)
         work = BASE_WORK.get(name, BASE_WORK_DEFAULT)
-        cmd = cli + ["solve", str(src), "--work-limit", f"{work:.0f}", "--time-limit", "600", "--out", str(sol)]
+        cmd = cli + [
+            "solve",
+            str(src),
+            "--work-limit",
+            f"{work:.0f}",
+            "--time-limit",
+            "600",
+            "--out",
+            str(sol),
+        ]
         print("base plan:", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(sol) as f:
@@ -86,7 +98,11 @@ def peak_usage(p, choice, keep=None):
     nodes = range(len(p["nodes"]["costs"])) if keep is None else keep
     for i in nodes:
         a, b = p["nodes"]["intervals"][i]
-        u = p["nodes"]["usages"][i][choice[i]] if choice is not None else min(p["nodes"]["usages"][i])
+        u = (
+            p["nodes"]["usages"][i][choice[i]]
+            if choice is not None
+            else min(p["nodes"]["usages"][i])
+        )
         if a < b and u:
             delta[a] = delta.get(a, 0) + u
             delta[b] = delta.get(b, 0) - u
@@ -114,13 +130,20 @@ def fam_mem(p, factor, base):
     if need > q["usage_limit"]:
         return None, f"infeasible: min-usage peak {need} > limit {q['usage_limit']}"
     bp = peak_usage(p, base)
-    return q, f"base plan peak {bp / q['usage_limit']:.3f} of new limit; min-usage peak {need / q['usage_limit']:.3f}"
+    return (
+        q,
+        f"base plan peak {bp / q['usage_limit']:.3f} of new limit; min-usage peak {need / q['usage_limit']:.3f}",
+    )
 
 
 def fam_perturb(p, rng, sigma=0.2):
     q = dict(p)
-    q["nodes"] = dict(p["nodes"], costs=[[noisy(c, rng, sigma) for c in row] for row in p["nodes"]["costs"]])
-    q["edges"] = dict(p["edges"], costs=[[noisy(c, rng, sigma) for c in m] for m in p["edges"]["costs"]])
+    q["nodes"] = dict(
+        p["nodes"], costs=[[noisy(c, rng, sigma) for c in row] for row in p["nodes"]["costs"]]
+    )
+    q["edges"] = dict(
+        p["edges"], costs=[[noisy(c, rng, sigma) for c in m] for m in p["edges"]["costs"]]
+    )
     return q, f"lognormal sigma {sigma}"
 
 
@@ -141,7 +164,9 @@ def restrict(p, keep, strategies=None):
     return {
         "name": p.get("name", "") + "-derived",
         "nodes": {
-            "intervals": [[tmap[nodes["intervals"][v][0]], tmap[nodes["intervals"][v][1]]] for v in keep],
+            "intervals": [
+                [tmap[nodes["intervals"][v][0]], tmap[nodes["intervals"][v][1]]] for v in keep
+            ],
             "costs": [[nodes["costs"][v][s] for s in S[v]] for v in keep],
             "usages": [[nodes["usages"][v][s] for s in S[v]] for v in keep],
         },
@@ -201,8 +226,17 @@ def fam_clone(p, k, rng, max_strats=32, sigma=0.05):
     for row in nodes["costs"]:
         extra = [rng.randrange(len(row)) for _ in range(k)] if len(row) <= max_strats else []
         S.append(list(range(len(row))) + extra)
-    costs = [[nodes["costs"][v][s] if j < len(nodes["costs"][v]) else noisy(nodes["costs"][v][s], rng, sigma)
-              for j, s in enumerate(S[v])] for v in range(len(S))]
+    costs = [
+        [
+            (
+                nodes["costs"][v][s]
+                if j < len(nodes["costs"][v])
+                else noisy(nodes["costs"][v][s], rng, sigma)
+            )
+            for j, s in enumerate(S[v])
+        ]
+        for v in range(len(S))
+    ]
     usages = [[nodes["usages"][v][s] for s in S[v]] for v in range(len(S))]
     ec = []
     for (u, v), m in zip(p["edges"]["nodes"], p["edges"]["costs"]):
@@ -253,10 +287,16 @@ def derive_one(cli, name, src, out, families, seed, manifest):
             continue
         save(q, out / fname)
         n = len(q["nodes"]["costs"])
-        manifest[fname] = {"source": name, "family": fam, "seed": seed, "nodes": n,
-                           "edges": len(q["edges"]["nodes"]),
-                           "max_strategies": max(len(r) for r in q["nodes"]["costs"]),
-                           "time_limit": derived_limit(name, n, n_src), "note": note}
+        manifest[fname] = {
+            "source": name,
+            "family": fam,
+            "seed": seed,
+            "nodes": n,
+            "edges": len(q["edges"]["nodes"]),
+            "max_strategies": max(len(r) for r in q["nodes"]["costs"]),
+            "time_limit": derived_limit(name, n, n_src),
+            "note": note,
+        }
         print(f"wrote {fname}: {n} nodes, {note}", flush=True)
 
 
@@ -265,8 +305,18 @@ PLANNER_CASES = [
     # strategy counts come from autoshard's own rules on 2-D and 3-D meshes. The 3-D ones have
     # ~300 strategies per node: 1.5 GB of JSON, which `solve` takes ~47 s and 11 GB to read.
     ("llama2L-4x8", ["--layers", "2", "--mesh", "4x8", "--dim-names", "dp,tp"], "4x8", "dp,tp"),
-    ("llama2L-2x2x2", ["--layers", "2", "--mesh", "2x2x2", "--dim-names", "dp,cp,tp"], "2x2x2", "dp,cp,tp"),
-    ("llama2L-2x4x4", ["--layers", "2", "--mesh", "2x4x4", "--dim-names", "dp,cp,tp"], "2x4x4", "dp,cp,tp"),
+    (
+        "llama2L-2x2x2",
+        ["--layers", "2", "--mesh", "2x2x2", "--dim-names", "dp,cp,tp"],
+        "2x2x2",
+        "dp,cp,tp",
+    ),
+    (
+        "llama2L-2x4x4",
+        ["--layers", "2", "--mesh", "2x4x4", "--dim-names", "dp,cp,tp"],
+        "2x4x4",
+        "dp,cp,tp",
+    ),
 ]
 
 
@@ -280,38 +330,74 @@ def planner_problems(cli, out, manifest):
             continue
         graph = out / f"{stem}.graph.json"
         if not graph.exists():
-            subprocess.run(["autoshard", "demo", "--trace-only", "--graph-out", str(graph)] + demo_opts,
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["autoshard", "demo", "--trace-only", "--graph-out", str(graph)] + demo_opts,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         prob = out / f"{stem}.json"
-        r = subprocess.run(cli + ["plan", str(graph), "--mesh", mesh, "--dim-names", dims,
-                                  "--time-limit", "60", "--problem-out", str(prob)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            cli
+            + [
+                "plan",
+                str(graph),
+                "--mesh",
+                mesh,
+                "--dim-names",
+                dims,
+                "--time-limit",
+                "60",
+                "--problem-out",
+                str(prob),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0 or not prob.exists():
             print(f"skip {stem}: plan failed: {r.stderr.strip()[-300:]}")
             continue
-        (out / f"{stem}.plan.txt").write_text(r.stdout + r.stderr)  # the planner's own result, to compare
+        (out / f"{stem}.plan.txt").write_text(
+            r.stdout + r.stderr
+        )  # the planner's own result, to compare
         with open(prob, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst, 1 << 24)
         prob.unlink()
         p = load(gz)
-        manifest[gz.name] = {"source": "planner", "family": stem, "seed": 0, "nodes": len(p["nodes"]["costs"]),
-                             "edges": len(p["edges"]["nodes"]),
-                             "max_strategies": max(len(r) for r in p["nodes"]["costs"]),
-                             "time_limit": 60, "note": f"autoshard demo {' '.join(demo_opts)}, mesh {mesh}, "
-                             f"{sum(len(r) for r in p['nodes']['costs']) / len(p['nodes']['costs']):.0f} strategies/node"}
+        manifest[gz.name] = {
+            "source": "planner",
+            "family": stem,
+            "seed": 0,
+            "nodes": len(p["nodes"]["costs"]),
+            "edges": len(p["edges"]["nodes"]),
+            "max_strategies": max(len(r) for r in p["nodes"]["costs"]),
+            "time_limit": 60,
+            "note": f"autoshard demo {' '.join(demo_opts)}, mesh {mesh}, "
+            f"{sum(len(r) for r in p['nodes']['costs']) / len(p['nodes']['costs']):.0f} strategies/node",
+        }
         del p
-        print(f"wrote {gz.name}: {manifest[gz.name]['nodes']} nodes, {manifest[gz.name]['note']}", flush=True)
+        print(
+            f"wrote {gz.name}: {manifest[gz.name]['nodes']} nodes, {manifest[gz.name]['note']}",
+            flush=True,
+        )
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="B,G,A,C,L,S", help="source instances (default B,G,A,C,L,S; P is 65k nodes)")
-    ap.add_argument("--families", default=DEFAULT_FAMILIES, help=f"comma list (default {DEFAULT_FAMILIES})")
+    ap.add_argument(
+        "--only",
+        default="B,G,A,C,L,S",
+        help="source instances (default B,G,A,C,L,S; P is 65k nodes)",
+    )
+    ap.add_argument(
+        "--families", default=DEFAULT_FAMILIES, help=f"comma list (default {DEFAULT_FAMILIES})"
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--dir", default=str(DEFAULT_DIR), help="folder with the public instances")
     ap.add_argument("--cli", help="autoshard-cli path (default as bench/iopddl.py)")
-    ap.add_argument("--planner", action="store_true", help="also write autoshard's own planner problems")
+    ap.add_argument(
+        "--planner", action="store_true", help="also write autoshard's own planner problems"
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -320,7 +406,9 @@ def main(argv=None):
     manifest = json.loads(mpath.read_text()) if mpath.exists() else {}
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     for name in [s.strip() for s in args.only.split(",") if s.strip()]:
-        derive_one(cli, name, Path(args.dir) / f"{name}.json.gz", out, families, args.seed, manifest)
+        derive_one(
+            cli, name, Path(args.dir) / f"{name}.json.gz", out, families, args.seed, manifest
+        )
         mpath.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     if args.planner:
         planner_problems(cli, out, manifest)

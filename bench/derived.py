@@ -69,7 +69,9 @@ def evaluate(p, sol):
         # Same shape as docs/formats.md section 4; skipped silently if it differs.
         try:
             used = sum(b["usages"][i][sol[i]] for i in range(len(sol)) if b["usages"][i])
-            if used < b.get("low", 0) or ("high" in b and b["high"] is not None and used > b["high"]):
+            if used < b.get("low", 0) or (
+                "high" in b and b["high"] is not None and used > b["high"]
+            ):
                 return None, f"budget {used} outside [{b.get('low')}, {b.get('high')}]"
         except (KeyError, TypeError, IndexError):
             pass
@@ -82,12 +84,19 @@ def solve(cli, path, limit, extra):
         out = Path(tmp) / "sol.json"
         rc, stdout, err, wall, _ = run_one(cli, path, limit, extra + ["--out", str(out)])
         lb_s = field(stdout, "lower bound")
-        res = {"wall": wall, "lb": float(lb_s) if lb_s not in (None, "none") else None,
-               "cost": None, "status": field(stdout, "status") or "", "invalid": None}
+        res = {
+            "wall": wall,
+            "lb": float(lb_s) if lb_s not in (None, "none") else None,
+            "cost": None,
+            "status": field(stdout, "status") or "",
+            "invalid": None,
+        }
         if "proven optimal" in stdout:
             res["status"] = "proven optimal"
         if rc != 0 or not out.exists():
-            res["status"] = f"rc={rc} " + (err.strip().splitlines()[-1] if err.strip() else "no plan")
+            res["status"] = f"rc={rc} " + (
+                err.strip().splitlines()[-1] if err.strip() else "no plan"
+            )
             return res
         sol = json.loads(out.read_text())["solution"]
     cost, why = evaluate(load(path), sol)
@@ -117,7 +126,9 @@ def select(manifest, only, max_nodes):
     names = sorted(manifest)
     if only:
         pats = [s.strip() for s in only.split(",") if s.strip()]
-        names = [n for n in names if any(fnmatch.fnmatch(n, p if "*" in p else f"*{p}*") for p in pats)]
+        names = [
+            n for n in names if any(fnmatch.fnmatch(n, p if "*" in p else f"*{p}*") for p in pats)
+        ]
     return [n for n in names if manifest[n]["nodes"] <= max_nodes]
 
 
@@ -127,12 +138,20 @@ def main(argv=None):
     ap.add_argument("--only", help="comma list of name substrings or globs, e.g. B-,sub500")
     ap.add_argument("--max-nodes", type=int, default=10**9, help="skip instances with more nodes")
     ap.add_argument("--cli", help="autoshard-cli path (default as bench/iopddl.py)")
-    ap.add_argument("--extra", action="append", default=[], help="extra option passed to solve (repeatable)")
+    ap.add_argument(
+        "--extra", action="append", default=[], help="extra option passed to solve (repeatable)"
+    )
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply every time limit")
     ap.add_argument("--refs", action="store_true", help="compute references instead of scoring")
-    ap.add_argument("--exact-nodes", type=int, default=5000, help="--refs: try --exact up to this many nodes")
-    ap.add_argument("--exact-limit", type=float, default=120, help="--refs: seconds for the exact run")
-    ap.add_argument("--ref-scale", type=float, default=2.0, help="--refs: long run at this x the time limit")
+    ap.add_argument(
+        "--exact-nodes", type=int, default=5000, help="--refs: try --exact up to this many nodes"
+    )
+    ap.add_argument(
+        "--exact-limit", type=float, default=120, help="--refs: seconds for the exact run"
+    )
+    ap.add_argument(
+        "--ref-scale", type=float, default=2.0, help="--refs: long run at this x the time limit"
+    )
     ap.add_argument("--json-out", help="also write the per-instance results there")
     args = ap.parse_args(argv)
     d = Path(args.dir)
@@ -148,18 +167,28 @@ def main(argv=None):
             if m["nodes"] <= args.exact_nodes:
                 res = solve(cli, d / name, args.exact_limit, ["--exact"])
                 merge_ref(refs, name, res, f"exact {args.exact_limit:g}s")
-                print(f"{name}: exact -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)", flush=True)
+                print(
+                    f"{name}: exact -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)",
+                    flush=True,
+                )
             if refs.get(name, {}).get("kind") != "optimal":
                 limit = m["time_limit"] * args.ref_scale
                 res = solve(cli, d / name, limit, [])
                 merge_ref(refs, name, res, f"run {limit:g}s")
-                print(f"{name}: long run -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)", flush=True)
+                print(
+                    f"{name}: long run -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)",
+                    flush=True,
+                )
             refs_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
         return 0
 
-    print(f"solver: {' '.join(cli)}   time scale: {args.time_scale:g}   extra: {' '.join(args.extra) or '-'}")
-    hdr = (f"{'instance':22} {'nodes':>6} {'S':>4} {'limit':>6} {'cost':>18} {'reference':>18} {'ref':>8} "
-           f"{'score':>7} {'gap':>8} {'time':>6}  status")
+    print(
+        f"solver: {' '.join(cli)}   time scale: {args.time_scale:g}   extra: {' '.join(args.extra) or '-'}"
+    )
+    hdr = (
+        f"{'instance':22} {'nodes':>6} {'S':>4} {'limit':>6} {'cost':>18} {'reference':>18} {'ref':>8} "
+        f"{'score':>7} {'gap':>8} {'time':>6}  status"
+    )
     print(hdr)
     print("-" * len(hdr))
     total, rows = 0.0, []
@@ -171,7 +200,9 @@ def main(argv=None):
         ref = r.get("cost")
         score = 0.0
         if res["cost"] is not None:
-            score = (ref / res["cost"] if res["cost"] > 0 else 1.0) if ref is not None else float("nan")
+            score = (
+                (ref / res["cost"] if res["cost"] > 0 else 1.0) if ref is not None else float("nan")
+            )
         lb = max([x for x in (res["lb"], r.get("lb")) if x is not None], default=None)
         gap = (res["cost"] / lb - 1) if res["cost"] is not None and lb else None
         total += 0.0 if score != score else score
@@ -179,13 +210,20 @@ def main(argv=None):
         cost_txt = f"{res['cost']:,}" if res["cost"] is not None else "-"
         ref_txt = f"{ref:,}" if ref is not None else "-"
         gap_txt = f"{100 * gap:.3f}%" if gap is not None else "-"
-        print(f"{name:22} {m['nodes']:6} {m['max_strategies']:4} {limit:6.1f} {cost_txt:>18} {ref_txt:>18} "
-              f"{kind:>8} {score:7.4f} {gap_txt:>8} {res['wall']:6.1f}  {res['status']}", flush=True)
-        rows.append(dict(name=name, limit=limit, score=score, gap=gap, ref=ref, ref_kind=kind, **res))
+        print(
+            f"{name:22} {m['nodes']:6} {m['max_strategies']:4} {limit:6.1f} {cost_txt:>18} {ref_txt:>18} "
+            f"{kind:>8} {score:7.4f} {gap_txt:>8} {res['wall']:6.1f}  {res['status']}",
+            flush=True,
+        )
+        rows.append(
+            dict(name=name, limit=limit, score=score, gap=gap, ref=ref, ref_kind=kind, **res)
+        )
         merge_ref(refs, name, res, f"score run {limit:g}s")
     refs_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
-    print(f"total score: {total:.4f} / {len(names)}   below 0.99: "
-          f"{sum(1 for r in rows if r['score'] < 0.99)}   invalid: {sum(1 for r in rows if r['invalid'])}")
+    print(
+        f"total score: {total:.4f} / {len(names)}   below 0.99: "
+        f"{sum(1 for r in rows if r['score'] < 0.99)}   invalid: {sum(1 for r in rows if r['invalid'])}"
+    )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1))
     return 0

@@ -31,10 +31,10 @@ from derived import INF, evaluate, load, merge_ref  # noqa: E402
 def build(p):
     costs, usages, iv = p["nodes"]["costs"], p["nodes"]["usages"], p["nodes"]["intervals"]
     n = len(costs)
-    obj, cols = [], {}            # objective per variable; (i, s) -> column of x
+    obj, cols = [], {}  # objective per variable; (i, s) -> column of x
     node_cost = [list(map(float, r)) for r in costs]
     offset = 0.0
-    edge_y = []                   # (u, v, {(a, b): column}) for non-additive edges
+    edge_y = []  # (u, v, {(a, b): column}) for non-additive edges
     for (u, v), m in zip(p["edges"]["nodes"], p["edges"]["costs"]):
         M = np.array(m, dtype=np.float64).reshape(len(costs[u]), len(costs[v]))
         fin = M < INF
@@ -54,7 +54,7 @@ def build(p):
                 cols[(i, s)] = len(obj)
                 obj.append(node_cost[i][s])
     nx = len(obj)
-    rows = []                     # (lower, upper, [(col, coef)])
+    rows = []  # (lower, upper, [(col, coef)])
     for i in range(n):
         rows.append((1, 1, [(cols[(i, s)], 1.0) for s in range(len(costs[i])) if (i, s) in cols]))
     for u, v, M, fin in edge_y:
@@ -68,10 +68,24 @@ def build(p):
                     obj.append(M[a, b])
         for a in range(M.shape[0]):
             if (u, a) in cols:
-                rows.append((0, 0, [(cols[(u, a)], -1.0)] + [(ycol[(a, b)], 1.0) for b in range(M.shape[1]) if (a, b) in ycol]))
+                rows.append(
+                    (
+                        0,
+                        0,
+                        [(cols[(u, a)], -1.0)]
+                        + [(ycol[(a, b)], 1.0) for b in range(M.shape[1]) if (a, b) in ycol],
+                    )
+                )
         for b in range(M.shape[1]):
             if (v, b) in cols:
-                rows.append((0, 0, [(cols[(v, b)], -1.0)] + [(ycol[(a, b)], 1.0) for a in range(M.shape[0]) if (a, b) in ycol]))
+                rows.append(
+                    (
+                        0,
+                        0,
+                        [(cols[(v, b)], -1.0)]
+                        + [(ycol[(a, b)], 1.0) for a in range(M.shape[0]) if (a, b) in ycol],
+                    )
+                )
     # Memory rows at the maximal live sets.
     starts = sorted({a for a, b in iv if a < b})
     ends = sorted(b for a, b in iv if a < b)
@@ -83,8 +97,12 @@ def build(p):
             continue
         live = [i for i in range(n) if iv[i][0] <= t < iv[i][1]]
         cap = p["usage_limit"] - sum(base[i] for i in live)
-        terms = [(cols[(i, s)], float(usages[i][s] - base[i])) for i in live for s in range(len(costs[i]))
-                 if (i, s) in cols and usages[i][s] > base[i]]
+        terms = [
+            (cols[(i, s)], float(usages[i][s] - base[i]))
+            for i in live
+            for s in range(len(costs[i]))
+            if (i, s) in cols and usages[i][s] > base[i]
+        ]
         if terms:
             rows.append((-np.inf, float(cap), terms))
     return obj, nx, rows, cols, offset
@@ -92,18 +110,20 @@ def build(p):
 
 def solve_ilp(p, time_limit):
     import highspy
+
     obj, nx, rows, cols, offset = build(p)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("mip_abs_gap", 0.5)   # integer costs: a gap under 1 is a proof
+    h.setOptionValue("mip_abs_gap", 0.5)  # integer costs: a gap under 1 is a proof
     h.setOptionValue("threads", 1)
     nv = len(obj)
     h.addVars(nv, np.zeros(nv), np.ones(nv))
     h.changeColsCost(nv, np.arange(nv, dtype=np.int32), np.array(obj))
-    h.changeColsIntegrality(nx, np.arange(nx, dtype=np.int32),
-                            np.array([highspy.HighsVarType.kInteger] * nx))
+    h.changeColsIntegrality(
+        nx, np.arange(nx, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * nx)
+    )
     lo = np.array([r[0] for r in rows], dtype=np.float64)
     up = np.array([r[1] for r in rows], dtype=np.float64)
     starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
@@ -122,7 +142,9 @@ def solve_ilp(p, time_limit):
         for (i, s), c in cols.items():
             if x[c] > 0.5:
                 sol[i] = s
-    return dict(status=status, sol=sol, lb=info.mip_dual_bound + offset, wall=wall, vars=nv, rows=len(rows))
+    return dict(
+        status=status, sol=sol, lb=info.mip_dual_bound + offset, wall=wall, vars=nv, rows=len(rows)
+    )
 
 
 def main(argv=None):
@@ -137,8 +159,11 @@ def main(argv=None):
         r = solve_ilp(p, args.time_limit)
         cost, why = evaluate(p, r["sol"]) if r["sol"] is not None else (None, "no solution")
         lb = float(np.ceil(r["lb"] - 1e-6)) if np.isfinite(r["lb"]) else None
-        print(f"{Path(path).name}: HiGHS {r['status']} cost {cost} lb {lb} ({r['wall']:.1f} s, "
-              f"{r['vars']} vars, {r['rows']} rows){'' if why is None else ' ' + why}", flush=True)
+        print(
+            f"{Path(path).name}: HiGHS {r['status']} cost {cost} lb {lb} ({r['wall']:.1f} s, "
+            f"{r['vars']} vars, {r['rows']} rows){'' if why is None else ' ' + why}",
+            flush=True,
+        )
         if args.refs:
             merge_ref(refs, Path(path).name, dict(cost=cost, lb=lb), f"HiGHS {args.time_limit:g}s")
     if args.refs:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # shared/ lies beside the checkout (../shared from the project root).
-DEFAULT_DIR = (Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "iopddl")
+DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "iopddl"
 
 # Contest time limit (s) and best known cost (shared/bench/iopddl/README.md).
 INSTANCES = {
@@ -45,7 +45,9 @@ def find_cli(explicit):
     script = shutil.which("autoshard")
     if script:
         return [script]
-    sys.exit("no solver found: build the autoshard_cli target or pip install the package, or pass --cli PATH")
+    sys.exit(
+        "no solver found: build the autoshard_cli target or pip install the package, or pass --cli PATH"
+    )
 
 
 def run_one(cli, path, limit, extra):
@@ -56,17 +58,22 @@ def run_one(cli, path, limit, extra):
     if os.access("/usr/bin/time", os.X_OK):
         cmd = ["/usr/bin/time", "-v"] + cmd
     else:
-        wrapper = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-                   "print('Maximum resident set size (kbytes): %d' % "
-                   "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+        wrapper = (
+            "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+            "print('Maximum resident set size (kbytes): %d' % "
+            "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+        )
         cmd = [sys.executable, "-c", wrapper] + cmd
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - start
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
     rss_mb = int(m.group(1)) / 1024.0 if m else None
-    err = "\n".join(line for line in proc.stderr.splitlines()
-                    if not line.startswith("\t") and not line.startswith("Command exited with"))
+    err = "\n".join(
+        line
+        for line in proc.stderr.splitlines()
+        if not line.startswith("\t") and not line.startswith("Command exited with")
+    )
     return proc.returncode, proc.stdout, err, wall, rss_mb
 
 
@@ -78,14 +85,22 @@ def field(text, name):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated instance letters, e.g. B,G")
-    ap.add_argument("--time-scale", type=float, default=1.0, help="multiply every contest limit (e.g. 0.1)")
+    ap.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply every contest limit (e.g. 0.1)"
+    )
     ap.add_argument("--cli", help="path of the autoshard-cli executable (or the autoshard script)")
     ap.add_argument("--dir", default=str(DEFAULT_DIR), help="folder with the *.json.gz instances")
-    ap.add_argument("--extra", action="append", default=[], help="extra option passed to solve (repeatable)")
+    ap.add_argument(
+        "--extra", action="append", default=[], help="extra option passed to solve (repeatable)"
+    )
     args = ap.parse_args(argv)
     if args.time_scale <= 0:
         ap.error("--time-scale must be > 0")
-    names = sorted(INSTANCES) if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
+    names = (
+        sorted(INSTANCES)
+        if not args.only
+        else [s.strip() for s in args.only.split(",") if s.strip()]
+    )
     unknown = [n for n in names if n not in INSTANCES]
     if unknown:
         ap.error(f"unknown instance(s) {unknown}; known: {sorted(INSTANCES)}")
@@ -112,13 +127,17 @@ def main(argv=None):
             score = best / cost if cost > 0 else 1.0
         else:
             cost, score = None, 0.0
-            status = f"rc={rc} " + (err.strip().splitlines()[-1] if err.strip() else "no valid plan")
+            status = f"rc={rc} " + (
+                err.strip().splitlines()[-1] if err.strip() else "no valid plan"
+            )
         total += score
         cost_txt = f"{cost:,.0f}" if cost is not None else "-"
         lb_txt = f"{float(lb_s):,.0f}" if lb_s not in (None, "none") else "-"
         rss_txt = f"{rss_mb:.0f}" if rss_mb is not None else "?"
-        print(f"{name:4} {limit:7.1f} {cost_txt:>18} {best:>18,} {score:7.4f} {lb_txt:>18} {wall:7.1f} {rss_txt:>11}  {status}",
-              flush=True)
+        print(
+            f"{name:4} {limit:7.1f} {cost_txt:>18} {best:>18,} {score:7.4f} {lb_txt:>18} {wall:7.1f} {rss_txt:>11}  {status}",
+            flush=True,
+        )
     print(f"total score: {total:.4f} / {len(names)}")
     return 0
 

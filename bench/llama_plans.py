@@ -16,6 +16,7 @@ Both plans get the same mesh, hardware, inputs (batch on dp), memory limit and p
 memory budget (the Megatron plan's own bytes per GPU), so autoshard's search space contains
 the Megatron plan.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,18 @@ except ImportError as exc:  # pragma: no cover
 
 def llama3_70b_config(n_layers: int = 80, seq_len: int = 2048) -> LlamaConfig:
     """Llama-3-70B: dim 8192, 64 heads, 8 KV heads, ffn 28672, vocab 128256."""
-    return LlamaConfig(dim=8192, n_layers=n_layers, n_heads=64, n_kv_heads=8,
-                       vocab_size=128256, ffn_dim=28672, norm_eps=1e-5,
-                       rope_theta=500000.0, max_seq_len=seq_len, attention="sdpa")
+    return LlamaConfig(
+        dim=8192,
+        n_layers=n_layers,
+        n_heads=64,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_dim=28672,
+        norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_seq_len=seq_len,
+        attention="sdpa",
+    )
 
 
 def llama_parameters(cfg: LlamaConfig) -> int:
@@ -83,14 +93,18 @@ def run_case(case: Case, args) -> dict:
     cfg = case.config
     dp, tp = case.mesh
     batch = case.batch_per_dp * dp
-    print(f"== {case.name}: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
-          f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim}, vocab {cfg.vocab_size}; batch {batch} x "
-          f"seq {cfg.max_seq_len}; mesh (dp={dp}, tp={tp}) = {dp * tp} x {args.hardware}",
-          flush=True)
+    print(
+        f"== {case.name}: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
+        f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim}, vocab {cfg.vocab_size}; batch {batch} x "
+        f"seq {cfg.max_seq_len}; mesh (dp={dp}, tp={tp}) = {dp * tp} x {args.hardware}",
+        flush=True,
+    )
     cache = None
     if args.graph_cache:
-        cache = os.path.join(args.graph_cache, f"{case.name}-{cfg.n_layers}l-{dp}x{tp}-b{batch}-"
-                                               f"s{cfg.max_seq_len}.json")
+        cache = os.path.join(
+            args.graph_cache,
+            f"{case.name}-{cfg.n_layers}l-{dp}x{tp}-b{batch}-" f"s{cfg.max_seq_len}.json",
+        )
     if cache and os.path.exists(cache):
         with open(cache) as f:
             text = f.read()
@@ -105,8 +119,10 @@ def run_case(case: Case, args) -> dict:
     graph_nodes = len(json.loads(traced.graph_json)["nodes"])
     print(f"  parameters          {traced.parameters / 1e9:.2f} B")
     aten = f"{traced.aten_nodes} ATen ops in the joint graph, " if traced.aten_nodes >= 0 else ""
-    print(f"  nodes               {aten}{graph_nodes} planner graph nodes (placeholders "
-          f"included, getitems folded)")
+    print(
+        f"  nodes               {aten}{graph_nodes} planner graph nodes (placeholders "
+        f"included, getitems folded)"
+    )
     if traced.trace_seconds == traced.trace_seconds:  # not NaN: traced in this run
         print(f"  trace time          {traced.trace_seconds:.1f} s", flush=True)
     missing = ops_without_rules(traced.graph_json)
@@ -115,56 +131,107 @@ def run_case(case: Case, args) -> dict:
         return {"model": case.name, "ops_without_rules": missing}
     memory = int(args.memory_limit_gb * 1e9) if args.memory_limit_gb > 0 else None
     t0 = time.perf_counter()
-    c = compare_with_megatron(traced.graph_json, case.mesh, hardware=args.hardware,
-                              memory_limit_bytes=memory, time_limit_s=args.time_limit)
+    c = compare_with_megatron(
+        traced.graph_json,
+        case.mesh,
+        hardware=args.hardware,
+        memory_limit_bytes=memory,
+        time_limit_s=args.time_limit,
+    )
     a, m = c.autoshard, c.megatron
     print(f"  plan time           {a.plan_seconds:.1f} s (solver limit {args.time_limit:g} s)")
-    print(f"  step time estimate  {a.total_us / 1e3:.2f} ms = compute {a.compute_us / 1e3:.2f} ms "
-          f"+ exposed comm {a.exposed_comm_us / 1e3:.2f} ms (of {a.comm_us / 1e3:.2f} ms; "
-          f"{100 * a.exposed_comm_us / a.total_us:.0f}% of the step); "
-          f"lower bound {a.lower_bound_us / 1e3:.2f} ms")
+    print(
+        f"  step time estimate  {a.total_us / 1e3:.2f} ms = compute {a.compute_us / 1e3:.2f} ms "
+        f"+ exposed comm {a.exposed_comm_us / 1e3:.2f} ms (of {a.comm_us / 1e3:.2f} ms; "
+        f"{100 * a.exposed_comm_us / a.total_us:.0f}% of the step); "
+        f"lower bound {a.lower_bound_us / 1e3:.2f} ms"
+    )
     print(f"  parameters per GPU  {a.parameter_bytes_per_gpu / 2**30:.3f} GiB")
     for label, v in c.variants.items():
-        print(f"  Megatron [{label:<8}] {v.total_us / 1e3:.2f} ms = compute "
-              f"{v.compute_us / 1e3:.2f} ms + exposed comm {v.exposed_comm_us / 1e3:.2f} ms "
-              f"(of {v.comm_us / 1e3:.2f} ms); parameters "
-              f"{v.parameter_bytes_per_gpu / 2**30:.3f} GiB/GPU; planned in "
-              f"{v.plan_seconds:.1f} s")
-    print(f"  autoshard vs best Megatron: {100 * (m.total_us - a.total_us) / m.total_us:+.2f}% "
-          f"(positive: autoshard faster); all plans in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+        print(
+            f"  Megatron [{label:<8}] {v.total_us / 1e3:.2f} ms = compute "
+            f"{v.compute_us / 1e3:.2f} ms + exposed comm {v.exposed_comm_us / 1e3:.2f} ms "
+            f"(of {v.comm_us / 1e3:.2f} ms); parameters "
+            f"{v.parameter_bytes_per_gpu / 2**30:.3f} GiB/GPU; planned in "
+            f"{v.plan_seconds:.1f} s"
+        )
+    print(
+        f"  autoshard vs best Megatron: {100 * (m.total_us - a.total_us) / m.total_us:+.2f}% "
+        f"(positive: autoshard faster); all plans in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     if args.verbose:
         print(a.plan.get("report", ""))
         print(m.plan.get("report", ""))
-    return {"model": case.name, "mesh": list(case.mesh), "layers": cfg.n_layers,
-            "batch": batch, "seq": cfg.max_seq_len, "aten_nodes": traced.aten_nodes,
-            "graph_nodes": graph_nodes, "trace_s": traced.trace_seconds,
-            "plan_s": a.plan_seconds, "ops_without_rules": missing,
-            "autoshard": {k: getattr(a, k) for k in ("total_us", "compute_us", "comm_us",
-                                                     "exposed_comm_us", "parameter_bytes_per_gpu",
-                                                     "lower_bound_us")},
-            "megatron": {label: {k: getattr(v, k) for k in (
-                "total_us", "compute_us", "comm_us", "exposed_comm_us", "parameter_bytes_per_gpu",
-                "plan_seconds")}
-                for label, v in c.variants.items()}}
+    return {
+        "model": case.name,
+        "mesh": list(case.mesh),
+        "layers": cfg.n_layers,
+        "batch": batch,
+        "seq": cfg.max_seq_len,
+        "aten_nodes": traced.aten_nodes,
+        "graph_nodes": graph_nodes,
+        "trace_s": traced.trace_seconds,
+        "plan_s": a.plan_seconds,
+        "ops_without_rules": missing,
+        "autoshard": {
+            k: getattr(a, k)
+            for k in (
+                "total_us",
+                "compute_us",
+                "comm_us",
+                "exposed_comm_us",
+                "parameter_bytes_per_gpu",
+                "lower_bound_us",
+            )
+        },
+        "megatron": {
+            label: {
+                k: getattr(v, k)
+                for k in (
+                    "total_us",
+                    "compute_us",
+                    "comm_us",
+                    "exposed_comm_us",
+                    "parameter_bytes_per_gpu",
+                    "plan_seconds",
+                )
+            }
+            for label, v in c.variants.items()
+        },
+    }
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="8b,70b", help="comma list of 8b, 70b (default both)")
-    p.add_argument("--layers", type=int, default=0,
-                   help="override the layer count (default: 32 for 8B, 80 for 70B)")
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=0,
+        help="override the layer count (default: 32 for 8B, 80 for 70B)",
+    )
     p.add_argument("--seq", type=int, default=2048, help="sequence length (default 2048)")
-    p.add_argument("--batch-per-dp", type=int, default=8,
-                   help="sequences per dp rank (default 8)")
+    p.add_argument("--batch-per-dp", type=int, default=8, help="sequences per dp rank (default 8)")
     p.add_argument("--hardware", default="H100")
-    p.add_argument("--time-limit", type=float, default=30.0,
-                   help="solver time limit per plan in seconds (default 30)")
-    p.add_argument("--memory-limit-gb", type=float, default=80.0,
-                   help="memory limit per GPU in GB (1e9 bytes; default 80, 0: none)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=30.0,
+        help="solver time limit per plan in seconds (default 30)",
+    )
+    p.add_argument(
+        "--memory-limit-gb",
+        type=float,
+        default=80.0,
+        help="memory limit per GPU in GB (1e9 bytes; default 80, 0: none)",
+    )
     p.add_argument("--json-out", help="also write the figures as JSON to this file")
-    p.add_argument("--graph-cache", help="directory to keep traced graphs in: a graph found "
-                   "there is read instead of traced (its trace time is then not measured)")
+    p.add_argument(
+        "--graph-cache",
+        help="directory to keep traced graphs in: a graph found "
+        "there is read instead of traced (its trace time is then not measured)",
+    )
     p.add_argument("--verbose", action="store_true", help="print both plans' reports")
     args = p.parse_args(argv)
     results = []

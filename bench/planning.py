@@ -45,18 +45,26 @@ CASES = {
     "tiny_llama_8x8": Case("the same on 8x8", (8, 8), ("dp", "tp")),
     "gpt2_tiny": Case("transformers GPT-2, 2 layers, dim 64", (8, 8), ("dp", "tp")),
     "moe_block": Case("MoE block (models_zoo.MoEBlock), 8 experts", (8, 8), ("dp", "ep")),
-    "deepseek_moe": Case("DeepSeek-style MoE (models_zoo.DeepSeekMoEBlock), 8 layers, dim 2048, "
-                         "64 experts of 1408, top-6, shared expert 2816, 64x512 tokens",
-                         (8, 8), ("dp", "ep")),
+    "deepseek_moe": Case(
+        "DeepSeek-style MoE (models_zoo.DeepSeekMoEBlock), 8 layers, dim 2048, "
+        "64 experts of 1408, top-6, shared expert 2816, 64x512 tokens",
+        (8, 8),
+        ("dp", "ep"),
+    ),
     "llama8b_2l": Case("Llama-3-8B shape, 2 layers, seq 2048", (8, 8), ("dp", "tp")),
     "llama8b": Case("Llama-3-8B, 32 layers, seq 8192", (8, 8), ("dp", "tp")),
-    "hf_llama8b": Case("transformers LlamaForCausalLM, Llama-3-8B config, 32 layers, seq 8192",
-                       (8, 8), ("dp", "tp")),
-    "hf_llama8b_bf16": Case("the same under a bf16 mixed-precision policy", (8, 8), ("dp", "tp"),
-                            quick=False, bf16=True),
+    "hf_llama8b": Case(
+        "transformers LlamaForCausalLM, Llama-3-8B config, 32 layers, seq 8192",
+        (8, 8),
+        ("dp", "tp"),
+    ),
+    "hf_llama8b_bf16": Case(
+        "the same under a bf16 mixed-precision policy", (8, 8), ("dp", "tp"), quick=False, bf16=True
+    ),
     "llama70b": Case("Llama-3-70B, 80 layers, seq 2048", (32, 8), ("dp", "tp"), quick=False),
-    "llama405b": Case("Llama-3-405B, 126 layers, seq 2048", (16, 8, 8), ("dp", "tp", "cp"),
-                      quick=False),
+    "llama405b": Case(
+        "Llama-3-405B, 126 layers, seq 2048", (16, 8, 8), ("dp", "tp", "cp"), quick=False
+    ),
 }
 
 
@@ -81,34 +89,56 @@ def _model_and_inputs(key: str):
         if key == "moe_block":
             from autoshard.testing.models_zoo import MoEBlock
 
-            return MoEBlock(dim=64, hidden=96, n_experts=8), \
-                lambda: (torch.empty(64, 16, 64), torch.empty(64, 16, 64))
+            return MoEBlock(dim=64, hidden=96, n_experts=8), lambda: (
+                torch.empty(64, 16, 64),
+                torch.empty(64, 16, 64),
+            )
         if key == "deepseek_moe":
             from autoshard.testing.models_zoo import DeepSeekMoEBlock
 
-            return DeepSeekMoEBlock(dim=2048, hidden=1408, n_experts=64, top_k=6,
-                                    shared_hidden=2816, n_layers=8), \
-                lambda: (torch.empty(64, 512, 2048), torch.empty(64, 512, 2048))
+            return DeepSeekMoEBlock(
+                dim=2048, hidden=1408, n_experts=64, top_k=6, shared_hidden=2816, n_layers=8
+            ), lambda: (torch.empty(64, 512, 2048), torch.empty(64, 512, 2048))
         if key.startswith("hf_llama8b"):
             import transformers
 
             from autoshard.testing.hf_zoo import LossOf
 
-            hf = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336,
-                                          num_hidden_layers=32, num_attention_heads=32,
-                                          num_key_value_heads=8, vocab_size=128256,
-                                          max_position_embeddings=8192, rope_theta=500000.0,
-                                          tie_word_embeddings=False)
+            hf = transformers.LlamaConfig(
+                hidden_size=4096,
+                intermediate_size=14336,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                vocab_size=128256,
+                max_position_embeddings=8192,
+                rope_theta=500000.0,
+                tie_word_embeddings=False,
+            )
             model = LossOf(transformers.LlamaForCausalLM(hf), ("input_ids", "labels"))
             return model, lambda: (long(64, 8192), long(64, 8192))
-        cfg = {"llama8b_2l": lambda: llama3_8b_config(n_layers=2, seq_len=2048),
-               "llama8b": lambda: llama3_8b_config(n_layers=32, seq_len=8192),
-               "llama70b": lambda: LlamaConfig(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,
-                                               vocab_size=128256, ffn_dim=28672,
-                                               max_seq_len=2048),
-               "llama405b": lambda: LlamaConfig(dim=16384, n_layers=126, n_heads=128,
-                                                n_kv_heads=8, vocab_size=128256,
-                                                ffn_dim=53248, max_seq_len=2048)}[key]()
+        cfg = {
+            "llama8b_2l": lambda: llama3_8b_config(n_layers=2, seq_len=2048),
+            "llama8b": lambda: llama3_8b_config(n_layers=32, seq_len=8192),
+            "llama70b": lambda: LlamaConfig(
+                dim=8192,
+                n_layers=80,
+                n_heads=64,
+                n_kv_heads=8,
+                vocab_size=128256,
+                ffn_dim=28672,
+                max_seq_len=2048,
+            ),
+            "llama405b": lambda: LlamaConfig(
+                dim=16384,
+                n_layers=126,
+                n_heads=128,
+                n_kv_heads=8,
+                vocab_size=128256,
+                ffn_dim=53248,
+                max_seq_len=2048,
+            ),
+        }[key]()
         batch = 8 * CASES[key].mesh[0]
         seq = cfg.max_seq_len
         return Llama(cfg), lambda: (long(batch, seq), long(batch, seq))
@@ -132,8 +162,15 @@ def run_case(key: str, time_limit: float, repeated_layers: str = "auto") -> dict
             from torch.distributed.fsdp import MixedPrecisionPolicy
 
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        with AutoParallel(model, input_fn, mesh, mp, time_limit_s=time_limit,
-                          plan_cache=False, repeated_layers=repeated_layers) as autop:
+        with AutoParallel(
+            model,
+            input_fn,
+            mesh,
+            mp,
+            time_limit_s=time_limit,
+            plan_cache=False,
+            repeated_layers=repeated_layers,
+        ) as autop:
             trace_s, trace_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
             nodes = sum(1 for n in autop.gm.graph.nodes if n.op == "call_function")
             n_inputs = len(input_fn())
@@ -144,55 +181,86 @@ def run_case(key: str, time_limit: float, repeated_layers: str = "auto") -> dict
     plan = getattr(result, "plan", result)
     s = plan["summary"]
     total, bound = float(s["total_us"]), float(s.get("lower_bound_us", 0.0))
-    return {"case": key, "nodes": nodes, "trace_s": trace_s, "trace_cpu_s": trace_cpu_s,
-            "plan_s": plan_s,
-            "solve_s": float(s.get("solve_time_s", float("nan"))), "total_us": total,
-            "gap": (total - bound) / total if total > 0 else 0.0,
-            "status": s.get("solver_status", ""),
-            "tied": any("planned tied" in n for n in plan.get("notes", [])),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "case": key,
+        "nodes": nodes,
+        "trace_s": trace_s,
+        "trace_cpu_s": trace_cpu_s,
+        "plan_s": plan_s,
+        "solve_s": float(s.get("solve_time_s", float("nan"))),
+        "total_us": total,
+        "gap": (total - bound) / total if total > 0 else 0.0,
+        "status": s.get("solver_status", ""),
+        "tied": any("planned tied" in n for n in plan.get("notes", [])),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", default="quick",
-                   help="comma-separated case names, 'quick' (default) or 'all'; cases: "
-                        + ", ".join(CASES))
+    p.add_argument(
+        "--cases",
+        default="quick",
+        help="comma-separated case names, 'quick' (default) or 'all'; cases: " + ", ".join(CASES),
+    )
     p.add_argument("--time-limit", type=float, default=10.0, help="planner time limit (s)")
-    p.add_argument("--repeated-layers", default="auto", choices=("auto", "tie", "untie"),
-                   help="identical layers tied, untied, or tied where large (default auto)")
+    p.add_argument(
+        "--repeated-layers",
+        default="auto",
+        choices=("auto", "tie", "untie"),
+        help="identical layers tied, untied, or tied where large (default auto)",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(run_case(a.worker, a.time_limit, a.repeated_layers)))
         return
-    keys = [k for k, c in CASES.items() if c.quick or a.cases == "all"] \
-        if a.cases in ("quick", "all") else a.cases.split(",")
+    keys = (
+        [k for k, c in CASES.items() if c.quick or a.cases == "all"]
+        if a.cases in ("quick", "all")
+        else a.cases.split(",")
+    )
     unknown = [k for k in keys if k not in CASES]
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    print(f"planner time limit {a.time_limit:g} s, repeated layers {a.repeated_layers}; one "
-          f"process per case\n")
-    print("| case | mesh | nodes | trace | trace CPU | plan | solve | whole | gap | status | "
-          "peak RSS | plan cost |")
+    print(
+        f"planner time limit {a.time_limit:g} s, repeated layers {a.repeated_layers}; one "
+        f"process per case\n"
+    )
+    print(
+        "| case | mesh | nodes | trace | trace CPU | plan | solve | whole | gap | status | "
+        "peak RSS | plan cost |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for key in keys:
-        cmd = [sys.executable, __file__, "--worker", key, "--time-limit", str(a.time_limit),
-               "--repeated-layers", a.repeated_layers]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            key,
+            "--time-limit",
+            str(a.time_limit),
+            "--repeated-layers",
+            a.repeated_layers,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         mesh = "x".join(map(str, CASES[key].mesh))
         if proc.returncode != 0:
             err = (proc.stderr.strip().splitlines() or ["?"])[-1][:120]
-            print(f"| {key} | {mesh} | - | - | - | - | - | - | - | failed: {err} | - | - |",
-                  flush=True)
+            print(
+                f"| {key} | {mesh} | - | - | - | - | - | - | - | failed: {err} | - | - |",
+                flush=True,
+            )
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"| {key} | {mesh} | {r['nodes']} | {r['trace_s']:.1f} s | "
-              f"{r['trace_cpu_s']:.1f} s | {r['plan_s']:.1f} s | "
-              f"{r['solve_s']:.1f} s | {r['trace_s'] + r['plan_s']:.1f} s | "
-              f"{100 * r['gap']:.2f} % | {r['status']}{', tied' if r['tied'] else ''} | "
-              f"{r['peak_rss_mb']:.0f} MB | {r['total_us']:.0f} us |",
-              flush=True)
+        print(
+            f"| {key} | {mesh} | {r['nodes']} | {r['trace_s']:.1f} s | "
+            f"{r['trace_cpu_s']:.1f} s | {r['plan_s']:.1f} s | "
+            f"{r['solve_s']:.1f} s | {r['trace_s'] + r['plan_s']:.1f} s | "
+            f"{100 * r['gap']:.2f} % | {r['status']}{', tied' if r['tied'] else ''} | "
+            f"{r['peak_rss_mb']:.0f} MB | {r['total_us']:.0f} us |",
+            flush=True,
+        )
     print("\ncases: " + "; ".join(f"{k}: {c.name}" for k, c in CASES.items() if k in keys))
 
 

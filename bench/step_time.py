@@ -39,9 +39,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ALL_VARIANTS = ["autoshard", "autoshard_ddp", "autoshard_compile", "autoshard_ddp_compile",
-                "autoshard_interp",
-                "fsdp2", "ddp"]
+ALL_VARIANTS = [
+    "autoshard",
+    "autoshard_ddp",
+    "autoshard_compile",
+    "autoshard_ddp_compile",
+    "autoshard_interp",
+    "fsdp2",
+    "ddp",
+]
 
 
 # ---- the model ---------------------------------------------------------------------------
@@ -83,8 +89,7 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, vocab: int, dim: int, layers: int, heads: int, kv_heads: int,
-                 hidden: int):
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int, kv_heads: int, hidden: int):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden) for _ in range(layers))
@@ -114,10 +119,16 @@ def _autoshard_module(a, mesh, variant, ref_state):
         meta = make_model(a)
     shapes = [(a.batch, a.seq)] * 2
     t0 = time.perf_counter()
-    with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
-                      mesh, compile=variant.endswith("_compile"), hardware=a.hardware,
-                      runtime="interpret" if variant == "autoshard_interp" else "program",
-                      time_limit_s=a.plan_time_limit, plan_cache=False) as autop:
+    with AutoParallel(
+        meta,
+        lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
+        mesh,
+        compile=variant.endswith("_compile"),
+        hardware=a.hardware,
+        runtime="interpret" if variant == "autoshard_interp" else "program",
+        time_limit_s=a.plan_time_limit,
+        plan_cache=False,
+    ) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         if variant.startswith("autoshard_ddp"):
             autop.add_parameter_memory_constraint(1.0, 1.0)
@@ -142,7 +153,7 @@ def _build_variant(a, variant: str, rank: int, world: int) -> tuple:
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
     targets = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
     per = a.batch // world
-    local = (tokens[rank * per:(rank + 1) * per], targets[rank * per:(rank + 1) * per])
+    local = (tokens[rank * per : (rank + 1) * per], targets[rank * per : (rank + 1) * per])
     mesh = init_device_mesh("cpu", (world,))
     info: dict = {}
     if variant.startswith("autoshard"):
@@ -214,8 +225,11 @@ def _profile(a, step, variant: str, rank: int, world: int) -> dict:
     prof.export_chrome_trace(path)
     with open(path) as f:
         s = overlap_summary(json.load(f))
-    return {"trace": path, "comm_ms": s["comm_ms"] / a.profile_steps,
-            "hidden_ms": s["hidden_ms"] / a.profile_steps}
+    return {
+        "trace": path,
+        "comm_ms": s["comm_ms"] / a.profile_steps,
+        "hidden_ms": s["hidden_ms"] / a.profile_steps,
+    }
 
 
 def worker(a) -> None:
@@ -255,47 +269,86 @@ def launch(a) -> None:
     for n in [int(x) for x in a.ranks.split(",")]:
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "out.json")
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={n}", __file__, "--worker", "--out", out]
-            cmd += [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                    if k not in ("worker", "out", "ranks") and v is not None]
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={n}",
+                __file__,
+                "--worker",
+                "--out",
+                out,
+            ]
+            cmd += [
+                f"--{k.replace('_', '-')}={v}"
+                for k, v in vars(a).items()
+                if k not in ("worker", "out", "ranks") and v is not None
+            ]
             env = dict(os.environ, OMP_NUM_THREADS="1")
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 print(proc.stdout[-3000:], proc.stderr[-6000:], file=sys.stderr)
                 raise SystemExit(f"{n} ranks: torchrun failed ({proc.returncode})")
             rows.append((n, json.load(open(out))))
-    print(f"model: dim {a.dim}, {a.layers} layers, {a.heads} heads ({a.kv_heads} kv), hidden "
-          f"{a.hidden}, vocab {a.vocab}; global batch {a.batch} x seq {a.seq}; SGD; gloo, one "
-          f"thread per rank; mean of {a.steps} steps after {a.warmup}, best of {a.rounds} "
-          f"interleaved rounds\n")
+    print(
+        f"model: dim {a.dim}, {a.layers} layers, {a.heads} heads ({a.kv_heads} kv), hidden "
+        f"{a.hidden}, vocab {a.vocab}; global batch {a.batch} x seq {a.seq}; SGD; gloo, one "
+        f"thread per rank; mean of {a.steps} steps after {a.warmup}, best of {a.rounds} "
+        f"interleaved rounds\n"
+    )
     variants = a.variants.split(",")
-    print("| ranks | " + " | ".join(variants) + " | autoshard / fsdp2 | autoshard_ddp / ddp "
-          "| compile / fsdp2 | ddp_compile / ddp | best compiled / min(fsdp2, ddp) |")
+    print(
+        "| ranks | " + " | ".join(variants) + " | autoshard / fsdp2 | autoshard_ddp / ddp "
+        "| compile / fsdp2 | ddp_compile / ddp | best compiled / min(fsdp2, ddp) |"
+    )
     print("|---:|" + "---:|" * (len(variants) + 5))
     for n, res in rows:
+
         def ratio(x, y):
             if x in res and y in res and "step_s" in res[x] and "step_s" in res[y]:
                 return f"{res[x]['step_s'] / res[y]['step_s']:.2f}"
             return "-"
-        best = min((res[v]["step_s"] for v in ("fsdp2", "ddp") if "step_s" in res.get(v, {})),
-                   default=None)
-        compiled = min((res[v]["step_s"] for v in ("autoshard_compile", "autoshard_ddp_compile")
-                        if "step_s" in res.get(v, {})), default=None)
+
+        best = min(
+            (res[v]["step_s"] for v in ("fsdp2", "ddp") if "step_s" in res.get(v, {})), default=None
+        )
+        compiled = min(
+            (
+                res[v]["step_s"]
+                for v in ("autoshard_compile", "autoshard_ddp_compile")
+                if "step_s" in res.get(v, {})
+            ),
+            default=None,
+        )
         comp = f"{compiled / best:.2f}" if best and compiled else "-"
-        print(f"| {n} | " + " | ".join(_fmt(res[v]) for v in variants)
-              + f" | {ratio('autoshard', 'fsdp2')} | {ratio('autoshard_ddp', 'ddp')} | "
-              f"{ratio('autoshard_compile', 'fsdp2')} | {ratio('autoshard_ddp_compile', 'ddp')} "
-              f"| {comp} |")
+        print(
+            f"| {n} | "
+            + " | ".join(_fmt(res[v]) for v in variants)
+            + f" | {ratio('autoshard', 'fsdp2')} | {ratio('autoshard_ddp', 'ddp')} | "
+            f"{ratio('autoshard_compile', 'fsdp2')} | {ratio('autoshard_ddp_compile', 'ddp')} "
+            f"| {comp} |"
+        )
     if a.profile:
-        print("\ncommunication per step under the profiler (rank 0; gloo threads busy, and "
-              "the part of it hidden behind compute):\n")
+        print(
+            "\ncommunication per step under the profiler (rank 0; gloo threads busy, and "
+            "the part of it hidden behind compute):\n"
+        )
         print("| ranks | " + " | ".join(variants) + " |")
         print("|---:|" + "---:|" * len(variants))
         for n, res in rows:
-            print(f"| {n} | " + " | ".join(
-                f"{res[v]['comm_ms']:.1f} ms, {res[v]['hidden_ms']:.1f} hidden"
-                if "comm_ms" in res[v] else "-" for v in variants) + " |")
+            print(
+                f"| {n} | "
+                + " | ".join(
+                    (
+                        f"{res[v]['comm_ms']:.1f} ms, {res[v]['hidden_ms']:.1f} hidden"
+                        if "comm_ms" in res[v]
+                        else "-"
+                    )
+                    for v in variants
+                )
+                + " |"
+            )
     print()
     for n, res in rows:
         for v in variants:
@@ -305,8 +358,10 @@ def launch(a) -> None:
                 extra += ", rounds " + " ".join(f"{t:.4f}" for t in r["rounds_s"]) + " s"
             if "trace" in r:
                 extra += f", trace {r['trace']}"
-            print(f"{n} ranks {v}: {r.get('error') or extra}; first loss "
-                  f"{r.get('first_loss', float('nan')):.5f}")
+            print(
+                f"{n} ranks {v}: {r.get('error') or extra}; first loss "
+                f"{r.get('first_loss', float('nan')):.5f}"
+            )
 
 
 def main() -> None:
@@ -321,17 +376,28 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3,
-                   help="interleaved timing rounds over all variants; the best one counts")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved timing rounds over all variants; the best one counts",
+    )
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--variants", default=",".join(ALL_VARIANTS))
     p.add_argument("--plan-time-limit", type=float, default=10.0)
-    p.add_argument("--hardware", default=None,
-                   help="autoshard's cost-model profile (default: 'CPU' on gloo; 'measure' "
-                        "measures the ranks first)")
-    p.add_argument("--profile", default="", metavar="DIR",
-                   help="also profile each variant (torch.profiler) and write Chrome traces "
-                        "to DIR, with how much communication ran behind compute")
+    p.add_argument(
+        "--hardware",
+        default=None,
+        help="autoshard's cost-model profile (default: 'CPU' on gloo; 'measure' "
+        "measures the ranks first)",
+    )
+    p.add_argument(
+        "--profile",
+        default="",
+        metavar="DIR",
+        help="also profile each variant (torch.profiler) and write Chrome traces "
+        "to DIR, with how much communication ran behind compute",
+    )
     p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)

@@ -17,7 +17,6 @@ import json
 import sys
 
 
-
 def _is_compute(name: str) -> bool:
     return name.startswith("aten::")
 
@@ -60,17 +59,23 @@ def overlap_summary(trace: dict) -> dict:
     computing = _union([(e["ts"], e["ts"] + e["dur"]) for e in compute])
     busy_us = _length(busy)
     exposed_us = busy_us - _intersection(busy, computing)
-    return {"collectives": len(comm), "comm_ms": busy_us / 1e3,
-            "exposed_ms": exposed_us / 1e3, "hidden_ms": (busy_us - exposed_us) / 1e3,
-            "hidden_fraction": (busy_us - exposed_us) / busy_us if busy_us else 0.0}
+    return {
+        "collectives": len(comm),
+        "comm_ms": busy_us / 1e3,
+        "exposed_ms": exposed_us / 1e3,
+        "hidden_ms": (busy_us - exposed_us) / 1e3,
+        "hidden_fraction": (busy_us - exposed_us) / busy_us if busy_us else 0.0,
+    }
 
 
 def main() -> None:
     with open(sys.argv[1]) as f:
         s = overlap_summary(json.load(f))
-    print(f"{s['collectives']} gloo collectives, busy {s['comm_ms']:.2f} ms: exposed "
-          f"{s['exposed_ms']:.2f} ms, hidden behind compute {s['hidden_ms']:.2f} ms "
-          f"({100 * s['hidden_fraction']:.0f} %)")
+    print(
+        f"{s['collectives']} gloo collectives, busy {s['comm_ms']:.2f} ms: exposed "
+        f"{s['exposed_ms']:.2f} ms, hidden behind compute {s['hidden_ms']:.2f} ms "
+        f"({100 * s['hidden_fraction']:.0f} %)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
@@ -50,11 +52,15 @@ class Batches:
             with open(cfg["data"]["path"], "rb") as f:
                 self.text = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
             if self.vocab < 256:
-                raise ConfigError("data.path: bytes are tokens 0..255, so model.vocab_size "
-                                  f"must be >= 256, got {self.vocab}")
+                raise ConfigError(
+                    "data.path: bytes are tokens 0..255, so model.vocab_size "
+                    f"must be >= 256, got {self.vocab}"
+                )
             if len(self.text) < self.seq + 2:
-                raise ConfigError(f"data.path: {cfg['data']['path']} has {len(self.text)} "
-                                  f"bytes, fewer than training.seq_len + 2")
+                raise ConfigError(
+                    f"data.path: {cfg['data']['path']} has {len(self.text)} "
+                    f"bytes, fewer than training.seq_len + 2"
+                )
 
     def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
@@ -62,7 +68,7 @@ class Batches:
             seqs = torch.randint(0, self.vocab, (self.batch, self.seq + 1), generator=g)
         else:
             starts = torch.randint(0, len(self.text) - self.seq - 1, (self.batch,), generator=g)
-            seqs = torch.stack([self.text[s:s + self.seq + 1] for s in starts.tolist()])
+            seqs = torch.stack([self.text[s : s + self.seq + 1] for s in starts.tolist()])
         return seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
 
 
@@ -72,9 +78,15 @@ def build(cfg: dict, mesh, device: torch.device):
     from autoshard.testing.models import Llama, LlamaConfig
 
     m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
-    llama_cfg = LlamaConfig(dim=m["dim"], n_layers=m["n_layers"], n_heads=m["n_heads"],
-                            n_kv_heads=m["n_kv_heads"], vocab_size=m["vocab_size"],
-                            ffn_dim=m["ffn_dim"], max_seq_len=t["seq_len"])
+    llama_cfg = LlamaConfig(
+        dim=m["dim"],
+        n_layers=m["n_layers"],
+        n_heads=m["n_heads"],
+        n_kv_heads=m["n_kv_heads"],
+        vocab_size=m["vocab_size"],
+        ffn_dim=m["ffn_dim"],
+        max_seq_len=t["seq_len"],
+    )
     with torch.device("meta"):
         meta_model = Llama(llama_cfg)
     shape = (t["batch_size"], t["seq_len"])
@@ -84,8 +96,14 @@ def build(cfg: dict, mesh, device: torch.device):
 
     kwargs = {"hardware": p["hardware"]} if p["hardware"] else {}
     # AutoParallel logs its stages (trace, plan, solver result; a bar on rank 0's terminal)
-    with AutoParallel(meta_model, input_fn, mesh, preset=p["preset"] or None,
-                      time_limit_s=p["plan_time_limit"], **kwargs) as autop:
+    with AutoParallel(
+        meta_model,
+        input_fn,
+        mesh,
+        preset=p["preset"] or None,
+        time_limit_s=p["plan_time_limit"],
+        **kwargs,
+    ) as autop:
         autop.optimize_placement()
         model = autop.apply_placement()
     model.to_empty(device=device)
@@ -122,16 +140,21 @@ def latest_checkpoint(folder: str) -> tuple[int, str] | None:
     """The newest complete DCP checkpoint folder/step-N (DCP writes .metadata last)."""
     if not os.path.isdir(folder):
         return None
-    steps = [int(m.group(1)) for d in os.listdir(folder)
-             if (m := re.fullmatch(r"step-(\d+)", d))
-             and os.path.exists(os.path.join(folder, d, ".metadata"))]
+    steps = [
+        int(m.group(1))
+        for d in os.listdir(folder)
+        if (m := re.fullmatch(r"step-(\d+)", d))
+        and os.path.exists(os.path.join(folder, d, ".metadata"))
+    ]
     return (max(steps), os.path.join(folder, f"step-{max(steps)}")) if steps else None
 
 
 def train_state(model, optimizer, step: int) -> dict:
-    return {"model": model.state_dict(),
-            "optimizer": get_optimizer_state_dict(model, optimizer),
-            "train": {"step": torch.tensor(step)}}
+    return {
+        "model": model.state_dict(),
+        "optimizer": get_optimizer_state_dict(model, optimizer),
+        "train": {"step": torch.tensor(step)},
+    }
 
 
 def save_checkpoint(folder: str, model, optimizer, step: int) -> str:
@@ -153,23 +176,30 @@ def main(argv: list[str]) -> int:
     use_cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda \
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        if use_cuda
         else torch.device("cpu")
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format="%(message)s", stream=sys.stdout)
+    )
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format="%(message)s",
+        stream=sys.stdout,
+    )
     if not use_cuda:
         torch.set_num_threads(1)  # ranks share the machine's cores
     p, t, c = cfg["parallel"], cfg["training"], cfg["checkpoint"]
     shape = tuple(p["mesh"]) or (world,)
     if math.prod(shape) != world:
-        raise ConfigError(f"parallel.mesh {list(shape)} has {math.prod(shape)} ranks, "
-                          f"torchrun started {world}")
+        raise ConfigError(
+            f"parallel.mesh {list(shape)} has {math.prod(shape)} ranks, "
+            f"torchrun started {world}"
+        )
     mesh = init_device_mesh(device.type, shape, mesh_dim_names=tuple(p["dim_names"]) or None)
     log.info("config: %s", cfg)
 
     model, n_params, hardware = build(cfg, mesh, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t["lr"],
-                                  weight_decay=t["weight_decay"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t["weight_decay"])
     batches = Batches(cfg)
     step = 0
     found = latest_checkpoint(c["folder"]) if c["resume"] and c["interval"] > 0 else None
@@ -179,8 +209,14 @@ def main(argv: list[str]) -> int:
     tokens_per_step = t["batch_size"] * t["seq_len"]
     flops = flops_per_token(cfg, n_params)
     peak = peak_flops(cfg, hardware) * world
-    log.info("model: %.2f M parameters; %d tokens per step; preset %s on mesh %s %s",
-             n_params / 1e6, tokens_per_step, p["preset"], list(shape), p["dim_names"])
+    log.info(
+        "model: %.2f M parameters; %d tokens per step; preset %s on mesh %s %s",
+        n_params / 1e6,
+        tokens_per_step,
+        p["preset"],
+        list(shape),
+        p["dim_names"],
+    )
     from autoshard import local_inputs
 
     while step < t["steps"]:
@@ -197,9 +233,14 @@ def main(argv: list[str]) -> int:
         dt = time.perf_counter() - t0
         if step % cfg["metrics"]["log_freq"] == 0 or step == t["steps"]:
             tps = tokens_per_step / dt
-            log.info("step: %4d  loss: %8.4f  tokens/s: %9.0f  mfu: %6.2f%%  "
-                     "memory: %8.1f MiB", step, loss_value, tps, 100.0 * tps * flops / peak,
-                     peak_memory_mib(device))
+            log.info(
+                "step: %4d  loss: %8.4f  tokens/s: %9.0f  mfu: %6.2f%%  " "memory: %8.1f MiB",
+                step,
+                loss_value,
+                tps,
+                100.0 * tps * flops / peak,
+                peak_memory_mib(device),
+            )
         if c["interval"] > 0 and (step % c["interval"] == 0 or step == t["steps"]):
             path = save_checkpoint(c["folder"], model, optimizer, step)
             log.info("checkpoint: saved step %d to %s", step, path)

@@ -13,15 +13,32 @@ import copy
 import tomllib
 
 DEFAULTS: dict[str, dict] = {
-    "model": {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256,
-              "ffn_dim": 128},
-    "training": {"steps": 20, "batch_size": 8, "seq_len": 32, "lr": 1e-3,
-                 "weight_decay": 0.0, "seed": 0},
+    "model": {
+        "dim": 64,
+        "n_layers": 2,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "vocab_size": 256,
+        "ffn_dim": 128,
+    },
+    "training": {
+        "steps": 20,
+        "batch_size": 8,
+        "seq_len": 32,
+        "lr": 1e-3,
+        "weight_decay": 0.0,
+        "seed": 0,
+    },
     # data.path: "" for synthetic tokens, else a local text file read as bytes (vocab >= 256)
     "data": {"path": ""},
     # parallel.mesh: [] for one dim over all ranks; dim_names must fit the preset
-    "parallel": {"preset": "fsdp", "mesh": [], "dim_names": ["dp"],
-                 "plan_time_limit": 2.0, "hardware": ""},
+    "parallel": {
+        "preset": "fsdp",
+        "mesh": [],
+        "dim_names": ["dp"],
+        "plan_time_limit": 2.0,
+        "hardware": "",
+    },
     # checkpoint.interval: save every N steps (and after the last); 0 disables checkpoints
     "checkpoint": {"folder": "outputs/checkpoint", "interval": 10, "resume": True},
     # metrics.peak_flops: per rank, for MFU; 0 takes the planner's hardware profile
@@ -36,14 +53,17 @@ class ConfigError(ValueError):
 def _merge(base: dict, update: dict, where: str) -> None:
     for section, values in update.items():
         if section not in base:
-            raise ConfigError(f"{where}: unknown section [{section}] (known: "
-                              f"{', '.join(base)})")
+            raise ConfigError(
+                f"{where}: unknown section [{section}] (known: " f"{', '.join(base)})"
+            )
         if not isinstance(values, dict):
             raise ConfigError(f"{where}: [{section}] must be a table")
         for key, value in values.items():
             if key not in base[section]:
-                raise ConfigError(f"{where}: unknown setting {section}.{key} (known: "
-                                  f"{', '.join(base[section])})")
+                raise ConfigError(
+                    f"{where}: unknown setting {section}.{key} (known: "
+                    f"{', '.join(base[section])})"
+                )
             base[section][key] = _typed(value, base[section][key], f"{section}.{key}", where)
 
 
@@ -81,8 +101,9 @@ def load_config(argv: list[str]) -> dict:
     while i < len(argv):
         arg = argv[i]
         if not arg.startswith("--"):
-            raise ConfigError(f"command line: unexpected argument {arg!r} (settings are "
-                              "--section.key value)")
+            raise ConfigError(
+                f"command line: unexpected argument {arg!r} (settings are " "--section.key value)"
+            )
         key, eq, value = arg[2:].partition("=")
         if not eq:
             if i + 1 >= len(argv):

@@ -21,12 +21,16 @@ def main(argv=None) -> int:
     from autoshard.testing import hf_zoo
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default=",".join(hf_zoo.FAMILIES),
-                    help="comma-separated (default: all): " + ", ".join(hf_zoo.FAMILIES))
+    ap.add_argument(
+        "--families",
+        default=",".join(hf_zoo.FAMILIES),
+        help="comma-separated (default: all): " + ", ".join(hf_zoo.FAMILIES),
+    )
     ap.add_argument("--mesh", default="8x8")
     ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit (s)")
-    ap.add_argument("--trace-only", action="store_true",
-                    help="only trace and list missing rules, do not plan")
+    ap.add_argument(
+        "--trace-only", action="store_true", help="only trace and list missing rules, do not plan"
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -36,8 +40,9 @@ def main(argv=None) -> int:
     for name in args.families.split(","):
         r = hf_zoo.check_family(name, mesh, args.time_limit, plan=not args.trace_only)
         failed += not r.ok
-        print(f"{name:<12} {r.nodes:>6} {r.trace_s:>8.1f} {r.plan_s:>7.1f}  {r.status()}",
-              flush=True)
+        print(
+            f"{name:<12} {r.nodes:>6} {r.trace_s:>8.1f} {r.plan_s:>7.1f}  {r.status()}", flush=True
+        )
     return 1 if failed else 0
 
 

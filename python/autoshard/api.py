@@ -34,8 +34,10 @@ from .trace import ForwardInputs, TracedStep, trace_training_step
 
 log = logging.getLogger("autoshard")
 
-_NOT_ENTERED = ("You must use AutoParallel as a context manager: "
-                "`with AutoParallel(model, input_fn, mesh) as autop: ...`")
+_NOT_ENTERED = (
+    "You must use AutoParallel as a context manager: "
+    "`with AutoParallel(model, input_fn, mesh) as autop: ...`"
+)
 
 
 class AutoParallel:
@@ -71,31 +73,49 @@ class AutoParallel:
     options (plan_cache.py): True (default) uses ``$AUTOSHARD_CACHE_DIR`` or
     ``~/.cache/autoshard/plans``, a path uses that folder, False turns the cache off."""
 
-    def __init__(self, model: nn.Module, input_fn: Callable[[], Any] | Any, mesh: DeviceMesh,
-                 mp_policy: Any = None, reshard_after_forward: bool | None = None,
-                 dynamic: bool = False, cost_model: Any = "nccl",
-                 repeated_subgraphs: bool = True, *, hardware: Any = None,
-                 strict: bool = False,
-                 time_limit_s: float | None = None, memory_limit_bytes: int | None = None,
-                 capture: str = "dynamo", compile: bool = False, runtime: str = "program",
-                 rank_timeout_s: float = DEFAULT_TIMEOUT_S, preset: str | None = None,
-                 gap_tolerance: float | None = None, plan_cache: Any = True,
-                 repeated_layers: str | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        input_fn: Callable[[], Any] | Any,
+        mesh: DeviceMesh,
+        mp_policy: Any = None,
+        reshard_after_forward: bool | None = None,
+        dynamic: bool = False,
+        cost_model: Any = "nccl",
+        repeated_subgraphs: bool = True,
+        *,
+        hardware: Any = None,
+        strict: bool = False,
+        time_limit_s: float | None = None,
+        memory_limit_bytes: int | None = None,
+        capture: str = "dynamo",
+        compile: bool = False,
+        runtime: str = "program",
+        rank_timeout_s: float = DEFAULT_TIMEOUT_S,
+        preset: str | None = None,
+        gap_tolerance: float | None = None,
+        plan_cache: Any = True,
+        repeated_layers: str | None = None,
+    ):
         from .compat import check_autoparallel_keywords
         from .mixed_precision import canonical_policy
         from .plan_cache import PlanCache
 
-        hardware = check_autoparallel_keywords(reshard_after_forward=reshard_after_forward,
-                                               dynamic=dynamic, cost_model=cost_model,
-                                               repeated_subgraphs=repeated_subgraphs,
-                                               hardware=hardware)
+        hardware = check_autoparallel_keywords(
+            reshard_after_forward=reshard_after_forward,
+            dynamic=dynamic,
+            cost_model=cost_model,
+            repeated_subgraphs=repeated_subgraphs,
+            hardware=hardware,
+        )
         self.reshard_after_forward = reshard_after_forward
         self.dynamic = dynamic
         self.cost_model = cost_model
         self.repeated_subgraphs = repeated_subgraphs
         if repeated_layers not in (None, "auto", "tie", "untie"):
-            raise ValueError(f"repeated_layers must be 'auto', 'tie' or 'untie', got "
-                             f"{repeated_layers!r}")
+            raise ValueError(
+                f"repeated_layers must be 'auto', 'tie' or 'untie', got " f"{repeated_layers!r}"
+            )
         if repeated_layers is None:
             repeated_layers = "auto" if repeated_subgraphs else "untie"
         self.repeated_layers = repeated_layers
@@ -103,8 +123,9 @@ class AutoParallel:
         # all-gathers in param_dtype, gradient reductions in reduce_dtype (mixed_precision.py)
         self.mp_policy = canonical_policy(mp_policy)
         if not isinstance(mesh, DeviceMesh):
-            raise TypeError(f"mesh must be a torch.distributed DeviceMesh, got "
-                            f"{type(mesh).__name__}")
+            raise TypeError(
+                f"mesh must be a torch.distributed DeviceMesh, got " f"{type(mesh).__name__}"
+            )
         self._source_model = model  # traced and parallelised; ``model`` is a fake copy
         self._fake_model: nn.Module | None = None
         self.input_fn = input_fn
@@ -113,9 +134,11 @@ class AutoParallel:
         self.strict = strict
         self.time_limit_s = time_limit_s
         if gap_tolerance is not None and not 0.0 <= float(gap_tolerance) < 1.0:
-            raise ValueError(f"gap_tolerance must be a fraction in [0, 1) (e.g. 0.001 for "
-                             f"0.1 %, 0 to ask for a proof of optimality), got "
-                             f"{gap_tolerance!r}")
+            raise ValueError(
+                f"gap_tolerance must be a fraction in [0, 1) (e.g. 0.001 for "
+                f"0.1 %, 0 to ask for a proof of optimality), got "
+                f"{gap_tolerance!r}"
+            )
         self.gap_tolerance = None if gap_tolerance is None else float(gap_tolerance)
         PlanCache.resolve(plan_cache)  # a bad value fails here, not after tracing
         self.plan_cache = plan_cache
@@ -126,8 +149,9 @@ class AutoParallel:
         self.compile = compile
         self.runtime = runtime
         if not float(rank_timeout_s) > 0:
-            raise ValueError(f"rank_timeout_s must be a positive number of seconds, got "
-                             f"{rank_timeout_s!r}")
+            raise ValueError(
+                f"rank_timeout_s must be a positive number of seconds, got " f"{rank_timeout_s!r}"
+            )
         self.rank_timeout_s = float(rank_timeout_s)
         # "ddp", "fsdp", "hsdp", "tp", "fsdp+tp": input + parameter memory constraints added
         # after tracing (presets.py); checked against the mesh here, before tracing
@@ -162,15 +186,25 @@ class AutoParallel:
         device = _mesh_trace_device(self.mesh)
         # planning_on: a local_map region without device_mesh= is declared on this mesh
         with progress.stage("trace", bar=_bar_on_this_rank()), planning_on(self.mesh):
-            self.step = trace_training_step(self._source_model, self.input_fn, device,
-                                            capture=self.capture, mp_policy=self.mp_policy)
-        log.info("autoshard: traced %d graph nodes in %.2f s", len(self.step.gm.graph.nodes),
-                 self.step.trace_seconds)
+            self.step = trace_training_step(
+                self._source_model,
+                self.input_fn,
+                device,
+                capture=self.capture,
+                mp_policy=self.mp_policy,
+            )
+        log.info(
+            "autoshard: traced %d graph nodes in %.2f s",
+            len(self.step.gm.graph.nodes),
+            self.step.trace_seconds,
+        )
         # with_sharding_constraint(...) calls in the model: pins on their graph nodes
         for name, (layout, where) in self.step.sharding_pins.items():
             if len(layout) != self.mesh.ndim:
-                raise ValueError(f"with_sharding_constraint{where}: {len(layout)} placements "
-                                 f"{layout} for a {self.mesh.ndim}-d mesh (one per mesh dim)")
+                raise ValueError(
+                    f"with_sharding_constraint{where}: {len(layout)} placements "
+                    f"{layout} for a {self.mesh.ndim}-d mesh (one per mesh dim)"
+                )
             self._node_constraints[name] = list(layout)
         try:
             # built here, as AutoParallel does: a failure leaves this object un-entered
@@ -190,8 +224,10 @@ class AutoParallel:
         if self._state == "new":
             raise RuntimeError(_NOT_ENTERED)
         if self._state == "exited":
-            raise RuntimeError("AutoParallel is not reentrant: its `with` block has ended; "
-                               "call its methods inside the block")
+            raise RuntimeError(
+                "AutoParallel is not reentrant: its `with` block has ended; "
+                "call its methods inside the block"
+            )
 
     @property
     def gm(self):
@@ -211,9 +247,14 @@ class AutoParallel:
             from .collectives import planning_on
 
             with planning_on(self.mesh):
-                full = trace_training_step(self._source_model, self.input_fn,
-                                           _mesh_trace_device(self.mesh), capture=self.capture,
-                                           mp_policy=self.mp_policy, extrapolate_layers=False)
+                full = trace_training_step(
+                    self._source_model,
+                    self.input_fn,
+                    _mesh_trace_device(self.mesh),
+                    capture=self.capture,
+                    mp_policy=self.mp_policy,
+                    extrapolate_layers=False,
+                )
             self.step.joint_with_descriptors = full.joint_with_descriptors
         return self.step.joint_with_descriptors
 
@@ -241,8 +282,9 @@ class AutoParallel:
         return parallel_joint_gm(self.parallel_model)
 
     # ---- constraints ---------------------------------------------------------------------
-    def add_parameter_memory_constraint(self, low: float | None = None,
-                                        high: float | None = None) -> None:
+    def add_parameter_memory_constraint(
+        self, low: float | None = None, high: float | None = None
+    ) -> None:
         """Each GPU holds between ``low`` and ``high`` of all parameter bytes (defaults 0 and
         1/mesh.size(): FSDP-like; low=high=1: replicated, DDP-like)."""
         self._check_entered()
@@ -250,14 +292,17 @@ class AutoParallel:
         lo = 0.0 if low is None else float(low)
         hi = 1.0 / n if high is None else float(high)
         if not (0.0 <= lo <= hi <= 1.0):
-            raise ValueError(f"parameter memory constraint needs 0 <= low <= high <= 1, got "
-                             f"low={lo}, high={hi}")
+            raise ValueError(
+                f"parameter memory constraint needs 0 <= low <= high <= 1, got "
+                f"low={lo}, high={hi}"
+            )
         if hi < 1.0 / n - 1e-12:
             raise ValueError(
                 f"parameter memory constraint high={hi:g} is below 1/mesh.size() = 1/{n} = "
                 f"{1.0 / n:g}, the least any plan can store per GPU (every parameter sharded "
                 f"over all {n} ranks): use high >= {1.0 / n:g}, or leave it out (the default "
-                "is 1/mesh.size(), FSDP-like)")
+                "is 1/mesh.size(), FSDP-like)"
+            )
         self._param_memory = (lo, hi)
 
     def remove_parameter_memory_constraint(self) -> None:
@@ -269,12 +314,16 @@ class AutoParallel:
             placements = (placements,)
         placements = tuple(placements)
         if len(placements) != self.mesh.ndim:
-            raise ValueError(f"{what}: expected {self.mesh.ndim} placements (one per mesh "
-                             f"dim), got {placements!r}")
+            raise ValueError(
+                f"{what}: expected {self.mesh.ndim} placements (one per mesh "
+                f"dim), got {placements!r}"
+            )
         for p in placements:
             if not isinstance(p, Placement):
-                raise TypeError(f"{what}: {p!r} is not a torch.distributed.tensor placement "
-                                "(Shard, Replicate, Partial)")
+                raise TypeError(
+                    f"{what}: {p!r} is not a torch.distributed.tensor placement "
+                    "(Shard, Replicate, Partial)"
+                )
         if ndim is not None:
             placements = normalize_placements(placements, ndim)
         return layout_to_strs(placements)
@@ -287,8 +336,10 @@ class AutoParallel:
         if self._input_constraints:
             raise RuntimeError("add_input_constraints may only be called once")
         if len(constraints) != len(step.input_nodes):
-            raise ValueError(f"add_input_constraints: got {len(constraints)} entries, the "
-                             f"model has {len(step.input_nodes)} inputs")
+            raise ValueError(
+                f"add_input_constraints: got {len(constraints)} entries, the "
+                f"model has {len(step.input_nodes)} inputs"
+            )
         for i, (c, name) in enumerate(zip(constraints, step.input_nodes)):
             if c is None or name is None:
                 continue
@@ -301,14 +352,17 @@ class AutoParallel:
         if self._output_constraints:
             raise RuntimeError("add_output_constraints may only be called once")
         if len(constraints) != step.num_forward_outputs:
-            raise ValueError(f"add_output_constraints: got {len(constraints)} entries, the "
-                             f"model has {step.num_forward_outputs} outputs")
+            raise ValueError(
+                f"add_output_constraints: got {len(constraints)} entries, the "
+                f"model has {step.num_forward_outputs} outputs"
+            )
         for i, c in enumerate(constraints):
             if c is not None:
                 self._output_constraints[str(i)] = self._layout_strs(c, None, f"output {i}")
 
-    def add_node_constraint(self, node: str | torch.fx.Node,
-                            placements: Sequence[Placement] | None = None) -> None:
+    def add_node_constraint(
+        self, node: str | torch.fx.Node, placements: Sequence[Placement] | None = None
+    ) -> None:
         """Pin one graph node's output layout (a node of ``autop.gm`` or its name);
         ``placements=None`` is AutoParallel's default, batch sharding (S(0), R, ...)."""
         self._check_entered()
@@ -334,13 +388,18 @@ class AutoParallel:
             return name
         src, idx = n.args
         vals = src.meta.get("val")
-        first = next((k for k, v in enumerate(vals) if isinstance(v, torch.Tensor)), None) \
-            if isinstance(vals, (tuple, list)) else 0
+        first = (
+            next((k for k, v in enumerate(vals) if isinstance(v, torch.Tensor)), None)
+            if isinstance(vals, (tuple, list))
+            else 0
+        )
         if idx != first:
-            raise ValueError(f"add_node_constraint: {name!r} is output {idx} of {src.name!r} "
-                             f"({src.target}); a node constraint pins a node's first tensor "
-                             f"output (output {first}) only. Pin {src.name!r} for that output, or "
-                             f"pin a node that reads {name!r}")
+            raise ValueError(
+                f"add_node_constraint: {name!r} is output {idx} of {src.name!r} "
+                f"({src.target}); a node constraint pins a node's first tensor "
+                f"output (output {first}) only. Pin {src.name!r} for that output, or "
+                f"pin a node that reads {name!r}"
+            )
         return src.name
 
     def _graph_node_names(self) -> set[str]:
@@ -356,14 +415,19 @@ class AutoParallel:
     def _free_outputs(self) -> list[int]:
         """Forward outputs without an output constraint: the planner chooses their layout
         (tied to their gradient's, as AutoParallel does) instead of pinning Replicate."""
-        return [i for i in range(self.step.num_forward_outputs)
-                if str(i) not in self._output_constraints]
+        return [
+            i
+            for i in range(self.step.num_forward_outputs)
+            if str(i) not in self._output_constraints
+        ]
 
     def options(self, verbose: bool = False) -> dict:
         mesh = self.mesh
         opts: dict[str, Any] = {
-            "mesh": {"shape": list(mesh.shape),
-                     "dim_names": list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None},
+            "mesh": {
+                "shape": list(mesh.shape),
+                "dim_names": list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
+            },
             "hardware": self.hardware,
             "input_constraints": self._input_constraints,
             "output_constraints": self._output_constraints,
@@ -371,9 +435,11 @@ class AutoParallel:
             "verbose": False,  # the planner's own trace goes to stderr; we log the report
         }
         if self._param_memory != "default":
-            opts["parameter_memory"] = (None if self._param_memory is None else
-                                        {"low": self._param_memory[0],
-                                         "high": self._param_memory[1]})
+            opts["parameter_memory"] = (
+                None
+                if self._param_memory is None
+                else {"low": self._param_memory[0], "high": self._param_memory[1]}
+            )
         if self.time_limit_s is not None:
             opts["time_limit_s"] = self.time_limit_s
         if self.gap_tolerance is not None:
@@ -398,11 +464,11 @@ class AutoParallel:
         from . import progress
 
         # the solver stops at its time limit at the latest (the C++ default: 20 s)
-        with progress.stage("plan", expected_s=self.time_limit_s or 20.0,
-                            bar=_bar_on_this_rank()):
+        with progress.stage("plan", expected_s=self.time_limit_s or 20.0, bar=_bar_on_this_rank()):
             plan = _same_plan_on_every_rank(
                 lambda: plan_traced_step(self.step, self.options(verbose), graph),
-                *_cache_and_key(self.plan_cache, graph, self.options()))
+                *_cache_and_key(self.plan_cache, graph, self.options()),
+            )
         progress.log_solver_result(plan)
         plan["plan_seconds"] = time.perf_counter() - t0
         if verbose:
@@ -420,16 +486,26 @@ class AutoParallel:
 
         plan = plan_of(plan) if plan is not None else self.plan
         if plan is None:
-            raise RuntimeError("apply_placement needs a plan: call optimize_placement() first "
-                               "or pass one")
+            raise RuntimeError(
+                "apply_placement needs a plan: call optimize_placement() first " "or pass one"
+            )
         if not self._ranks_checked:  # a plan of the user's own: it must agree across ranks
             self._check_ranks_agree(self.graph_json(), plan)
         self.hardware = _measured_hardware(self.hardware, self.mesh)  # for other modes' plans
         self.parallel_model = build_parallel_module(
-            self._source_model, self.step, plan, self.mesh, strict=self.strict, runtime=self.runtime,
-            compile=self.compile, variant_planner=self._variant_planner(),
-            capture=self.capture, mp_policy=self.mp_policy, dynamic=bool(self.dynamic),
-            free_outputs=[i for i in self._free_outputs() if i in self.step.tangent_of.values()])
+            self._source_model,
+            self.step,
+            plan,
+            self.mesh,
+            strict=self.strict,
+            runtime=self.runtime,
+            compile=self.compile,
+            variant_planner=self._variant_planner(),
+            capture=self.capture,
+            mp_policy=self.mp_policy,
+            dynamic=bool(self.dynamic),
+            free_outputs=[i for i in self._free_outputs() if i in self.step.tangent_of.values()],
+        )
         return self.parallel_model
 
     def _check_ranks_agree(self, graph: str, plan: dict | None = None) -> None:
@@ -438,24 +514,41 @@ class AutoParallel:
         from .rank_agreement import check_ranks_agree
 
         opts = self.options()
-        mesh = {"shape": list(self.mesh.shape), "dim_names": opts["mesh"]["dim_names"],
-                "device_type": self.mesh.device_type, "ranks": self.mesh.mesh.tolist()}
+        mesh = {
+            "shape": list(self.mesh.shape),
+            "dim_names": opts["mesh"]["dim_names"],
+            "device_type": self.mesh.device_type,
+            "ranks": self.mesh.mesh.tolist(),
+        }
         # inputs by position: their placeholder names depend on the graph, compared apart
-        inputs = {str(self.step.input_nodes.index(name)): layout
-                  for name, layout in self._input_constraints.items()}
-        constraints = {"inputs": inputs, "outputs": self._output_constraints,
-                       "nodes": self._node_constraints,
-                       "parameter_memory": opts.get("parameter_memory", "default")}
-        options = {"hardware": self.hardware, "time_limit_s": self.time_limit_s,
-                   "gap_tolerance": self.gap_tolerance,
-                   "memory_limit_bytes": self.memory_limit_bytes, "strict": self.strict,
-                   "runtime": self.runtime, "compile": self.compile, "capture": self.capture,
-                   "mp_policy": repr(self.mp_policy)}
+        inputs = {
+            str(self.step.input_nodes.index(name)): layout
+            for name, layout in self._input_constraints.items()
+        }
+        constraints = {
+            "inputs": inputs,
+            "outputs": self._output_constraints,
+            "nodes": self._node_constraints,
+            "parameter_memory": opts.get("parameter_memory", "default"),
+        }
+        options = {
+            "hardware": self.hardware,
+            "time_limit_s": self.time_limit_s,
+            "gap_tolerance": self.gap_tolerance,
+            "memory_limit_bytes": self.memory_limit_bytes,
+            "strict": self.strict,
+            "runtime": self.runtime,
+            "compile": self.compile,
+            "capture": self.capture,
+            "mp_policy": repr(self.mp_policy),
+        }
         parts = {"graph": graph, "mesh": mesh, "constraints": constraints, "options": options}
         numel = sum(p.numel() for p in self._source_model.parameters())
-        summaries = {"graph": f"{len(self.step.gm.graph.nodes)} graph nodes, "
-                              f"{len(self.step.param_fqns)} parameters of {numel} elements",
-                     "mesh": f"{mesh['shape']} {mesh['dim_names'] or ''}".strip()}
+        summaries = {
+            "graph": f"{len(self.step.gm.graph.nodes)} graph nodes, "
+            f"{len(self.step.param_fqns)} parameters of {numel} elements",
+            "mesh": f"{mesh['shape']} {mesh['dim_names'] or ''}".strip(),
+        }
         if plan is not None:
             parts["plan"] = plan
         check_ranks_agree(parts, summaries, self.mesh, self.rank_timeout_s)
@@ -472,11 +565,18 @@ class AutoParallel:
         def plan_variant(step: TracedStep, pins: dict, output_pins: dict) -> dict:
             from .graph_export import graph_json
 
-            opts = dict(base, input_constraints={}, node_constraints=pins,
-                        output_constraints=output_pins, parameter_memory=None)
+            opts = dict(
+                base,
+                input_constraints={},
+                node_constraints=pins,
+                output_constraints=output_pins,
+                parameter_memory=None,
+            )
             graph = graph_json(step, mesh=mesh)
-            return _same_plan_on_every_rank(lambda: plan_traced_step(step, opts, graph),
-                                            *_cache_and_key(cache_setting, graph, opts))
+            return _same_plan_on_every_rank(
+                lambda: plan_traced_step(step, opts, graph),
+                *_cache_and_key(cache_setting, graph, opts),
+            )
 
         return plan_variant
 
@@ -490,13 +590,18 @@ def _fake_copy(model: nn.Module) -> nn.Module:
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     memo: dict[int, Any] = {}
-    for _, t in [*model.named_parameters(remove_duplicate=False),
-                 *model.named_buffers(remove_duplicate=False)]:
+    for _, t in [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]:
         if id(t) in memo:
             continue
         fake = mode.from_tensor(t.detach())
-        memo[id(t)] = (nn.Parameter(fake, requires_grad=t.requires_grad)
-                       if isinstance(t, nn.Parameter) else fake)
+        memo[id(t)] = (
+            nn.Parameter(fake, requires_grad=t.requires_grad)
+            if isinstance(t, nn.Parameter)
+            else fake
+        )
     return copy.deepcopy(model, memo)
 
 
@@ -522,15 +627,18 @@ def default_hardware(mesh: DeviceMesh) -> str | dict:
 
     backend = dist.get_backend() if dist.is_initialized() else ""
     if mesh.device_type == "cpu" and backend != "fake":
-        log.info("autoshard: CPU mesh on a %s process group: planning with the 'CPU' "
-                 "hardware profile (pass hardware=... to plan for other hardware, or "
-                 "hardware='measure' to measure this group)", backend or "no")
+        log.info(
+            "autoshard: CPU mesh on a %s process group: planning with the 'CPU' "
+            "hardware profile (pass hardware=... to plan for other hardware, or "
+            "hardware='measure' to measure this group)",
+            backend or "no",
+        )
         return cpu_profile_for_host()
     return "H100"
 
 
 def cpu_profile_for_host() -> str | dict:
-    """"CPU", or when this host runs more ranks (LOCAL_WORLD_SIZE, as torchrun sets it) than
+    """ "CPU", or when this host runs more ranks (LOCAL_WORLD_SIZE, as torchrun sets it) than
     the cores this process may use, the CPU profile with its compute figures (FLOP/s and
     memory bandwidth) scaled by cores / ranks. Every rank of a host computes the same."""
     import os
@@ -542,9 +650,16 @@ def cpu_profile_for_host() -> str | dict:
     from . import _core
 
     base, share = _core.hardware_profile("CPU"), cores / ranks
-    scaled = {k: base[k] * share for k in ("peak_flops_fp32", "peak_flops_fp32_cuda_core",
-                                           "peak_flops_bf16", "peak_flops_fp64",
-                                           "hbm_bandwidth")}
+    scaled = {
+        k: base[k] * share
+        for k in (
+            "peak_flops_fp32",
+            "peak_flops_fp32_cuda_core",
+            "peak_flops_bf16",
+            "peak_flops_fp64",
+            "hbm_bandwidth",
+        )
+    }
     return {"base": "CPU", "name": f"CPU ({ranks} ranks on {cores} cores)", **scaled}
 
 
@@ -559,13 +674,20 @@ def _measured_hardware(hardware: Any, mesh: DeviceMesh) -> Any:
     from .fake_pg import on_real_process_group
 
     if mesh.device_type != "cpu" or not on_real_process_group():
-        raise ValueError("hardware='measure' measures CPU ranks on a real process group "
-                         "(gloo); name a profile (e.g. 'H100') or pass an object of profile "
-                         "fields for other meshes")
+        raise ValueError(
+            "hardware='measure' measures CPU ranks on a real process group "
+            "(gloo); name a profile (e.g. 'H100') or pass an object of profile "
+            "fields for other meshes"
+        )
     profile = measure_cpu_profile()
-    log.info("autoshard: measured on %d ranks: %.1f GFLOP/s matmul, %.0f us per collective, "
-             "%.2f GB/s", dist.get_world_size(), profile["peak_flops_fp32"] / 1e9,
-             profile["collective_launch_us"], profile["intra_node_bandwidth"] / 1e9)
+    log.info(
+        "autoshard: measured on %d ranks: %.1f GFLOP/s matmul, %.0f us per collective, "
+        "%.2f GB/s",
+        dist.get_world_size(),
+        profile["peak_flops_fp32"] / 1e9,
+        profile["collective_launch_us"],
+        profile["intra_node_bandwidth"] / 1e9,
+    )
     return profile
 
 
@@ -606,8 +728,7 @@ def _same_plan_on_every_rank(make_plan, cache=None, key: str | None = None) -> d
     found: list = [None] * dist.get_world_size()
     dist.all_gather_object(found, (key, plan_digest(mine) if mine is not None else None))
     if mine is not None and all(f == found[0] for f in found):
-        log.info("autoshard: plan cache hit (key %s, %s) on every rank", key[:16],
-                 cache.path(key))
+        log.info("autoshard: plan cache hit (key %s, %s) on every rank", key[:16], cache.path(key))
         mine["plan_cache"] = {"key": key, "hit": True}
         return mine
     box: list = [None]
@@ -636,8 +757,10 @@ def plan_traced_step(step: TracedStep, options: dict, graph: str | None = None) 
     from .graph_export import graph_json
 
     if not hasattr(_core, "plan_graph"):
-        raise NotImplementedError("autoshard: this build of autoshard._core has no planner "
-                                  "(plan_graph); rebuild with `pip install -e .`")
+        raise NotImplementedError(
+            "autoshard: this build of autoshard._core has no planner "
+            "(plan_graph); rebuild with `pip install -e .`"
+        )
     graph = graph if graph is not None else graph_json(step)
     try:
         text = _core.plan_graph(graph, json.dumps(options))
@@ -645,8 +768,9 @@ def plan_traced_step(step: TracedStep, options: dict, graph: str | None = None) 
         # the planner's message names the input and the fix; the binding's traceback adds
         # nothing, so the error starts here
         msg = str(e)
-        raise ValueError(msg if msg.startswith("autoshard") else f"autoshard planner: {msg}") \
-            from None
+        raise ValueError(
+            msg if msg.startswith("autoshard") else f"autoshard planner: {msg}"
+        ) from None
     return json.loads(text)
 
 
@@ -658,21 +782,32 @@ def log_plan(plan: dict, step: TracedStep | None = None) -> None:
         outs = e.get("outputs") or []
         layout = " ".join("(" + ",".join(o) + ")" if o is not None else "-" for o in outs)
         ins = e.get("inputs")
-        log.info("%-28s strategies=%-4s out=%-22s in=%-40s compute=%.2fus comm=%.2fus", name,
-                 e.get("strategies", "-"), layout,
-                 " ".join("(" + ",".join(i) + ")" if i else "-" for i in ins) if ins else "-",
-                 float(e.get("compute_us", 0.0)), float(e.get("comm_us", 0.0)))
+        log.info(
+            "%-28s strategies=%-4s out=%-22s in=%-40s compute=%.2fus comm=%.2fus",
+            name,
+            e.get("strategies", "-"),
+            layout,
+            " ".join("(" + ",".join(i) + ")" if i else "-" for i in ins) if ins else "-",
+            float(e.get("compute_us", 0.0)),
+            float(e.get("comm_us", 0.0)),
+        )
     s = plan.get("summary", {})
     total = float(s.get("total_us", 0.0))
     comm = float(s.get("comm_us", 0.0))
     exposed = float(s.get("exposed_comm_us", comm))
     compute = float(s.get("compute_us", 0.0))
-    log.info("total %.1f us per step: compute %.1f us, exposed communication %.1f us (%.0f%%; "
-             "%.1f us in all, the rest behind compute); parameters %.1f MiB per GPU; lower "
-             "bound %.1f us", total, compute, exposed, 100.0 * exposed / total if total else 0.0,
-             comm,
-             float(s.get("parameter_bytes_per_gpu", 0)) / 2**20,
-             float(s.get("lower_bound_us", 0.0)))
+    log.info(
+        "total %.1f us per step: compute %.1f us, exposed communication %.1f us (%.0f%%; "
+        "%.1f us in all, the rest behind compute); parameters %.1f MiB per GPU; lower "
+        "bound %.1f us",
+        total,
+        compute,
+        exposed,
+        100.0 * exposed / total if total else 0.0,
+        comm,
+        float(s.get("parameter_bytes_per_gpu", 0)) / 2**20,
+        float(s.get("lower_bound_us", 0.0)),
+    )
     if plan.get("report"):
         for line in str(plan["report"]).splitlines():
             log.info("%s", line)
@@ -686,16 +821,20 @@ def _input_constraints_from_samples(leaves: list) -> list:
         elif isinstance(x, torch.Tensor):
             out.append(None)  # plain tensors: global and replicated
         else:
-            raise TypeError(f"sample_inputs leaves must be Tensor or DTensor, got "
-                            f"{type(x).__name__}")
+            raise TypeError(
+                f"sample_inputs leaves must be Tensor or DTensor, got " f"{type(x).__name__}"
+            )
     return out
 
 
 def _flatten_out_shardings(out_shardings: Any) -> list:
     if out_shardings is None:
         return []
-    if isinstance(out_shardings, tuple) and out_shardings and all(
-            isinstance(p, Placement) for p in out_shardings):
+    if (
+        isinstance(out_shardings, tuple)
+        and out_shardings
+        and all(isinstance(p, Placement) for p in out_shardings)
+    ):
         return [out_shardings]
     leaves: list = []
 
@@ -717,17 +856,28 @@ def _flatten_out_shardings(out_shardings: Any) -> list:
     return leaves
 
 
-def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
-                  out_shardings: Any = None, *, mp_policy: Any = None,
-                  parameter_memory_budget: tuple | None = None, hardware: str | None = None,
-                  strict: bool = False, verbose: bool = False,
-                  time_limit_s: float | None = None, compile: bool = False,
-                  runtime: str = "program",
-                  rank_timeout_s: float = DEFAULT_TIMEOUT_S,
-                  preset: str | None = None, dynamic: bool = False,
-                  gap_tolerance: float | None = None, plan_cache: Any = True,
-                  repeated_layers: str | None = None,
-                  **autoparallel_kwargs) -> nn.Module:
+def auto_parallel(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    sample_inputs: Any,
+    out_shardings: Any = None,
+    *,
+    mp_policy: Any = None,
+    parameter_memory_budget: tuple | None = None,
+    hardware: str | None = None,
+    strict: bool = False,
+    verbose: bool = False,
+    time_limit_s: float | None = None,
+    compile: bool = False,
+    runtime: str = "program",
+    rank_timeout_s: float = DEFAULT_TIMEOUT_S,
+    preset: str | None = None,
+    dynamic: bool = False,
+    gap_tolerance: float | None = None,
+    plan_cache: Any = True,
+    repeated_layers: str | None = None,
+    **autoparallel_kwargs,
+) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
     callable returning one, or ForwardInputs) of Tensor / DTensor leaves; a DTensor's global
     shape is traced and its placements become the input constraint, a plain tensor is the
@@ -740,14 +890,22 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
     (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``): see AutoParallel."""
     from .compat import check_autoparallel_keywords
 
-    unknown = set(autoparallel_kwargs) - {"reshard_after_forward", "cost_model",
-                                          "repeated_subgraphs"}
+    unknown = set(autoparallel_kwargs) - {
+        "reshard_after_forward",
+        "cost_model",
+        "repeated_subgraphs",
+    }
     if unknown:
         raise TypeError(f"auto_parallel() got unexpected keyword argument(s) {sorted(unknown)}")
     check_autoparallel_keywords(dynamic=dynamic, **autoparallel_kwargs)
     samples = sample_inputs() if callable(sample_inputs) else sample_inputs
-    fi = samples if isinstance(samples, ForwardInputs) else (
-        ForwardInputs(args=samples) if isinstance(samples, tuple) else ForwardInputs((samples,)))
+    fi = (
+        samples
+        if isinstance(samples, ForwardInputs)
+        else (
+            ForwardInputs(args=samples) if isinstance(samples, tuple) else ForwardInputs((samples,))
+        )
+    )
     leaves, spec = pytree.tree_flatten((tuple(fi.args), dict(fi.kwargs)))
     constraints = _input_constraints_from_samples(leaves)
     check_auto_parallel_args(preset, constraints, parameter_memory_budget)
@@ -763,11 +921,24 @@ def auto_parallel(model: nn.Module, mesh: DeviceMesh, sample_inputs: Any,
         a, k = pytree.tree_unflatten([meta_like(x) for x in leaves], spec)
         return ForwardInputs(args=a, kwargs=k)
 
-    with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy, hardware=hardware,
-                      strict=strict, time_limit_s=time_limit_s, compile=compile,
-                      runtime=runtime, rank_timeout_s=rank_timeout_s, preset=preset,
-                      dynamic=dynamic, gap_tolerance=gap_tolerance, plan_cache=plan_cache,
-                      repeated_layers=repeated_layers, **autoparallel_kwargs) as autop:
+    with AutoParallel(
+        model,
+        input_fn,
+        mesh,
+        mp_policy=mp_policy,
+        hardware=hardware,
+        strict=strict,
+        time_limit_s=time_limit_s,
+        compile=compile,
+        runtime=runtime,
+        rank_timeout_s=rank_timeout_s,
+        preset=preset,
+        dynamic=dynamic,
+        gap_tolerance=gap_tolerance,
+        plan_cache=plan_cache,
+        repeated_layers=repeated_layers,
+        **autoparallel_kwargs,
+    ) as autop:
         if preset is None:  # a preset has added its own input and parameter constraints
             autop.add_input_constraints(constraints)
             if parameter_memory_budget is not None:

@@ -37,13 +37,25 @@ from .trace import TracedStep
 
 RUNTIMES = ("program", "interpret")
 
-_MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_forward_hooks",
-                     "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-                     "_state_dict_hooks", "_load_state_dict_pre_hooks",
-                     "_state_dict_pre_hooks", "_load_state_dict_post_hooks",
-                     "_non_persistent_buffers_set", "_forward_hooks_with_kwargs",
-                     "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
-                     "_is_full_backward_hook", "training"}
+_MODULE_INTERNALS = {
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_non_persistent_buffers_set",
+    "_forward_hooks_with_kwargs",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_is_full_backward_hook",
+    "training",
+}
 
 
 def _shell_like(mod: nn.Module, cls: type | None = None) -> nn.Module:
@@ -63,18 +75,34 @@ def _meta_dtensor(shape, dtype, layout, mesh: DeviceMesh) -> DTensor:
     from .placements import local_shape
 
     coords = mesh.get_coordinate() or [0] * mesh.ndim
-    local = torch.empty(local_shape(shape, layout, mesh.shape, coords), dtype=dtype,
-                        device="meta")
-    return DTensor.from_local(local, mesh, layout, run_check=False, shape=torch.Size(shape),
-                              stride=contiguous_stride(shape))
+    local = torch.empty(local_shape(shape, layout, mesh.shape, coords), dtype=dtype, device="meta")
+    return DTensor.from_local(
+        local,
+        mesh,
+        layout,
+        run_check=False,
+        shape=torch.Size(shape),
+        stride=contiguous_stride(shape),
+    )
 
 
-def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: DeviceMesh,
-                          *, strict: bool = False, runtime: str = "program",
-                          compile: bool = False, prefetch_bytes: int | None = None,
-                          bucket_bytes: int | None = None, variant_planner=None,
-                          capture: str = "direct", mp_policy: Any = None,
-                          free_outputs: Any = (), dynamic: bool = False) -> nn.Module:
+def build_parallel_module(
+    model: nn.Module,
+    step: TracedStep,
+    plan: dict,
+    mesh: DeviceMesh,
+    *,
+    strict: bool = False,
+    runtime: str = "program",
+    compile: bool = False,
+    prefetch_bytes: int | None = None,
+    bucket_bytes: int | None = None,
+    variant_planner=None,
+    capture: str = "direct",
+    mp_policy: Any = None,
+    free_outputs: Any = (),
+    dynamic: bool = False,
+) -> nn.Module:
     """``variant_planner(step, pins, output_pins) -> plan`` plans the steps of other modes
     (eval, no-grad; modes.py) with the given node layouts pinned; None pins the graph inputs
     only and lets DTensor choose the rest. ``capture`` / ``mp_policy``: how those steps are
@@ -118,8 +146,13 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
         return out
 
     root_cls = type(model)
-    members = {"forward": forward, "to_empty": to_empty, "parallel_gm": property(parallel_gm),
-               "parallel_bwd_gm": property(parallel_bwd_gm), "_apply": _apply}
+    members = {
+        "forward": forward,
+        "to_empty": to_empty,
+        "parallel_gm": property(parallel_gm),
+        "parallel_bwd_gm": property(parallel_bwd_gm),
+        "_apply": _apply,
+    }
     if callable(getattr(root_cls, "init_weights", None)):
         from .init_weights import wrap_init_weights
 
@@ -142,8 +175,11 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
 
     def at_rest_layout(placeholder):
         # tensors the graph never reads have no placeholder: they stay replicated
-        return (runner.placeholder_layout(placeholder) if placeholder is not None
-                else (Replicate(),) * mesh.ndim)
+        return (
+            runner.placeholder_layout(placeholder)
+            if placeholder is not None
+            else (Replicate(),) * mesh.ndim
+        )
 
     # parameters: one DTensor Parameter per distinct tensor, registered under every alias
     made: dict[int, nn.Parameter] = {}
@@ -156,8 +192,10 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
                 continue
             if id(p) not in made:
                 layout = at_rest_layout(placeholder_of_fqn.get(fqn))
-                made[id(p)] = nn.Parameter(_meta_dtensor(tuple(p.shape), p.dtype, layout, mesh),
-                                           requires_grad=p.requires_grad)
+                made[id(p)] = nn.Parameter(
+                    _meta_dtensor(tuple(p.shape), p.dtype, layout, mesh),
+                    requires_grad=p.requires_grad,
+                )
             shells[path]._parameters[name] = made[id(p)]
             param_layouts[fqn] = layout_to_strs(made[id(p)].placements)
         for name, b in mod._buffers.items():
@@ -182,8 +220,9 @@ def build_parallel_module(model: nn.Module, step: TracedStep, plan: dict, mesh: 
     root._autoshard_param_order = [step.param_fqns[n] for n in runner.param_names]
     root._autoshard_buffer_order = [step.buffer_fqns[n] for n in runner.buffer_names]
     root._autoshard_param_layouts = param_layouts
-    root._autoshard_binder = InputBinder(step.forward_signature, step.input_spec,
-                                         len(step.input_metas))
+    root._autoshard_binder = InputBinder(
+        step.forward_signature, step.input_spec, len(step.input_metas)
+    )
     # made now, not at the first call: a compiled call that made them would leave guards
     # on their absence, and the next call would compile again
     root._autoshard_binder.labels()
@@ -235,8 +274,9 @@ def _as_dtensors(module: nn.Module, outs: list, runner: StepRunner | None = None
     outs = list(outs)
     for i, (placements, shape, stride) in layouts.items():
         if isinstance(outs[i], torch.Tensor) and not isinstance(outs[i], DTensor):
-            outs[i] = DTensor.from_local(outs[i], mesh, placements, run_check=False,
-                                         shape=torch.Size(shape), stride=stride)
+            outs[i] = DTensor.from_local(
+                outs[i], mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride
+            )
     return outs
 
 
@@ -268,15 +308,19 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
                 program = get_program()
                 check_random_states_once(program, runner)
                 params = [p._local_tensor for p in _state_params(module)]
-                tensors = [v for v in (*params, *buffer_locals, *flat)
-                           if isinstance(v, torch.Tensor)]
-                local_outs = program.fwd(*tensors)[:program.n_outputs]
-                outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
-                        for s in program.output_slots]
+                tensors = [
+                    v for v in (*params, *buffer_locals, *flat) if isinstance(v, torch.Tensor)
+                ]
+                local_outs = program.fwd(*tensors)[: program.n_outputs]
+                outs = [
+                    local_outs[s] if not isinstance(s, tuple) else s[1]
+                    for s in program.output_slots
+                ]
     elif module._autoshard_runtime == "interpret":
         param_locals = _param_locals(module)
-        outs = _StepFunction.apply(runner, len(param_locals), len(buffer_locals),
-                                   *param_locals, *buffer_locals, *flat)
+        outs = _StepFunction.apply(
+            runner, len(param_locals), len(buffer_locals), *param_locals, *buffer_locals, *flat
+        )
     else:
         from .program import ProgramFunction
 
@@ -293,8 +337,7 @@ def _parallel_forward(module: nn.Module, args: tuple, kwargs: dict) -> Any:
             n_dtensors = len(params)
         tensors = [v for v in (*params, *buffer_locals, *flat) if isinstance(v, torch.Tensor)]
         local_outs = ProgramFunction.apply(program, n_dtensors, *tensors)
-        outs = [local_outs[s] if not isinstance(s, tuple) else s[1]
-                for s in program.output_slots]
+        outs = [local_outs[s] if not isinstance(s, tuple) else s[1] for s in program.output_slots]
     if len(outs) == step.num_forward_outputs:
         outs = _as_dtensors(module, outs, runner)
     if step.num_forward_outputs == 1:
@@ -323,9 +366,11 @@ def _state_params(module: nn.Module) -> list[DTensor]:
     out = _traced_params(module)
     for fqn, p in zip(module._autoshard_param_order, out):
         if p.device.type == "meta":
-            raise RuntimeError(f"parameter {fqn} is still on the meta device: call "
-                               "module.to_empty(device=...) and initialise or load the "
-                               "weights before running the module")
+            raise RuntimeError(
+                f"parameter {fqn} is still on the meta device: call "
+                "module.to_empty(device=...) and initialise or load the "
+                "weights before running the module"
+            )
     return out
 
 
@@ -347,8 +392,7 @@ def _program(module: nn.Module, flat_inputs: list | None = None):
     """The lowered program of this rank, built on first use (local shapes come from the
     materialised parameters and the plan's input layouts; no data is read)."""
     if module._autoshard_program is None:
-        module._autoshard_program = lower_program(module, module._autoshard_runner,
-                                                  flat_inputs)
+        module._autoshard_program = lower_program(module, module._autoshard_runner, flat_inputs)
     return module._autoshard_program
 
 
@@ -367,11 +411,18 @@ def _inspect_program(module: nn.Module):
         runner = module._autoshard_runner
         param_locals = [p._local_tensor for p in _traced_params(module)]
         buffer_locals = [b._local_tensor for b in _traced_buffers(module)]
-        inputs = [t.to("meta") if isinstance(t, torch.Tensor) else t
-                  for t in _example_local_inputs(runner)]
-        prog = lower_step(runner, param_locals, buffer_locals, inputs,
-                          prefetch_bytes=module._autoshard_prefetch_bytes,
-                          bucket_bytes=module._autoshard_bucket_bytes)
+        inputs = [
+            t.to("meta") if isinstance(t, torch.Tensor) else t
+            for t in _example_local_inputs(runner)
+        ]
+        prog = lower_step(
+            runner,
+            param_locals,
+            buffer_locals,
+            inputs,
+            prefetch_bytes=module._autoshard_prefetch_bytes,
+            bucket_bytes=module._autoshard_bucket_bytes,
+        )
         module.__dict__["_autoshard_meta_program"] = prog
     return prog
 
@@ -409,10 +460,15 @@ def lower_program(module: nn.Module, runner: StepRunner, flat_inputs: list | Non
     if flat_inputs is None:
         flat_inputs = _example_local_inputs(runner)
     param_locals, buffer_locals = _state_locals(module)
-    program = lower_step(runner, param_locals, buffer_locals, flat_inputs,
-                         prefetch_bytes=module._autoshard_prefetch_bytes,
-                         bucket_bytes=module._autoshard_bucket_bytes,
-                         reduce_inplace=not module._autoshard_compile)
+    program = lower_step(
+        runner,
+        param_locals,
+        buffer_locals,
+        flat_inputs,
+        prefetch_bytes=module._autoshard_prefetch_bytes,
+        bucket_bytes=module._autoshard_bucket_bytes,
+        reduce_inplace=not module._autoshard_compile,
+    )
     if module._autoshard_compile:
         program = compile_program(program)
     program.state_key = _state_key(param_locals, buffer_locals)
@@ -475,20 +531,25 @@ def dynamic_input_shapes(runner: StepRunner, flat: list, labels: list[str]) -> t
     return tuple(shapes) if differ else None
 
 
-def check_inputs(runner: StepRunner, flat: list, labels: list[str] | None = None,
-                 check_sizes: bool = True) -> None:
+def check_inputs(
+    runner: StepRunner, flat: list, labels: list[str] | None = None, check_sizes: bool = True
+) -> None:
     """Local inputs must match what the plan expects of this rank; errors name the input.
     ``check_sizes=False`` (dynamic=True) checks the number of dims, not the sizes."""
     step = runner.step
     if len(flat) != len(step.input_metas):
-        raise ValueError(f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
-                         f"then kwargs) as traced, got {len(flat)}")
+        raise ValueError(
+            f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
+            f"then kwargs) as traced, got {len(flat)}"
+        )
     for i, (v, meta, name) in enumerate(zip(flat, step.input_metas, step.input_nodes)):
         i = f"{i} ({labels[i]})" if labels else i
         if _is_traced_tensor(meta):
             if not isinstance(v, torch.Tensor) or isinstance(v, DTensor):
-                raise TypeError(f"autoshard: input {i} must be a plain torch.Tensor holding "
-                                f"this rank's local shard, got {type(v).__name__}")
+                raise TypeError(
+                    f"autoshard: input {i} must be a plain torch.Tensor holding "
+                    f"this rank's local shard, got {type(v).__name__}"
+                )
             if name is None:
                 continue
             want = runner.expected_local_shape(name)
@@ -497,22 +558,27 @@ def check_inputs(runner: StepRunner, flat: list, labels: list[str] | None = None
                 raise ValueError(
                     f"autoshard: input {i} has {v.dim()} dims (shape {list(v.shape)}) but was "
                     f"traced with {len(want)} (local shape {want}, layout {layout}); "
-                    "dynamic=True lets sizes change, not the number of dims")
+                    "dynamic=True lets sizes change, not the number of dims"
+                )
             if check_sizes and list(v.shape) != list(want):
                 raise ValueError(
                     f"autoshard: input {i} has shape {list(v.shape)} but this rank expects "
                     f"the local shape {want} (global {list(meta[0])}, layout {layout}); pass "
                     "each rank's local shard, not the global tensor (or build the module "
-                    "with dynamic=True for inputs whose sizes change between calls)")
+                    "with dynamic=True for inputs whose sizes change between calls)"
+                )
             if v.dtype != meta[1]:
-                raise ValueError(f"autoshard: input {i} has dtype {v.dtype} but was traced "
-                                 f"with {meta[1]}")
+                raise ValueError(
+                    f"autoshard: input {i} has dtype {v.dtype} but was traced " f"with {meta[1]}"
+                )
         elif isinstance(v, torch.Tensor):
-            raise TypeError(f"autoshard: input {i} was traced as the value {meta!r}, got a "
-                            "tensor")
+            raise TypeError(
+                f"autoshard: input {i} was traced as the value {meta!r}, got a " "tensor"
+            )
         elif v != meta:
-            raise ValueError(f"autoshard: input {i} has value {v!r} but was traced with "
-                             f"{meta!r}")
+            raise ValueError(
+                f"autoshard: input {i} has value {v!r} but was traced with " f"{meta!r}"
+            )
 
 
 def load_full_state_dict(module: nn.Module, full_state: dict[str, torch.Tensor]) -> None:
@@ -528,12 +594,18 @@ def load_full_state_dict(module: nn.Module, full_state: dict[str, torch.Tensor])
         for name, t in own.items():
             full = full_state[name]
             if tuple(full.shape) != tuple(t.shape):
-                raise ValueError(f"load_full_state_dict: {name} has shape {tuple(full.shape)}, "
-                                 f"the module expects {tuple(t.shape)}")
+                raise ValueError(
+                    f"load_full_state_dict: {name} has shape {tuple(full.shape)}, "
+                    f"the module expects {tuple(t.shape)}"
+                )
             if isinstance(t, DTensor):
                 local = t.to_local()
-                shard = distribute_tensor(full.to(local.device, local.dtype), t.device_mesh,
-                                          t.placements, src_data_rank=None).to_local()
+                shard = distribute_tensor(
+                    full.to(local.device, local.dtype),
+                    t.device_mesh,
+                    t.placements,
+                    src_data_rank=None,
+                ).to_local()
                 local.copy_(shard)
             else:
                 t.copy_(full)
@@ -564,16 +636,20 @@ def _distribute_full_tensors(module: nn.Module, state_dict: dict, prefix: str, *
     for name, t in own.items():
         key = prefix + name
         v = state_dict.get(key)
-        if not isinstance(t, DTensor) or not isinstance(v, torch.Tensor) \
-                or tuple(v.shape) != tuple(t.shape):
+        if (
+            not isinstance(t, DTensor)
+            or not isinstance(v, torch.Tensor)
+            or tuple(v.shape) != tuple(t.shape)
+        ):
             continue
         if isinstance(v, DTensor):
             if tuple(v.placements) != tuple(t.placements) and v.device_mesh == t.device_mesh:
                 state_dict[key] = v.redistribute(t.device_mesh, t.placements)
             continue
         local = t._local_tensor
-        state_dict[key] = distribute_tensor(v.detach().to(local.device), t.device_mesh,
-                                            t.placements, src_data_rank=None)
+        state_dict[key] = distribute_tensor(
+            v.detach().to(local.device), t.device_mesh, t.placements, src_data_rank=None
+        )
 
 
 def _state_versions(module: nn.Module) -> dict[str, tuple]:
@@ -581,8 +657,10 @@ def _state_versions(module: nn.Module) -> dict[str, tuple]:
     copy_, load_state_dict, optimizer steps) bumps the DTensor's own counter, and writes to
     its local shard (load_full_state_dict) bump the shard's."""
     out = {}
-    for name, t in (*module.named_parameters(remove_duplicate=False),
-                    *module.named_buffers(remove_duplicate=False)):
+    for name, t in (
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ):
         local = t._local_tensor if isinstance(t, DTensor) else t
         out[name] = (t, local, t._version, local._version)
     return out
@@ -600,8 +678,11 @@ def _warn_if_uninitialised(module: nn.Module) -> None:
         return
     module._autoshard_unwritten = None
     now = _state_versions(module)
-    stale = [name for name, (t, local, v, lv) in recorded.items() if name in now
-             and now[name][0] is t and now[name][1] is local and now[name][2:] == (v, lv)]
+    stale = [
+        name
+        for name, (t, local, v, lv) in recorded.items()
+        if name in now and now[name][0] is t and now[name][1] is local and now[name][2:] == (v, lv)
+    ]
     if stale:
         import warnings
 
@@ -610,4 +691,6 @@ def _warn_if_uninitialised(module: nn.Module) -> None:
             f"autoshard: {shown} were materialised by to_empty() and never written since: "
             "they hold uninitialised memory. Initialise them (e.g. call each module's "
             "reset_parameters() or your init function) or load weights (load_state_dict / "
-            "autoshard.load_full_state_dict) before running the module", stacklevel=3)
+            "autoshard.load_full_state_dict) before running the module",
+            stacklevel=3,
+        )

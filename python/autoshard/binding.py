@@ -104,8 +104,9 @@ class InputBinder:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise TypeError(f"autoshard: the parallel module's forward{self.signature}: "
-                            f"{e}") from None
+            raise TypeError(
+                f"autoshard: the parallel module's forward{self.signature}: " f"{e}"
+            ) from None
         params = self.signature.parameters
         flat: list = [None] * self.n_inputs
         used: set = set()
@@ -118,7 +119,8 @@ class InputBinder:
                 raise ValueError(
                     f"autoshard: argument '{slot.label}' does not have the structure it was "
                     f"traced with ({_describe(slot.spec)}): {e} Pass it as traced, or trace "
-                    "the model with this structure") from None
+                    "the model with this structure"
+                ) from None
             for pos, leaf in zip(slot.positions, leaves):
                 flat[pos] = leaf
         for name, value in bound.arguments.items():
@@ -128,13 +130,18 @@ class InputBinder:
             elif kind is inspect.Parameter.VAR_KEYWORD:
                 extra = [f"{name}[{k!r}]" for k in value if ("varkw", k) not in used]
             else:
-                extra = ([name] if ("param", name) not in used
-                         and not _is_default(value, params[name].default) else [])
+                extra = (
+                    [name]
+                    if ("param", name) not in used and not _is_default(value, params[name].default)
+                    else []
+                )
             if extra:
-                raise TypeError(f"autoshard: argument(s) {', '.join(extra)} were not given "
-                                "when the model was traced, so the planned step has no input "
-                                "for them: leave them out, or trace with them (input_fn / "
-                                "sample_inputs)")
+                raise TypeError(
+                    f"autoshard: argument(s) {', '.join(extra)} were not given "
+                    "when the model was traced, so the planned step has no input "
+                    "for them: leave them out, or trace with them (input_fn / "
+                    "sample_inputs)"
+                )
         return flat
 
     def _lookup(self, bound: inspect.BoundArguments, slot: _Slot) -> Any:
@@ -145,15 +152,27 @@ class InputBinder:
             if default is _EMPTY:  # bind() already refused a missing required argument
                 raise TypeError(f"autoshard: missing argument '{slot.key}'")
             return default  # traced with a value, called without: the checks compare them
-        var = next((n for n, p in self.signature.parameters.items() if p.kind is (
-            inspect.Parameter.VAR_POSITIONAL if slot.kind == "varpos"
-            else inspect.Parameter.VAR_KEYWORD)), None)
+        var = next(
+            (
+                n
+                for n, p in self.signature.parameters.items()
+                if p.kind
+                is (
+                    inspect.Parameter.VAR_POSITIONAL
+                    if slot.kind == "varpos"
+                    else inspect.Parameter.VAR_KEYWORD
+                )
+            ),
+            None,
+        )
         container = bound.arguments.get(var, () if slot.kind == "varpos" else {})
         try:
             return container[slot.key]
         except (IndexError, KeyError):
-            raise TypeError(f"autoshard: missing argument '{slot.label}' (it was given when "
-                            "the model was traced)") from None
+            raise TypeError(
+                f"autoshard: missing argument '{slot.label}' (it was given when "
+                "the model was traced)"
+            ) from None
 
 
 def _is_default(value: Any, default: Any) -> bool:

@@ -17,10 +17,10 @@ import time
 import torch
 import torch.distributed as dist
 
-_MATMUL_N = 256          # square fp32 matmul: large enough to run at full speed, ~1 ms
+_MATMUL_N = 256  # square fp32 matmul: large enough to run at full speed, ~1 ms
 _BANDWIDTH_BYTES = 4 << 20
 _REPEATS = 7
-_BURST_S = 2e-3          # compute before each timed collective, as between a step's syncs
+_BURST_S = 2e-3  # compute before each timed collective, as between a step's syncs
 
 
 def _median_seconds(fn, repeats: int = _REPEATS) -> float:
@@ -66,13 +66,21 @@ def measure_cpu_profile(group=None) -> dict:
     # a ring all-reduce moves 2 (n-1)/n of the buffer through each rank's link
     moved = 2 * (world - 1) / world * _BANDWIDTH_BYTES if world > 1 else _BANDWIDTH_BYTES
     bandwidth = moved / max(big_s - latency_s, 1e-6)
-    flops = 2 * _MATMUL_N ** 3 / matmul_s
-    return {"base": "CPU", "name": f"CPU (measured on {world} ranks)",
-            "peak_flops_fp32": flops, "peak_flops_fp32_cuda_core": flops,
-            "peak_flops_fp64": flops / 2, "peak_flops_bf16": flops / 2,
-            "flop_efficiency": 1.0,
-            "kernel_floor_us": op_s * 1e6,
-            "collective_launch_us": latency_s * 1e6,
-            "intra_node_latency_us": 0.0, "inter_node_latency_us": 0.0,
-            "intra_node_bandwidth": bandwidth, "inter_node_bandwidth": bandwidth,
-            "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0}
+    flops = 2 * _MATMUL_N**3 / matmul_s
+    return {
+        "base": "CPU",
+        "name": f"CPU (measured on {world} ranks)",
+        "peak_flops_fp32": flops,
+        "peak_flops_fp32_cuda_core": flops,
+        "peak_flops_fp64": flops / 2,
+        "peak_flops_bf16": flops / 2,
+        "flop_efficiency": 1.0,
+        "kernel_floor_us": op_s * 1e6,
+        "collective_launch_us": latency_s * 1e6,
+        "intra_node_latency_us": 0.0,
+        "inter_node_latency_us": 0.0,
+        "intra_node_bandwidth": bandwidth,
+        "inter_node_bandwidth": bandwidth,
+        "intra_node_efficiency": 1.0,
+        "inter_node_efficiency": 1.0,
+    }

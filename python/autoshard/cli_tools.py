@@ -25,9 +25,11 @@ def python_command(argv: list[str]):
         return None
     if argv[0] == "view":
         from .plan_view import main
+
         return main
     if argv[0] in ("explain", "diff"):
         from . import plan_compare
+
         return plan_compare.explain_main if argv[0] == "explain" else plan_compare.diff_main
     if argv[0] == "plan" and any(a == "--preset" or a.startswith("--preset=") for a in argv):
         return plan_with_preset
@@ -40,8 +42,9 @@ def _mesh(text: str) -> list[int]:
     except ValueError:
         shape = []
     if not shape or any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"'{text}' is not sizes >= 1 joined by 'x' (e.g. 64 "
-                                         "or 8x8)")
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not sizes >= 1 joined by 'x' (e.g. 64 " "or 8x8)"
+        )
     return shape
 
 
@@ -67,24 +70,31 @@ def plan_with_preset(argv: list[str]) -> int:
     from .presets import PRESET_NAMES, PresetError, graph_options, resolve
 
     p = argparse.ArgumentParser(
-        prog="autoshard plan", description="plan a traced graph under a preset's constraints "
-        "(docs/presets.md); the other flags are those of `autoshard plan`")
+        prog="autoshard plan",
+        description="plan a traced graph under a preset's constraints "
+        "(docs/presets.md); the other flags are those of `autoshard plan`",
+    )
     p.add_argument("graph")
     p.add_argument("--preset", required=True, choices=PRESET_NAMES)
     p.add_argument("--mesh", required=True, type=_mesh)
-    p.add_argument("--dim-names", help="names joined by ',' (the preset needs them, e.g. "
-                                       "dp,tp for fsdp+tp)")
+    p.add_argument(
+        "--dim-names", help="names joined by ',' (the preset needs them, e.g. " "dp,tp for fsdp+tp)"
+    )
     p.add_argument("--hardware", default="H100")
-    p.add_argument("--param-memory", type=_fractions,
-                   help="LOW,HIGH: replaces the preset's parameter memory bounds")
+    p.add_argument(
+        "--param-memory",
+        type=_fractions,
+        help="LOW,HIGH: replaces the preset's parameter memory bounds",
+    )
     p.add_argument("--memory-limit", type=_bytes)
     p.add_argument("--time-limit", type=float)
     p.add_argument("--max-problem-bytes", type=_bytes)
     p.add_argument("--out")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+    )
     names = [n.strip() for n in args.dim_names.split(",")] if args.dim_names else None
     try:
         if names and len(names) != len(args.mesh):
@@ -97,14 +107,19 @@ def plan_with_preset(argv: list[str]) -> int:
     except (PresetError, OSError, ValueError) as e:
         print(f"autoshard plan: {e}", file=sys.stderr)
         return 2 if isinstance(e, PresetError) else 1
-    options = {"mesh": {"shape": args.mesh, "dim_names": names}, "hardware": args.hardware,
-               "verbose": args.verbose, **graph_options(preset, graph)}
+    options = {
+        "mesh": {"shape": args.mesh, "dim_names": names},
+        "hardware": args.hardware,
+        "verbose": args.verbose,
+        **graph_options(preset, graph),
+    }
     if args.param_memory:
-        options["parameter_memory"] = {"low": args.param_memory[0],
-                                       "high": args.param_memory[1]}
-    for key, value in (("memory_limit_bytes", args.memory_limit),
-                       ("time_limit_s", args.time_limit),
-                       ("max_problem_bytes", args.max_problem_bytes)):
+        options["parameter_memory"] = {"low": args.param_memory[0], "high": args.param_memory[1]}
+    for key, value in (
+        ("memory_limit_bytes", args.memory_limit),
+        ("time_limit_s", args.time_limit),
+        ("max_problem_bytes", args.max_problem_bytes),
+    ):
         if value is not None:
             options[key] = value
     plan = _plan(graph, options, args.time_limit or 20.0)

@@ -76,21 +76,27 @@ def current_mesh():
         return _RUNNING[-1]
     if _LAST_MESH is not None:
         return _LAST_MESH
-    raise RuntimeError("autoshard.collectives: no mesh; call the collectives inside a function "
-                       "wrapped by autoshard.local_map(..., device_mesh=mesh)")
+    raise RuntimeError(
+        "autoshard.collectives: no mesh; call the collectives inside a function "
+        "wrapped by autoshard.local_map(..., device_mesh=mesh)"
+    )
 
 
 def _mesh_dim(axis, mesh) -> int:
     names = tuple(mesh.mesh_dim_names or ())
     if isinstance(axis, str):
         if axis not in names:
-            raise ValueError(f"autoshard.collectives: mesh has no dim named {axis!r} "
-                             f"(its dims: {names or 'unnamed'}; pass a dim index instead)")
+            raise ValueError(
+                f"autoshard.collectives: mesh has no dim named {axis!r} "
+                f"(its dims: {names or 'unnamed'}; pass a dim index instead)"
+            )
         return names.index(axis)
     if isinstance(axis, int) and not isinstance(axis, bool) and -mesh.ndim <= axis < mesh.ndim:
         return axis % mesh.ndim
-    raise ValueError(f"autoshard.collectives: axis {axis!r} is neither a dim name nor an index "
-                     f"of the {mesh.ndim}-d mesh")
+    raise ValueError(
+        f"autoshard.collectives: axis {axis!r} is neither a dim name nor an index "
+        f"of the {mesh.ndim}-d mesh"
+    )
 
 
 def _group(axis):
@@ -122,8 +128,10 @@ def _gather(x: torch.Tensor, dim: int, n: int, group: str) -> torch.Tensor:
 
 def _scatter(x: torch.Tensor, dim: int, n: int, group: str, op: str = "sum") -> torch.Tensor:
     if x.size(dim) % n != 0:
-        raise ValueError(f"reduce_scatter: dim {dim} of size {x.size(dim)} does not split "
-                         f"evenly over {n} ranks")
+        raise ValueError(
+            f"reduce_scatter: dim {dim} of size {x.size(dim)} does not split "
+            f"evenly over {n} ranks"
+        )
     if dim % x.dim() != 0:
         x = torch.cat(torch.chunk(x, n, dim=dim), dim=0)
     return _c10d.wait_tensor(_c10d.reduce_scatter_tensor(x.contiguous(), op, n, group))
@@ -136,14 +144,18 @@ def _reduce(x: torch.Tensor, op: str, group: str) -> torch.Tensor:
 def _alltoall(x: torch.Tensor, out_splits, in_splits, n: int, group: str) -> torch.Tensor:
     if out_splits is None or in_splits is None:
         if out_splits is not None or in_splits is not None:
-            raise ValueError("all_to_all: give both output_split_sizes and input_split_sizes, "
-                             "or neither (equal splits of dim 0)")
+            raise ValueError(
+                "all_to_all: give both output_split_sizes and input_split_sizes, "
+                "or neither (equal splits of dim 0)"
+            )
         if x.size(0) % n != 0:
-            raise ValueError(f"all_to_all: dim 0 of size {x.size(0)} does not split evenly "
-                             f"over {n} ranks")
+            raise ValueError(
+                f"all_to_all: dim 0 of size {x.size(0)} does not split evenly " f"over {n} ranks"
+            )
         out_splits = in_splits = [x.size(0) // n] * n
-    return _c10d.wait_tensor(_c10d.all_to_all_single(x.contiguous(), list(out_splits),
-                                                     list(in_splits), group))
+    return _c10d.wait_tensor(
+        _c10d.all_to_all_single(x.contiguous(), list(out_splits), list(in_splits), group)
+    )
 
 
 # ---- differentiable wrappers ---------------------------------------------------------------
@@ -236,13 +248,28 @@ def reduce_scatter(x: torch.Tensor, scatter_dim: int, axis) -> torch.Tensor:
     return _ReduceScatter.apply(x, scatter_dim, axis)
 
 
-def all_to_all(x: torch.Tensor, output_split_sizes: Sequence[int] | None,
-               input_split_sizes: Sequence[int] | None, axis) -> torch.Tensor:
+def all_to_all(
+    x: torch.Tensor,
+    output_split_sizes: Sequence[int] | None,
+    input_split_sizes: Sequence[int] | None,
+    axis,
+) -> torch.Tensor:
     """Exchange of the dim-0 blocks of ``x`` over ``axis`` (equal blocks when both split
     lists are None). Backward: the exchange back."""
-    return _AllToAll.apply(x, None if output_split_sizes is None else list(output_split_sizes),
-                           None if input_split_sizes is None else list(input_split_sizes), axis)
+    return _AllToAll.apply(
+        x,
+        None if output_split_sizes is None else list(output_split_sizes),
+        None if input_split_sizes is None else list(input_split_sizes),
+        axis,
+    )
 
 
-__all__ = ["axis_size", "axis_index", "all_reduce", "grad_all_reduce", "all_gather",
-           "reduce_scatter", "all_to_all"]
+__all__ = [
+    "axis_size",
+    "axis_index",
+    "all_reduce",
+    "grad_all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+]

@@ -10,9 +10,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-def check_autoparallel_keywords(*, reshard_after_forward: bool | None = None,
-                                dynamic: bool = False, cost_model: Any = "nccl",
-                                repeated_subgraphs: bool = True, hardware: Any = None) -> Any:
+def check_autoparallel_keywords(
+    *,
+    reshard_after_forward: bool | None = None,
+    dynamic: bool = False,
+    cost_model: Any = "nccl",
+    repeated_subgraphs: bool = True,
+    hardware: Any = None,
+) -> Any:
     """Validates AutoParallel's keywords; returns the ``hardware`` to plan with."""
     if dynamic not in (False, True, None):
         raise TypeError(f"dynamic must be True or False, got {dynamic!r}")
@@ -24,7 +29,8 @@ def check_autoparallel_keywords(*, reshard_after_forward: bool | None = None,
             "backward, ZeRO-3 style) is not supported: the lowered program keeps each "
             "all-gathered parameter from the forward for the backward, which is "
             "reshard_after_forward=False (ZeRO-2 style). Pass reshard_after_forward=False or "
-            "leave it out; bound activation memory with memory_limit_bytes=")
+            "leave it out; bound activation memory with memory_limit_bytes="
+        )
     if not isinstance(repeated_subgraphs, bool):
         raise TypeError(f"repeated_subgraphs must be True or False, got {repeated_subgraphs!r}")
     # repeated_subgraphs=True lets identical layers share one strategy, as AutoParallel's
@@ -36,12 +42,16 @@ def check_autoparallel_keywords(*, reshard_after_forward: bool | None = None,
         f"autoshard: cost_model={cost_model!r} is not supported: autoshard costs collectives "
         "with its own NCCL-style model of the hardware profile (docs/cost_model.md). Pass "
         "cost_model='nccl' (or leave it out) and choose the device with hardware='H100' / "
-        "'A100' / 'CPU' / ..., or a JSON object of profile fields for another topology")
+        "'A100' / 'CPU' / ..., or a JSON object of profile fields for another topology"
+    )
 
 
-def autoparallel_backend(*, enable_ac: bool | None = None,
-                         ac_stage_size_in_GiB: Any = "auto",
-                         overlap_scheduling: bool | None = None) -> Callable:
+def autoparallel_backend(
+    *,
+    enable_ac: bool | None = None,
+    ac_stage_size_in_GiB: Any = "auto",
+    overlap_scheduling: bool | None = None,
+) -> Callable:
     """A ``torch.compile`` backend for a module autoshard built, as AutoParallel's
     ``autoparallel_backend``: ``torch.compile(parallel, backend=autoparallel_backend())``.
 
@@ -54,15 +64,19 @@ def autoparallel_backend(*, enable_ac: bool | None = None,
         raise NotImplementedError(
             "autoparallel_backend(enable_ac=True): autoshard has no activation-checkpointing "
             "pass; the program keeps the forward activations the backward needs. Pass "
-            "enable_ac=False (or leave it out)")
+            "enable_ac=False (or leave it out)"
+        )
     if ac_stage_size_in_GiB not in ("auto", None):
-        raise NotImplementedError("autoparallel_backend(ac_stage_size_in_GiB=...) configures "
-                                  "activation checkpointing, which autoshard does not do")
+        raise NotImplementedError(
+            "autoparallel_backend(ac_stage_size_in_GiB=...) configures "
+            "activation checkpointing, which autoshard does not do"
+        )
     if overlap_scheduling not in (None, True):
         raise NotImplementedError(
             "autoparallel_backend(overlap_scheduling=False): the lowered program's "
             "collectives are already bucketed and overlapped (overlap.py); build the module "
-            "with compile=False and runtime='interpret' for a step without overlap")
+            "with compile=False and runtime='interpret' for a step without overlap"
+        )
 
     def backend(gm, example_inputs):
         from torch._inductor.compile_fx import compile_fx

@@ -40,17 +40,16 @@ from .program import is_collective, is_wait
 
 _aten = torch.ops.aten
 # ops that read a tensor's metadata only: they do not need a deferred value's data
-_METADATA_ONLY = {_aten.ones_like.default, _aten.zeros_like.default,
-                  _aten.empty_like.default}
+_METADATA_ONLY = {_aten.ones_like.default, _aten.zeros_like.default, _aten.empty_like.default}
 
 
 @dataclass
 class SplitForward:
-    main: fx.GraphModule      # (forward inputs) -> (outputs it makes..., boundary values...)
+    main: fx.GraphModule  # (forward inputs) -> (outputs it makes..., boundary values...)
     epilogue: fx.GraphModule  # (boundary values...) -> (outputs it makes...)
-    from_main: list[int]      # forward output slots main makes, in main's output order
-    from_tail: list[int]      # module output slots the epilogue makes (never a saved one)
-    tail_vals: list           # their fake values (shape, strides, dtype)
+    from_main: list[int]  # forward output slots main makes, in main's output order
+    from_tail: list[int]  # module output slots the epilogue makes (never a saved one)
+    tail_vals: list  # their fake values (shape, strides, dtype)
 
 
 def split_forward(gm: fx.GraphModule, n_outputs: int) -> SplitForward | None:
@@ -59,8 +58,7 @@ def split_forward(gm: fx.GraphModule, n_outputs: int) -> SplitForward | None:
     once is waited for in the forward: deferring it would only move the wait), or None
     when there is no such wait."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    slots = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) \
-        else [output.args[0]]
+    slots = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
     saved = {s for s in slots[n_outputs:] if isinstance(s, fx.Node)}
     tail: set[fx.Node] = set()
     for w in gm.graph.nodes:
@@ -74,12 +72,21 @@ def split_forward(gm: fx.GraphModule, n_outputs: int) -> SplitForward | None:
     from_main = [k for k in range(len(slots)) if k not in from_tail]
     # main's values the tail reads, in graph order
     boundary = [n for n in gm.graph.nodes if n not in tail and any(u in tail for u in n.users)]
-    main = _subgraph(gm, [n for n in gm.graph.nodes if n not in tail and n.op != "output"],
-                     [slots[k] for k in from_main] + boundary, placeholders=None)
-    epilogue = _subgraph(gm, [n for n in gm.graph.nodes if n in tail],
-                         [slots[k] for k in from_tail], placeholders=boundary)
-    return SplitForward(main, epilogue, from_main, from_tail,
-                        [slots[k].meta["val"] for k in from_tail])
+    main = _subgraph(
+        gm,
+        [n for n in gm.graph.nodes if n not in tail and n.op != "output"],
+        [slots[k] for k in from_main] + boundary,
+        placeholders=None,
+    )
+    epilogue = _subgraph(
+        gm,
+        [n for n in gm.graph.nodes if n in tail],
+        [slots[k] for k in from_tail],
+        placeholders=boundary,
+    )
+    return SplitForward(
+        main, epilogue, from_main, from_tail, [slots[k].meta["val"] for k in from_tail]
+    )
 
 
 def _downstream(w: fx.Node, output: fx.Node) -> set[fx.Node] | None:
@@ -101,12 +108,14 @@ def _downstream(w: fx.Node, output: fx.Node) -> set[fx.Node] | None:
 
 def _small(val) -> bool:
     vals = val if isinstance(val, (tuple, list)) else [val]
-    return bool(vals) and all(isinstance(v, torch.Tensor) and v.numel() <= SMALL_NUMEL
-                              for v in vals)
+    return bool(vals) and all(
+        isinstance(v, torch.Tensor) and v.numel() <= SMALL_NUMEL for v in vals
+    )
 
 
-def _subgraph(gm: fx.GraphModule, nodes: list[fx.Node], outputs: list,
-              placeholders: list[fx.Node] | None) -> fx.GraphModule:
+def _subgraph(
+    gm: fx.GraphModule, nodes: list[fx.Node], outputs: list, placeholders: list[fx.Node] | None
+) -> fx.GraphModule:
     """A graph of ``nodes`` (in order) returning ``outputs``; ``placeholders``: the nodes
     it takes as inputs instead (None: ``gm``'s own placeholders, kept in ``nodes``)."""
     g = fx.Graph()
@@ -143,13 +152,13 @@ class DeferredValue(torch.Tensor):
     (once) and then works on the real value; making a tensor like it does not."""
 
     @staticmethod
-    def __new__(cls, like: torch.Tensor, pending: PendingTail, slot: int,
-                device: torch.device):
+    def __new__(cls, like: torch.Tensor, pending: PendingTail, slot: int, device: torch.device):
         # like: the fake value the graph recorded for this output (its shape, strides and
         # dtype; the device is the rank's, which a graph lowered on another rank's fake
         # device may not record)
-        r = torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(),
-                                                dtype=like.dtype, device=device)
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, like.shape, strides=like.stride(), dtype=like.dtype, device=device
+        )
         r._pending, r._slot = pending, slot
         return r
 
@@ -163,8 +172,13 @@ class DeferredValue(torch.Tensor):
         kwargs = kwargs or {}
         if func in _METADATA_ONLY:
             like = args[0]
-            return func(torch.empty_strided(like.shape, like.stride(), dtype=like.dtype,
-                                            device=like.device), *args[1:], **kwargs)
+            return func(
+                torch.empty_strided(
+                    like.shape, like.stride(), dtype=like.dtype, device=like.device
+                ),
+                *args[1:],
+                **kwargs,
+            )
         args, kwargs = pytree.tree_map_only(DeferredValue, lambda d: d.value(), (args, kwargs))
         return func(*args, **kwargs)
 

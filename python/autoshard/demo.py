@@ -21,6 +21,7 @@ import torch
 
 from .presets import PRESET_NAMES, PresetError, default_dim_names, resolve
 
+
 def _parse_mesh(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(x) for x in text.lower().replace("*", "x").split("x"))
@@ -34,24 +35,41 @@ def _parse_mesh(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autoshard demo", description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=32, help="transformer layers (default 32)")
-    p.add_argument("--mesh", type=_parse_mesh, default=(8, 8),
-                   help="mesh shape, dp x tp (default 8x8 = 64 GPUs)")
+    p.add_argument(
+        "--mesh",
+        type=_parse_mesh,
+        default=(8, 8),
+        help="mesh shape, dp x tp (default 8x8 = 64 GPUs)",
+    )
     p.add_argument("--hardware", default="H100", help="GPU profile (default H100)")
     p.add_argument("--seq", type=int, default=2048, help="sequence length (default 2048)")
-    p.add_argument("--batch-per-dp", type=int, default=8,
-                   help="sequences per data-parallel rank (default 8)")
-    p.add_argument("--batch", type=int, default=None,
-                   help="global batch in sequences (default: --batch-per-dp x the data-"
-                        "parallel size, the mesh size without its tp dim)")
-    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
-                   help="plan under a preset's constraints (docs/presets.md) instead of the "
-                        "demo's own (batch split over dp, 1/mesh size of the parameters)")
-    p.add_argument("--dim-names", default=None,
-                   help="mesh dim names joined by ',' (default dp,tp; with --preset, names "
-                        "that fit it, e.g. dp_replicate,dp_shard for hsdp)")
+    p.add_argument(
+        "--batch-per-dp", type=int, default=8, help="sequences per data-parallel rank (default 8)"
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="global batch in sequences (default: --batch-per-dp x the data-"
+        "parallel size, the mesh size without its tp dim)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        default=None,
+        help="plan under a preset's constraints (docs/presets.md) instead of the "
+        "demo's own (batch split over dp, 1/mesh size of the parameters)",
+    )
+    p.add_argument(
+        "--dim-names",
+        default=None,
+        help="mesh dim names joined by ',' (default dp,tp; with --preset, names "
+        "that fit it, e.g. dp_replicate,dp_shard for hsdp)",
+    )
     p.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa")
-    p.add_argument("--time-limit", type=float, default=10.0,
-                   help="solver time limit in seconds (default 10)")
+    p.add_argument(
+        "--time-limit", type=float, default=10.0, help="solver time limit in seconds (default 10)"
+    )
     p.add_argument("--trace-only", action="store_true", help="stop after tracing")
     p.add_argument("--graph-out", help="also write the traced graph JSON to this file")
     p.add_argument("--plan-out", help="also write the plan JSON to this file")
@@ -64,8 +82,9 @@ def main(argv=None) -> int:
     if args.layers < 1:
         print("autoshard demo: --layers must be >= 1", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+    )
     from torch.distributed.tensor import Replicate, Shard
 
     from .api import AutoParallel
@@ -78,11 +97,14 @@ def main(argv=None) -> int:
     elif args.preset:
         names = default_dim_names(args.preset, len(mesh_shape))
     else:
-        names = ("dp", "tp") if len(mesh_shape) == 2 else tuple(f"d{i}" for i in
-                                                                  range(len(mesh_shape)))
+        names = (
+            ("dp", "tp") if len(mesh_shape) == 2 else tuple(f"d{i}" for i in range(len(mesh_shape)))
+        )
     if len(names) != len(mesh_shape):
-        print(f"autoshard demo: --dim-names: {len(names)} names for a {len(mesh_shape)}-D "
-              "mesh", file=sys.stderr)
+        print(
+            f"autoshard demo: --dim-names: {len(names)} names for a {len(mesh_shape)}-D " "mesh",
+            file=sys.stderr,
+        )
         return 2
     try:
         resolve(args.preset, mesh_shape, names)
@@ -92,6 +114,7 @@ def main(argv=None) -> int:
     cfg = llama3_8b_config(n_layers=args.layers, seq_len=args.seq)
     if args.attention != cfg.attention:
         from dataclasses import replace
+
         cfg = replace(cfg, attention=args.attention)
     dp = mesh_shape[0]  # the demo's own constraints split the batch over mesh dim 0
     if args.preset:  # a preset splits it over every dim but tp
@@ -103,23 +126,34 @@ def main(argv=None) -> int:
     with torch.device("meta"):
         model = Llama(cfg)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: Llama-3-8B shape, {args.layers} layers, {n_params / 1e9:.2f} B parameters;"
-          f" batch {batch} x seq {args.seq}; mesh {'x'.join(map(str, mesh_shape))} "
-          f"({'/'.join(names)}) = {torch.Size(mesh_shape).numel()} x {args.hardware}"
-          + (f"; preset {args.preset}" if args.preset else ""))
+    print(
+        f"model: Llama-3-8B shape, {args.layers} layers, {n_params / 1e9:.2f} B parameters;"
+        f" batch {batch} x seq {args.seq}; mesh {'x'.join(map(str, mesh_shape))} "
+        f"({'/'.join(names)}) = {torch.Size(mesh_shape).numel()} x {args.hardware}"
+        + (f"; preset {args.preset}" if args.preset else "")
+    )
 
     def input_fn():
         tokens = torch.empty(batch, args.seq, dtype=torch.long)
         return tokens, torch.empty(batch, args.seq, dtype=torch.long)
 
     with fake_world(mesh_shape, names) as mesh, ExitStack() as scope:
-        autop = scope.enter_context(AutoParallel(  # logs its stages (progress.py)
-            model, input_fn, mesh, hardware=args.hardware, time_limit_s=args.time_limit,
-            preset=args.preset))
+        autop = scope.enter_context(
+            AutoParallel(  # logs its stages (progress.py)
+                model,
+                input_fn,
+                mesh,
+                hardware=args.hardware,
+                time_limit_s=args.time_limit,
+                preset=args.preset,
+            )
+        )
         step = autop.step
         n_nodes = sum(1 for n in step.gm.graph.nodes if n.op == "call_function")
-        print(f"traced: {n_nodes} ATen nodes in {step.trace_seconds:.1f} s "
-              f"(source lines {'recorded' if step.source_captured else 'absent'})")
+        print(
+            f"traced: {n_nodes} ATen nodes in {step.trace_seconds:.1f} s "
+            f"(source lines {'recorded' if step.source_captured else 'absent'})"
+        )
         if args.graph_out:
             with open(args.graph_out, "w") as f:
                 f.write(autop.graph_json())
@@ -148,8 +182,10 @@ def main(argv=None) -> int:
             with open(args.plan_out, "w") as f:
                 json.dump(saved, f)
         print(summarize_plan(plan, step))
-    print(f"total demo time {time.perf_counter() - t_start:.1f} s "
-          f"(planning {plan.get('plan_seconds', 0.0):.1f} s)")
+    print(
+        f"total demo time {time.perf_counter() - t_start:.1f} s "
+        f"(planning {plan.get('plan_seconds', 0.0):.1f} s)"
+    )
     return 0
 
 
@@ -176,10 +212,13 @@ def summarize_plan(plan: dict, step) -> str:
     for n in step.gm.graph.nodes:
         if n.op != "call_function" or n.name in backward:
             continue
-        if str(n.target) not in ("aten.mm.default", "aten.bmm.default",
-                                 "aten._scaled_dot_product_flash_attention.default",
-                                 "aten._scaled_dot_product_flash_attention_for_cpu.default",
-                                 "aten.embedding.default"):
+        if str(n.target) not in (
+            "aten.mm.default",
+            "aten.bmm.default",
+            "aten._scaled_dot_product_flash_attention.default",
+            "aten._scaled_dot_product_flash_attention_for_cpu.default",
+            "aten.embedding.default",
+        ):
             continue
         mod = module_path(n) or ""
         e = nodes.get(n.name, {})
@@ -187,11 +226,11 @@ def summarize_plan(plan: dict, step) -> str:
         ins = e.get("inputs") or []
         acts[layer_of(mod) if mod else "-"].append(
             f"  {n.name:<14} {str(n.target).split('.')[1]:<14} {mod:<34} "
-            f"in {' '.join(_fmt(i) for i in ins)} -> {_fmt(outs[0])}")
+            f"in {' '.join(_fmt(i) for i in ins)} -> {_fmt(outs[0])}"
+        )
     shown = 0
     ordered = sorted(by_layer, key=_layer_key)
-    last_layer = max((l for l in ordered if l.startswith("layers.")), key=_layer_key,
-                     default=None)
+    last_layer = max((l for l in ordered if l.startswith("layers.")), key=_layer_key, default=None)
     for layer in ordered:
         if layer.startswith("layers.") and shown >= 2 and layer != last_layer:
             continue  # the repeated layers look alike; print the first two and the last
@@ -205,12 +244,16 @@ def summarize_plan(plan: dict, step) -> str:
     comm = float(s.get("comm_us", 0.0))
     exposed = float(s.get("exposed_comm_us", comm))
     compute = float(s.get("compute_us", 0.0))
-    lines.append(f"step time (model): {total / 1e3:.2f} ms = compute {compute / 1e3:.2f} ms + "
-                 f"exposed communication {exposed / 1e3:.2f} ms "
-                 f"({100 * exposed / total if total else 0:.0f}%; {comm / 1e3:.2f} ms in all)"
-                 f"; lower bound {float(s.get('lower_bound_us', 0.0)) / 1e3:.2f} ms")
-    lines.append(f"parameter memory per GPU: "
-                 f"{float(s.get('parameter_bytes_per_gpu', 0)) / 2**30:.2f} GiB")
+    lines.append(
+        f"step time (model): {total / 1e3:.2f} ms = compute {compute / 1e3:.2f} ms + "
+        f"exposed communication {exposed / 1e3:.2f} ms "
+        f"({100 * exposed / total if total else 0:.0f}%; {comm / 1e3:.2f} ms in all)"
+        f"; lower bound {float(s.get('lower_bound_us', 0.0)) / 1e3:.2f} ms"
+    )
+    lines.append(
+        f"parameter memory per GPU: "
+        f"{float(s.get('parameter_bytes_per_gpu', 0)) / 2**30:.2f} GiB"
+    )
     if plan.get("report"):
         lines.append("")
         lines.append(str(plan["report"]).rstrip())

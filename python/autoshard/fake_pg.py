@@ -30,16 +30,19 @@ def init_fake_process_group(world_size: int, rank: int = 0) -> None:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise RuntimeError("a process group is already initialised; call "
-                           "torch.distributed.destroy_process_group() first (or use "
-                           "fake_mesh as a context manager)")
+        raise RuntimeError(
+            "a process group is already initialised; call "
+            "torch.distributed.destroy_process_group() first (or use "
+            "fake_mesh as a context manager)"
+        )
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"bad fake world: world_size={world_size}, rank={rank}")
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
 
 
-def fake_mesh(shape: Sequence[int], dim_names: Sequence[str] | None = None,
-              device_type: str = "cuda") -> DeviceMesh:
+def fake_mesh(
+    shape: Sequence[int], dim_names: Sequence[str] | None = None, device_type: str = "cuda"
+) -> DeviceMesh:
     """A DeviceMesh of ``shape`` on a fresh fake process group of prod(shape) ranks.
     ``device_type="cuda"`` works without a GPU: tracing uses fake CUDA tensors."""
     shape = tuple(int(s) for s in shape)
@@ -62,8 +65,11 @@ def _cuda_mesh_without_gpu(shape, names) -> DeviceMesh:
     # init_device_mesh would select a CUDA device; the DeviceMesh constructor only records
     # the device type, which is all tracing and planning read.
     ranks = torch.arange(math.prod(shape)).view(shape)
-    return DeviceMesh("cuda", ranks, mesh_dim_names=names, _init_backend=False) \
-        if _accepts_init_backend() else DeviceMesh("cuda", ranks, mesh_dim_names=names)
+    return (
+        DeviceMesh("cuda", ranks, mesh_dim_names=names, _init_backend=False)
+        if _accepts_init_backend()
+        else DeviceMesh("cuda", ranks, mesh_dim_names=names)
+    )
 
 
 def _accepts_init_backend() -> bool:
@@ -73,8 +79,9 @@ def _accepts_init_backend() -> bool:
 
 
 @contextlib.contextmanager
-def fake_world(shape: Sequence[int], dim_names: Sequence[str] | None = None,
-               device_type: str = "cuda") -> Iterator[DeviceMesh]:
+def fake_world(
+    shape: Sequence[int], dim_names: Sequence[str] | None = None, device_type: str = "cuda"
+) -> Iterator[DeviceMesh]:
     """``with fake_world((8, 8), ("dp", "tp")) as mesh:`` - the process group is destroyed
     on exit."""
     mesh = fake_mesh(shape, dim_names, device_type)

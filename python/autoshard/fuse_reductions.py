@@ -36,13 +36,12 @@ import torch
 import torch.fx as fx
 
 from .overlap import merge_collectives, propagate_meta
-from .program import (OUTSIDE, is_collective, is_wait, op_name, strip_views, tensor_val,
-                      wait_of)
+from .program import OUTSIDE, is_collective, is_wait, op_name, strip_views, tensor_val, wait_of
 
 # all-reduces at most this many elements are merged: for them the fixed cost of a round
 # trip dominates (larger ones are gradient buckets, merged by overlap.bucket_reductions)
 SMALL_NUMEL = 4096
-_LINEAR_IN_FIRST = {"div"}   # op(x, total) is linear in x
+_LINEAR_IN_FIRST = {"div"}  # op(x, total) is linear in x
 _LINEAR_IN_EITHER = {"mul"}  # so is op(total, x)
 
 
@@ -70,8 +69,12 @@ def _linear_operand(d: fx.Node, group_args: tuple):
         if not isinstance(x, fx.Node) or not isinstance(total, fx.Node):
             continue
         c1 = _reduced_scalar(total)
-        if c1 is not None and c1.args[1:] == group_args and tensor_val(x) is not None \
-                and tensor_val(x).dtype.is_floating_point:
+        if (
+            c1 is not None
+            and c1.args[1:] == group_args
+            and tensor_val(x) is not None
+            and tensor_val(x).dtype.is_floating_point
+        ):
             return x, total
     return None
 
@@ -88,8 +91,7 @@ def count_targets_early(gm: fx.GraphModule) -> int:
         target, weight, ignore = n.args[1], n.args[2], n.args[4]
         totals = [u for u in n.users if u.target is operator.getitem and u.args[1] == 1]
         src = tensor_val(n.args[0])
-        if weight is not None or len(totals) != 1 or src is None \
-                or not isinstance(target, fx.Node):
+        if weight is not None or len(totals) != 1 or src is None or not isinstance(target, fx.Node):
             continue
         reductions = [u for u in totals[0].users if _sum_all_reduce(u)]
         if len(reductions) != 1:
@@ -133,8 +135,9 @@ def split_normalised_reductions(gm: fx.GraphModule) -> int:
     return _finish(gm, done)
 
 
-def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL,
-                              hold_back: bool = False) -> int:
+def coalesce_small_reductions(
+    gm: fx.GraphModule, small_numel: int = SMALL_NUMEL, hold_back: bool = False
+) -> int:
     """Rewrite 2 in place; returns how many all-reduces were merged into others.
     ``hold_back``: merge also where large compute lies between two members (the earlier one
     then starts with the later: for a count nothing waits for until the backward's end,
@@ -144,14 +147,17 @@ def coalesce_small_reductions(gm: fx.GraphModule, small_numel: int = SMALL_NUMEL
     for run in _runs_of_small_reductions(gm, small_numel, hold_back):
         members = [(c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c, _ in run]
         coll = merge_collectives(g, run)
-        coll.meta["custom"] = {"autoshard_node": "merged " + ", ".join(map(str, members)),
-                               "autoshard_members": members}
+        coll.meta["custom"] = {
+            "autoshard_node": "merged " + ", ".join(map(str, members)),
+            "autoshard_members": members,
+        }
         merged += len(run) - 1
     return _finish(gm, merged)
 
 
-def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int,
-                              hold_back: bool = False) -> list[list]:
+def _runs_of_small_reductions(
+    gm: fx.GraphModule, small_numel: int, hold_back: bool = False
+) -> list[list]:
     """Maximal runs (2 or more) of small sum all-reduces with the same group and dtype,
     consecutive among the graph's collectives, where no member's result is read before the
     run's last member is issued (so none depends on another), and no large tensor is
@@ -162,8 +168,10 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int,
     runs, cur = [], []
 
     def compute_between(a: fx.Node, b: fx.Node) -> bool:
-        return not hold_back and any(tensor_val(x) is not None and tensor_val(x).numel() > small_numel
-                   for x in nodes[order[a] + 1:order[b]])
+        return not hold_back and any(
+            tensor_val(x) is not None and tensor_val(x).numel() > small_numel
+            for x in nodes[order[a] + 1 : order[b]]
+        )
 
     def close():
         if len(cur) > 1:
@@ -172,8 +180,7 @@ def _runs_of_small_reductions(gm: fx.GraphModule, small_numel: int,
 
     for c in [n for n in gm.graph.nodes if is_collective(n)]:
         w, v = wait_of(c), tensor_val(c.args[0])
-        small = (_sum_all_reduce(c) and w is not None and v is not None
-                 and v.numel() <= small_numel)
+        small = _sum_all_reduce(c) and w is not None and v is not None and v.numel() <= small_numel
         if not small:
             close()
             continue

@@ -163,11 +163,16 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
             if not isinstance(n.target, torch._ops.OpOverload):
                 raise NotImplementedError(
                     f"node {n.name} calls {n.target!r}, which is not an ATen operator"
-                    + (f" (from {source_line(n)})" if source_line(n) else ""))
-            entry = {"name": n.name, "op": str(n.target), "phase": node_phase(n, backward),
-                     "args": [encode_arg(a) for a in n.args],
-                     "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
-                     "outputs": output_metas(n)}
+                    + (f" (from {source_line(n)})" if source_line(n) else "")
+                )
+            entry = {
+                "name": n.name,
+                "op": str(n.target),
+                "phase": node_phase(n, backward),
+                "args": [encode_arg(a) for a in n.args],
+                "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
+                "outputs": output_metas(n),
+            }
             src = source_line(n)
             if src:
                 entry["source"] = src
@@ -184,23 +189,33 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
             # a tensor constant the model builds in forward (e.g. transformers' GPT-2
             # `torch.tensor([])`): to the planner it is a graph input like a buffer; the
             # runtime feeds its value (runtime.StepRunner.constant_values)
-            nodes.append({"name": n.name, "op": "placeholder", "role": "buffer",
-                          "fqn": str(n.target),
-                          "outputs": [_meta_entry(getattr(gm, n.target))]})
+            nodes.append(
+                {
+                    "name": n.name,
+                    "op": "placeholder",
+                    "role": "buffer",
+                    "fqn": str(n.target),
+                    "outputs": [_meta_entry(getattr(gm, n.target))],
+                }
+            )
         elif n.op == "output":
             continue
         else:
-            raise NotImplementedError(f"graph node {n.name} has op {n.op!r} (only placeholder, "
-                                      "call_function and output are supported)")
+            raise NotImplementedError(
+                f"graph node {n.name} has op {n.op!r} (only placeholder, "
+                "call_function and output are supported)"
+            )
     outputs = []
     for o in step.outputs:
         if not isinstance(o.node, fx.Node):
             continue
         ref = tensor_ref(o.node)
-        if o.role == "output" and o.output_index in free_outputs \
-                and o.output_index in tangent_of_output:
-            outputs.append({**ref, "role": "grad",
-                            "grad_of": tangent_of_output[o.output_index]})
+        if (
+            o.role == "output"
+            and o.output_index in free_outputs
+            and o.output_index in tangent_of_output
+        ):
+            outputs.append({**ref, "role": "grad", "grad_of": tangent_of_output[o.output_index]})
         elif o.role == "output":
             outputs.append({**ref, "role": "output", "output_index": o.output_index})
         else:
@@ -208,6 +223,7 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
     return {"version": 1, "nodes": nodes, "outputs": outputs}
 
 
-def graph_json(step: TracedStep, indent: int | None = None,
-               free_outputs: Collection[int] = (), mesh=None) -> str:
+def graph_json(
+    step: TracedStep, indent: int | None = None, free_outputs: Collection[int] = (), mesh=None
+) -> str:
     return json.dumps(graph_dict(step, free_outputs, mesh), indent=indent, allow_nan=False)

@@ -46,8 +46,10 @@ def _copy_full(dst: DTensor, value: torch.Tensor, what: str) -> None:
     try:
         torch.broadcast_shapes(tuple(value.shape), tuple(dst.shape))
     except RuntimeError:
-        raise ValueError(f"init_weights: {what} has shape {tuple(dst.shape)}, the assigned "
-                         f"tensor {tuple(value.shape)}") from None
+        raise ValueError(
+            f"init_weights: {what} has shape {tuple(dst.shape)}, the assigned "
+            f"tensor {tuple(value.shape)}"
+        ) from None
     with torch.no_grad():
         dst.copy_(_shard_of(value, dst))
 
@@ -57,8 +59,12 @@ class _FullCopies(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.ops.aten.copy_.default and isinstance(args[0], DTensor) \
-                and isinstance(args[1], torch.Tensor) and not isinstance(args[1], DTensor):
+        if (
+            func is torch.ops.aten.copy_.default
+            and isinstance(args[0], DTensor)
+            and isinstance(args[1], torch.Tensor)
+            and not isinstance(args[1], DTensor)
+        ):
             return func(args[0], _shard_of(args[1], args[0]), *args[2:], **kwargs)
         return func(*args, **kwargs)
 
@@ -68,9 +74,15 @@ def _assign_into_dtensors(original: Callable) -> Callable:
         own = module.__dict__.get("_parameters", {}).get(name)
         if own is None:
             own = module.__dict__.get("_buffers", {}).get(name)
-        if isinstance(own, DTensor) and isinstance(value, torch.Tensor) \
-                and not (isinstance(value, DTensor) and value.placements == own.placements
-                         and isinstance(value, nn.Parameter) == isinstance(own, nn.Parameter)):
+        if (
+            isinstance(own, DTensor)
+            and isinstance(value, torch.Tensor)
+            and not (
+                isinstance(value, DTensor)
+                and value.placements == own.placements
+                and isinstance(value, nn.Parameter) == isinstance(own, nn.Parameter)
+            )
+        ):
             _copy_full(own, value, f"{type(module).__name__}.{name}")
             return
         original(module, name, value)
@@ -85,8 +97,11 @@ def full_tensor_init():
     data = torch._C.TensorBase.data
 
     def set_data(t, value):
-        if isinstance(t, DTensor) and isinstance(value, torch.Tensor) \
-                and not isinstance(value, DTensor):
+        if (
+            isinstance(t, DTensor)
+            and isinstance(value, torch.Tensor)
+            and not isinstance(value, DTensor)
+        ):
             _copy_full(t, value, "tensor.data")
         else:
             data.__set__(t, value)

@@ -46,25 +46,66 @@ from .program import is_collective, is_wait, op_name, tensor_val
 # op -> positions of the arguments it is linear in (jointly); every other tensor argument
 # must not depend on the tangent. ``None``: all tensor arguments (sums, concatenations).
 _LINEAR: dict[str, tuple | None] = {
-    **{v: (0,) for v in (
-        "view", "_unsafe_view", "reshape", "expand", "t", "transpose", "permute", "squeeze",
-        "unsqueeze", "clone", "contiguous", "alias", "detach", "_to_copy", "sum", "mean",
-        "neg", "split", "split_with_sizes", "chunk", "slice", "select", "narrow",
-        "unbind", "index_select", "repeat", "flip", "roll", "constant_pad_nd",
-        "div", "zeros_like",
-        # backward kernels: linear in the incoming gradient (argument 0)
-        "embedding_dense_backward", "silu_backward", "gelu_backward", "threshold_backward",
-        "sigmoid_backward", "tanh_backward", "_log_softmax_backward_data",
-        "_softmax_backward_data", "native_layer_norm_backward", "nll_loss_backward",
-        "_scaled_dot_product_flash_attention_for_cpu_backward",
-        "_scaled_dot_product_flash_attention_backward",
-        "_scaled_dot_product_efficient_attention_backward",
-        "_scaled_dot_product_cudnn_attention_backward",
-        # sum-reducing collectives and their waits
-        "all_reduce", "all_reduce_", "reduce_scatter_tensor", "all_gather_into_tensor",
-        "all_to_all_single", "wait_tensor")},
+    **{
+        v: (0,)
+        for v in (
+            "view",
+            "_unsafe_view",
+            "reshape",
+            "expand",
+            "t",
+            "transpose",
+            "permute",
+            "squeeze",
+            "unsqueeze",
+            "clone",
+            "contiguous",
+            "alias",
+            "detach",
+            "_to_copy",
+            "sum",
+            "mean",
+            "neg",
+            "split",
+            "split_with_sizes",
+            "chunk",
+            "slice",
+            "select",
+            "narrow",
+            "unbind",
+            "index_select",
+            "repeat",
+            "flip",
+            "roll",
+            "constant_pad_nd",
+            "div",
+            "zeros_like",
+            # backward kernels: linear in the incoming gradient (argument 0)
+            "embedding_dense_backward",
+            "silu_backward",
+            "gelu_backward",
+            "threshold_backward",
+            "sigmoid_backward",
+            "tanh_backward",
+            "_log_softmax_backward_data",
+            "_softmax_backward_data",
+            "native_layer_norm_backward",
+            "nll_loss_backward",
+            "_scaled_dot_product_flash_attention_for_cpu_backward",
+            "_scaled_dot_product_flash_attention_backward",
+            "_scaled_dot_product_efficient_attention_backward",
+            "_scaled_dot_product_cudnn_attention_backward",
+            # sum-reducing collectives and their waits
+            "all_reduce",
+            "all_reduce_",
+            "reduce_scatter_tensor",
+            "all_gather_into_tensor",
+            "all_to_all_single",
+            "wait_tensor",
+        )
+    },
     **{v: (0, 1) for v in ("mul", "mm", "bmm", "matmul")},  # in one of the two, not both
-    **{v: None for v in ("add", "sub", "cat", "stack")},     # in all of them
+    **{v: None for v in ("add", "sub", "cat", "stack")},  # in all of them
 }
 _COLLECTIVE_SUM_ONLY = {"all_reduce", "all_reduce_", "reduce_scatter_tensor"}
 
@@ -108,8 +149,13 @@ def _saved_reduction(value) -> tuple[fx.Node, list[fx.Node]] | None:
         value = value.all_input_nodes[0]
     c = value.args[0]
     reduced = tensor_val(c)
-    if not (is_collective(c) and op_name(c) in ("all_reduce", "all_reduce_")
-            and c.args[1] == "sum" and reduced is not None and reduced.numel() <= SMALL_NUMEL):
+    if not (
+        is_collective(c)
+        and op_name(c) in ("all_reduce", "all_reduce_")
+        and c.args[1] == "sum"
+        and reduced is not None
+        and reduced.numel() <= SMALL_NUMEL
+    ):
         return None
     return value, chain[::-1]
 
@@ -120,11 +166,20 @@ def _roots(count: fx.Node) -> list[fx.Node] | None:
     ignores the value); else None."""
     roots = []
     for u in count.users:
-        if op_name(u) == "div" and len(u.args) == 2 and u.args[1] is count \
-                and u.args[0] is not count and not u.kwargs:
+        if (
+            op_name(u) == "div"
+            and len(u.args) == 2
+            and u.args[1] is count
+            and u.args[0] is not count
+            and not u.kwargs
+        ):
             roots.append(u)
-        elif op_name(u) == "nll_loss_backward" and u.args[6] is count and u.args[4] == 2 \
-                and all(a is not count for a in u.args[:6]):
+        elif (
+            op_name(u) == "nll_loss_backward"
+            and u.args[6] is count
+            and u.args[4] == 2
+            and all(a is not count for a in u.args[:6])
+        ):
             continue
         else:
             return None
@@ -134,8 +189,8 @@ def _roots(count: fx.Node) -> list[fx.Node] | None:
 def _linear_from(bwd: fx.GraphModule, roots: list[fx.Node], tangents: list[fx.Node]) -> bool:
     """Every gradient the backward returns that depends on a tangent is a linear function of
     the roots' numerators alone, through the ops of ``_LINEAR``."""
-    scaled = set(roots)             # values that carry the factor 1 / count
-    other = set(tangents)           # tangent-dependent values that do not
+    scaled = set(roots)  # values that carry the factor 1 / count
+    other = set(tangents)  # tangent-dependent values that do not
     for n in bwd.graph.nodes:
         if n.op in ("placeholder", "output") or n in scaled:
             continue
@@ -148,8 +203,10 @@ def _linear_from(bwd: fx.GraphModule, roots: list[fx.Node], tangents: list[fx.No
             other.add(n)
             continue
         val = n.meta.get("val")
-        if any(isinstance(v, torch.Tensor) and v.dtype == torch.float16
-               for v in (val if isinstance(val, (tuple, list)) else [val])):
+        if any(
+            isinstance(v, torch.Tensor) and v.dtype == torch.float16
+            for v in (val if isinstance(val, (tuple, list)) else [val])
+        ):
             return False
         scaled.add(n)
     returned = [a for a in _output(bwd).args[0] if isinstance(a, fx.Node)]
@@ -173,8 +230,16 @@ def _linear_op(n: fx.Node, scaled: set) -> bool:
     return len(carrying) == 1 and carrying[0] in linear_in
 
 
-def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: int,
-             count: fx.Node, roots: list[fx.Node], wait: fx.Node, chain: list[fx.Node]) -> None:
+def _rewrite(
+    fwd: fx.GraphModule,
+    bwd: fx.GraphModule,
+    fwd_out: fx.Node,
+    slot: int,
+    count: fx.Node,
+    roots: list[fx.Node],
+    wait: fx.Node,
+    chain: list[fx.Node],
+) -> None:
     aten = torch.ops.aten
     # forward: save the all-reduce's result, not its wait
     scalar_shape = list(tensor_val(fwd_out.args[0][slot]).shape)
@@ -202,8 +267,14 @@ def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: i
     # the whole bucket instead of one per parameter)
     out = _output(bwd)
     order = {n: k for k, n in enumerate(g.nodes)}
-    at = sorted({_highest_view_source(a, scaled, out) for a in out.args[0]
-                 if isinstance(a, fx.Node) and a in scaled}, key=order.__getitem__)
+    at = sorted(
+        {
+            _highest_view_source(a, scaled, out)
+            for a in out.args[0]
+            if isinstance(a, fx.Node) and a in scaled
+        },
+        key=order.__getitem__,
+    )
     if not at:
         return
     with g.inserting_before(at[0].next):  # (inserting_after would reverse their order)
@@ -224,6 +295,7 @@ def _rewrite(fwd: fx.GraphModule, bwd: fx.GraphModule, fwd_out: fx.Node, slot: i
 def _highest_view_source(a: fx.Node, scaled: set, out: fx.Node) -> fx.Node:
     """The furthest node above gradient ``a``, through carriers, whose every use is a
     carrier chain ending in the output (dividing it divides only returned gradients)."""
+
     def only_carried_out(n: fx.Node) -> bool:
         return all(u is out or (only_carries(u) and only_carried_out(u)) for u in n.users)
 

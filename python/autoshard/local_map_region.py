@@ -61,8 +61,15 @@ _REGIONS: list[Region] = []  # by index: the ops carry the index
 _BY_KEY: dict = {}
 
 
-def local_map(func: Callable | None = None, out_placements=None, in_placements=None,
-              in_grad_placements=None, device_mesh=None, *, redistribute_inputs: bool = False):
+def local_map(
+    func: Callable | None = None,
+    out_placements=None,
+    in_placements=None,
+    in_grad_placements=None,
+    device_mesh=None,
+    *,
+    redistribute_inputs: bool = False,
+):
     """Run ``func`` on local shards with the declared placements; usable as a decorator
     (``@local_map(out_placements=..., ...)``). Keywords as torch's
     ``torch.distributed.tensor.experimental.local_map``:
@@ -81,16 +88,21 @@ def local_map(func: Callable | None = None, out_placements=None, in_placements=N
 
     Inside ``func`` use ``autoshard.collectives`` (all_reduce, all_gather, ...)."""
     if func is None:
-        return lambda f: local_map(f, out_placements, in_placements, in_grad_placements,
-                                   device_mesh, redistribute_inputs=redistribute_inputs)
+        return lambda f: local_map(
+            f,
+            out_placements,
+            in_placements,
+            in_grad_placements,
+            device_mesh,
+            redistribute_inputs=redistribute_inputs,
+        )
     if device_mesh is None:
         # the mesh of the AutoParallel tracing the model now, else the previous local_map's
         device_mesh = collectives.planning_mesh() or collectives._LAST_MESH
     if device_mesh is None:
         # declared before any mesh is known (module level, __init__): the mesh is resolved
         # at the call, inside the trace of the AutoParallel that plans the model
-        declared = (out_placements, in_placements, in_grad_placements,
-                    bool(redistribute_inputs))
+        declared = (out_placements, in_placements, in_grad_placements, bool(redistribute_inputs))
         regions: dict = {}
 
         @functools.wraps(func)
@@ -100,33 +112,50 @@ def local_map(func: Callable | None = None, out_placements=None, in_placements=N
                 raise ValueError(
                     f"autoshard.local_map({getattr(func, '__qualname__', func)!s}): no "
                     "device_mesh: pass device_mesh= (the plan's mesh), or call the region "
-                    "inside a model that AutoParallel traces (its mesh is used)")
+                    "inside a model that AutoParallel traces (its mesh is used)"
+                )
             if id(mesh) not in regions:
                 regions[id(mesh)] = _declare(func, mesh, *declared)
             return regions[id(mesh)](*args, **kwargs)
 
         return deferred
-    return _declare(func, device_mesh, out_placements, in_placements, in_grad_placements,
-                    bool(redistribute_inputs))
+    return _declare(
+        func,
+        device_mesh,
+        out_placements,
+        in_placements,
+        in_grad_placements,
+        bool(redistribute_inputs),
+    )
 
 
-def _declare(func: Callable, device_mesh, out_placements, in_placements, in_grad_placements,
-             redistribute_inputs: bool) -> Callable:
+def _declare(
+    func: Callable,
+    device_mesh,
+    out_placements,
+    in_placements,
+    in_grad_placements,
+    redistribute_inputs: bool,
+) -> Callable:
     """The region of ``func`` on ``device_mesh`` (one per distinct declaration)."""
     collectives.set_last_mesh(device_mesh)
     nd = device_mesh.ndim
     what = f"local_map({getattr(func, '__qualname__', func)!s})"
     outs, single = _out_layouts(out_placements, nd, what)
     ins = None if in_placements is None else _in_layouts(in_placements, nd, what, "in_placements")
-    grads = None if in_grad_placements is None else \
-        _in_layouts(in_grad_placements, nd, what, "in_grad_placements")
+    grads = (
+        None
+        if in_grad_placements is None
+        else _in_layouts(in_grad_placements, nd, what, "in_grad_placements")
+    )
     if ins is not None and grads is not None and len(ins) != len(grads):
         raise ValueError(f"{what}: {len(grads)} in_grad_placements for {len(ins)} inputs")
     key = (func, id(device_mesh), outs, single, ins, grads, bool(redistribute_inputs))
     region = _BY_KEY.get(key)
     if region is None:  # the same declaration (local_map called in forward) is one region
-        region = Region(len(_REGIONS), func, device_mesh, outs, single, ins, grads,
-                        bool(redistribute_inputs))
+        region = Region(
+            len(_REGIONS), func, device_mesh, outs, single, ins, grads, bool(redistribute_inputs)
+        )
         _REGIONS.append(region)
         _BY_KEY[key] = region
     rid = region.index
@@ -140,8 +169,7 @@ def _declare(func: Callable, device_mesh, out_placements, in_placements, in_grad
 
 
 def _is_placements(x) -> bool:
-    return isinstance(x, (tuple, list)) and len(x) > 0 and all(isinstance(p, Placement)
-                                                               for p in x)
+    return isinstance(x, (tuple, list)) and len(x) > 0 and all(isinstance(p, Placement) for p in x)
 
 
 def _layout(spec, nd: int, what: str) -> tuple:
@@ -150,9 +178,10 @@ def _layout(spec, nd: int, what: str) -> tuple:
     if not _is_placements(spec) or len(spec) != nd:
         raise ValueError(f"{what}: expected {nd} placement(s) (one per mesh dim), got {spec!r}")
     for p in spec:
-        if not (type(p) in (Shard, Replicate) or (type(p) is Partial
-                                                   and p.reduce_op in ("sum", "avg", "max",
-                                                                       "min"))):
+        if not (
+            type(p) in (Shard, Replicate)
+            or (type(p) is Partial and p.reduce_op in ("sum", "avg", "max", "min"))
+        ):
             raise ValueError(f"{what}: {p!r} is not supported (Shard(d), Replicate(), Partial)")
     return tuple(spec)
 
@@ -163,13 +192,15 @@ def _out_layouts(spec, nd: int, what: str) -> tuple[tuple, bool]:
     if isinstance(spec, Placement) or (_is_placements(spec) and len(spec) == nd):
         return (_layout(spec, nd, f"{what} out_placements"),), True
     if not isinstance(spec, (tuple, list)):
-        raise ValueError(f"{what}: out_placements {spec!r} is neither placements nor a tuple "
-                         "of them")
+        raise ValueError(
+            f"{what}: out_placements {spec!r} is neither placements nor a tuple " "of them"
+        )
     outs = []
     for k, s in enumerate(spec):
         if s is None:
-            raise ValueError(f"{what}: output {k} has placements None: non-tensor outputs are "
-                             "not supported")
+            raise ValueError(
+                f"{what}: output {k} has placements None: non-tensor outputs are " "not supported"
+            )
         outs.append(_layout(s, nd, f"{what} out_placements[{k}]"))
     return tuple(outs), False
 
@@ -177,8 +208,9 @@ def _out_layouts(spec, nd: int, what: str) -> tuple[tuple, bool]:
 def _in_layouts(spec, nd: int, what: str, key: str) -> tuple:
     if not isinstance(spec, (tuple, list)):
         raise ValueError(f"{what}: {key} must be a tuple with one entry per positional argument")
-    return tuple(None if s is None else _layout(s, nd, f"{what} {key}[{k}]")
-                 for k, s in enumerate(spec))
+    return tuple(
+        None if s is None else _layout(s, nd, f"{what} {key}[{k}]") for k, s in enumerate(spec)
+    )
 
 
 def _traced(tensors: Sequence[torch.Tensor]) -> bool:
@@ -197,19 +229,27 @@ def _traced(tensors: Sequence[torch.Tensor]) -> bool:
 def _call(region: Region, args: tuple, kwargs: dict):
     what = f"local_map({region.name})"
     if kwargs:
-        raise TypeError(f"{what}: keyword arguments are not supported; pass them positionally "
-                        "(with None in in_placements) or bind them with functools.partial")
+        raise TypeError(
+            f"{what}: keyword arguments are not supported; pass them positionally "
+            "(with None in in_placements) or bind them with functools.partial"
+        )
     if region.in_layouts is not None and len(region.in_layouts) != len(args):
-        raise ValueError(f"{what}: {len(region.in_layouts)} in_placements for {len(args)} "
-                         "positional arguments")
+        raise ValueError(
+            f"{what}: {len(region.in_layouts)} in_placements for {len(args)} "
+            "positional arguments"
+        )
     if any(isinstance(a, DTensor) for a in args):
         from torch.distributed.tensor.experimental import local_map as torch_local_map
 
         with collectives.running_on(region.mesh):
-            return torch_local_map(region.fn, region.out_layouts if not region.single_output
-                                   else (region.out_layouts[0],), region.in_layouts,
-                                   region.in_grad_layouts, region.mesh,
-                                   redistribute_inputs=region.redistribute_inputs)(*args)
+            return torch_local_map(
+                region.fn,
+                region.out_layouts if not region.single_output else (region.out_layouts[0],),
+                region.in_layouts,
+                region.in_grad_layouts,
+                region.mesh,
+                redistribute_inputs=region.redistribute_inputs,
+            )(*args)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if not _traced(tensors):
         with collectives.running_on(region.mesh):
@@ -220,16 +260,21 @@ def _call(region: Region, args: tuple, kwargs: dict):
     for k, (a, lay) in enumerate(zip(args, region.in_layouts)):
         if isinstance(a, torch.Tensor):
             if lay is None:
-                raise ValueError(f"{what}: argument {k} is a tensor but its in_placements "
-                                 "entry is None")
+                raise ValueError(
+                    f"{what}: argument {k} is a tensor but its in_placements " "entry is None"
+                )
         else:
             if lay is not None:
-                raise ValueError(f"{what}: argument {k} ({type(a).__name__}) is not a tensor "
-                                 "but has placements; give None")
+                raise ValueError(
+                    f"{what}: argument {k} ({type(a).__name__}) is not a tensor "
+                    "but has placements; give None"
+                )
             if not isinstance(a, (int, float, bool, str, type(None))):
-                raise TypeError(f"{what}: argument {k} is a {type(a).__name__}; a planned "
-                                "region takes tensors, int, float, bool, str or None (bind "
-                                "other values with functools.partial)")
+                raise TypeError(
+                    f"{what}: argument {k} is a {type(a).__name__}; a planned "
+                    "region takes tensors, int, float, bool, str or None (bind "
+                    "other values with functools.partial)"
+                )
             consts.append((k, a))
     out = torch.ops.autoshard.local_map.default(tensors, region.index, repr(tuple(consts)))
     return out[1] if region.single_output else tuple(out[1:])
@@ -251,15 +296,19 @@ def _grad_layouts(region: Region) -> list[tuple]:
     Partial as Replicate (the gradient of a sum is the same full value for every term)."""
     ins = region.in_layouts
     given = region.in_grad_layouts or (None,) * len(ins)
-    return [g if g is not None else tuple(Replicate() if isinstance(p, Partial) else p
-                                          for p in lay)
-            for lay, g in zip(ins, given) if lay is not None]
+    return [
+        g if g is not None else tuple(Replicate() if isinstance(p, Partial) else p for p in lay)
+        for lay, g in zip(ins, given)
+        if lay is not None
+    ]
 
 
 def _out_grad_layouts(region: Region) -> list[tuple]:
     """Layout the output gradients arrive in: the output's, full values (Partial -> R)."""
-    return [tuple(Replicate() if isinstance(p, Partial) else p for p in lay)
-            for lay in region.out_layouts]
+    return [
+        tuple(Replicate() if isinstance(p, Partial) else p for p in lay)
+        for lay in region.out_layouts
+    ]
 
 
 def _differentiable(t: torch.Tensor) -> bool:
@@ -281,8 +330,7 @@ def _global_shape(local: Sequence[int], layout: tuple, mesh) -> list[int]:
 
 def _selector(like: torch.Tensor, mesh, local: bool) -> torch.Tensor:
     shape = [1] * mesh.ndim if local else [int(s) for s in mesh.shape]
-    return like.new_zeros(shape, dtype=torch.float32) if like is not None else \
-        torch.zeros(shape)
+    return like.new_zeros(shape, dtype=torch.float32) if like is not None else torch.zeros(shape)
 
 
 def _run_fn(region: Region, args: list) -> list[torch.Tensor]:
@@ -290,13 +338,16 @@ def _run_fn(region: Region, args: list) -> list[torch.Tensor]:
         out = region.fn(*args)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if region.single_output and isinstance(out, (tuple, list)):
-        raise ValueError(f"local_map({region.name}): returns a {type(out).__name__} but "
-                         "out_placements declares one output")
-    if len(outs) != len(region.out_layouts) or \
-            not all(isinstance(o, torch.Tensor) for o in outs):
-        raise ValueError(f"local_map({region.name}): returns {len(outs)} value(s) "
-                         f"({[type(o).__name__ for o in outs]}) but out_placements declares "
-                         f"{len(region.out_layouts)} tensor output(s)")
+        raise ValueError(
+            f"local_map({region.name}): returns a {type(out).__name__} but "
+            "out_placements declares one output"
+        )
+    if len(outs) != len(region.out_layouts) or not all(isinstance(o, torch.Tensor) for o in outs):
+        raise ValueError(
+            f"local_map({region.name}): returns {len(outs)} value(s) "
+            f"({[type(o).__name__ for o in outs]}) but out_placements declares "
+            f"{len(region.out_layouts)} tensor output(s)"
+        )
     return outs
 
 
@@ -325,7 +376,8 @@ def _(tensors, region, consts):
         outs = _run_fn(r, _args(r, local, consts))
     like = tensors[0] if tensors else None
     return [_selector(like, r.mesh, False)] + [
-        o.new_empty(_global_shape(o.shape, lay, r.mesh)) for o, lay in zip(outs, r.out_layouts)]
+        o.new_empty(_global_shape(o.shape, lay, r.mesh)) for o, lay in zip(outs, r.out_layouts)
+    ]
 
 
 @torch.library.custom_op("autoshard::local_map_local", mutates_args=())
@@ -364,8 +416,9 @@ def _(tensors, region, consts):
 
 
 @torch.library.custom_op("autoshard::local_map_backward", mutates_args=())
-def _region_backward(grads: list[torch.Tensor], tensors: list[torch.Tensor], region: int,
-                     consts: str) -> list[torch.Tensor]:
+def _region_backward(
+    grads: list[torch.Tensor], tensors: list[torch.Tensor], region: int, consts: str
+) -> list[torch.Tensor]:
     return _backward_impl(grads, tensors, region, consts)
 
 
@@ -374,7 +427,8 @@ def _backward_fake(tensors, region: int, local: bool) -> list[torch.Tensor]:
     for the planned op, local for its twin)."""
     like = tensors[0] if tensors else None
     return [_selector(like, _REGIONS[region].mesh, local)] + [
-        t.new_empty(t.shape) for t in tensors if _differentiable(t)]
+        t.new_empty(t.shape) for t in tensors if _differentiable(t)
+    ]
 
 
 @_region_backward.register_fake
@@ -383,8 +437,9 @@ def _(grads, tensors, region, consts):
 
 
 @torch.library.custom_op("autoshard::local_map_backward_local", mutates_args=())
-def _region_backward_local(grads: list[torch.Tensor], tensors: list[torch.Tensor], region: int,
-                           consts: str) -> list[torch.Tensor]:
+def _region_backward_local(
+    grads: list[torch.Tensor], tensors: list[torch.Tensor], region: int, consts: str
+) -> list[torch.Tensor]:
     return _backward_impl(grads, tensors, region, consts)
 
 
@@ -402,8 +457,11 @@ def _backward_impl(grads, tensors, region, consts):
         outs = _run_fn(r, _args(r, inputs, consts))
     wrt = [t for t in inputs if t.requires_grad]
     pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
-    got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
-                              allow_unused=True) if pairs and wrt else [None] * len(wrt)
+    got = (
+        torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
+        if pairs and wrt
+        else [None] * len(wrt)
+    )
     like = tensors[0] if tensors else None
     got = [torch.zeros_like(t) if g is None else g for t, g in zip(wrt, got)]
     return [_selector(like, r.mesh, True)] + _unaliased(got, list(grads) + list(tensors))
@@ -415,8 +473,11 @@ def _autograd_dispatch():
     for the recomputation."""
     C = torch._C
     excluded = C._dispatch_tls_local_exclude_set()
-    for key in (C.DispatchKey.AutogradFunctionality, C.DispatchKey.AutogradOther,
-                C.DispatchKey.AutogradNestedTensor):
+    for key in (
+        C.DispatchKey.AutogradFunctionality,
+        C.DispatchKey.AutogradOther,
+        C.DispatchKey.AutogradNestedTensor,
+    ):
         excluded = excluded.remove(key)
     return C._ForceDispatchKeyGuard(C._dispatch_tls_local_include_set(), excluded)
 
@@ -430,10 +491,13 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _autograd_backward(ctx, grads):
     tensors = list(ctx.saved_tensors)
-    outs = [g if g is not None else torch.zeros(s, dtype=d, device=tensors[0].device)
-            for g, (s, d) in zip(list(grads)[1:], ctx.out_meta)]
-    res = iter(torch.ops.autoshard.local_map_backward.default(outs, tensors, ctx.region,
-                                                              ctx.consts)[1:])
+    outs = [
+        g if g is not None else torch.zeros(s, dtype=d, device=tensors[0].device)
+        for g, (s, d) in zip(list(grads)[1:], ctx.out_meta)
+    ]
+    res = iter(
+        torch.ops.autoshard.local_map_backward.default(outs, tensors, ctx.region, ctx.consts)[1:]
+    )
     return [next(res) if _differentiable(t) else None for t in tensors], None, None
 
 
@@ -448,18 +512,22 @@ def _check_mesh(r: Region, specs: list) -> None:
     plan_mesh = next((s.mesh for s in specs if hasattr(s, "mesh")), None)
     if plan_mesh is None:
         return
-    if tuple(plan_mesh.shape) != tuple(r.mesh.shape) or \
-            tuple(plan_mesh.mesh_dim_names or ()) != tuple(r.mesh.mesh_dim_names or ()):
-        raise ValueError(f"local_map({r.name}) is declared on a mesh of shape "
-                         f"{tuple(r.mesh.shape)} {r.mesh.mesh_dim_names} but the plan's mesh is "
-                         f"{tuple(plan_mesh.shape)} {plan_mesh.mesh_dim_names}; pass the plan's "
-                         "mesh as device_mesh")
+    if tuple(plan_mesh.shape) != tuple(r.mesh.shape) or tuple(
+        plan_mesh.mesh_dim_names or ()
+    ) != tuple(r.mesh.mesh_dim_names or ()):
+        raise ValueError(
+            f"local_map({r.name}) is declared on a mesh of shape "
+            f"{tuple(r.mesh.shape)} {r.mesh.mesh_dim_names} but the plan's mesh is "
+            f"{tuple(plan_mesh.shape)} {plan_mesh.mesh_dim_names}; pass the plan's "
+            "mesh as device_mesh"
+        )
 
 
 def _rows(out_cols: list[tuple], in_cols: list[tuple], nd: int) -> list:
     """One single-mesh-dim row per mesh dim: row i has the selector sharded on dim i."""
-    return [([Shard(i)] + [lay[i] for lay in out_cols], [lay[i] for lay in in_cols])
-            for i in range(nd)]
+    return [
+        ([Shard(i)] + [lay[i] for lay in out_cols], [lay[i] for lay in in_cols]) for i in range(nd)
+    ]
 
 
 def _forward_rule(tensors, region, consts):
@@ -471,8 +539,7 @@ def _forward_rule(tensors, region, consts):
 def _backward_rule(grads, tensors, region, consts):
     r = _REGIONS[region]
     _check_mesh(r, tensors)
-    diff = [g for g, t in zip(_grad_layouts(r), tensors)
-            if _differentiable_spec(t)]
+    diff = [g for g, t in zip(_grad_layouts(r), tensors) if _differentiable_spec(t)]
     return _rows(diff, _out_grad_layouts(r) + _tensor_layouts(r), r.mesh.ndim)
 
 
@@ -495,14 +562,19 @@ def region_pins(gm) -> dict[str, tuple[list[str], str]]:
             # the region's declaration, under the key AutoParallel's local_map nodes use
             n.meta["local_map_kwargs"] = {
                 "out_placements": r.out_layouts if not r.single_output else r.out_layouts[0],
-                "in_placements": r.in_layouts, "in_grad_placements": r.in_grad_layouts,
-                "device_mesh": r.mesh, "redistribute_inputs": r.redistribute_inputs}
+                "in_placements": r.in_layouts,
+                "in_grad_placements": r.in_grad_layouts,
+                "device_mesh": r.mesh,
+                "redistribute_inputs": r.redistribute_inputs,
+            }
             # (the API reports a pin whose length is not the plan mesh's as
             # "with_sharding_constraint<where>: ...": say which region and mesh)
-            pins[n.name] = (selector_layout(r.mesh.ndim),
-                            f" of local_map({r.name}), declared on the mesh "
-                            f"{tuple(r.mesh.shape)} {r.mesh.mesh_dim_names} (pass the plan's "
-                            "mesh as device_mesh)")
+            pins[n.name] = (
+                selector_layout(r.mesh.ndim),
+                f" of local_map({r.name}), declared on the mesh "
+                f"{tuple(r.mesh.shape)} {r.mesh.mesh_dim_names} (pass the plan's "
+                "mesh as device_mesh)",
+            )
     return pins
 
 

@@ -43,24 +43,34 @@ def canonical_policy(mp_policy: Any) -> MixedPrecision | None:
     if mp_policy is None:
         return None
     if not hasattr(mp_policy, "param_dtype"):
-        raise TypeError(f"autoshard: mp_policy must be a torch.distributed.fsdp."
-                        f"MixedPrecisionPolicy (param_dtype, reduce_dtype, output_dtype, "
-                        f"cast_forward_inputs), got {type(mp_policy).__name__}")
+        raise TypeError(
+            f"autoshard: mp_policy must be a torch.distributed.fsdp."
+            f"MixedPrecisionPolicy (param_dtype, reduce_dtype, output_dtype, "
+            f"cast_forward_inputs), got {type(mp_policy).__name__}"
+        )
     param_dtype = mp_policy.param_dtype
     if param_dtype is None:
         # nothing to cast: the parameters' own dtype is used everywhere
         return None
     if not isinstance(param_dtype, torch.dtype) or not param_dtype.is_floating_point:
-        raise ValueError(f"autoshard: mp_policy.param_dtype must be a floating torch.dtype, "
-                         f"got {param_dtype!r}")
+        raise ValueError(
+            f"autoshard: mp_policy.param_dtype must be a floating torch.dtype, "
+            f"got {param_dtype!r}"
+        )
     reduce_dtype = getattr(mp_policy, "reduce_dtype", None) or param_dtype
     output_dtype = getattr(mp_policy, "output_dtype", None)
     for name, dt in (("reduce_dtype", reduce_dtype), ("output_dtype", output_dtype)):
         if dt is not None and (not isinstance(dt, torch.dtype) or not dt.is_floating_point):
-            raise ValueError(f"autoshard: mp_policy.{name} must be a floating torch.dtype or "
-                             f"None, got {dt!r}")
-    return MixedPrecision(param_dtype, reduce_dtype, output_dtype,
-                          bool(getattr(mp_policy, "cast_forward_inputs", True)))
+            raise ValueError(
+                f"autoshard: mp_policy.{name} must be a floating torch.dtype or "
+                f"None, got {dt!r}"
+            )
+    return MixedPrecision(
+        param_dtype,
+        reduce_dtype,
+        output_dtype,
+        bool(getattr(mp_policy, "cast_forward_inputs", True)),
+    )
 
 
 class CastingStep(nn.Module):
@@ -110,9 +120,12 @@ def _is_cast(node: fx.Node, src: torch.dtype | None, dst: torch.dtype) -> bool:
     return isinstance(a, torch.Tensor) and (src is None or a.dtype == src) and a.dtype != dst
 
 
-def collective_free_inputs(gm: fx.GraphModule, param_placeholders: list[str],
-                           grad_values: dict[str, fx.Node], mp: MixedPrecision
-                           ) -> dict[str, list[int]]:
+def collective_free_inputs(
+    gm: fx.GraphModule,
+    param_placeholders: list[str],
+    grad_values: dict[str, fx.Node],
+    mp: MixedPrecision,
+) -> dict[str, list[int]]:
     """Node name -> positions of inputs that must arrive without a collective (see module
     docstring). ``grad_values``: parameter placeholder -> the node producing its gradient."""
     local: dict[str, list[int]] = {}

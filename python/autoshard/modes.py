@@ -36,8 +36,9 @@ class Variant:
     program: Any = None  # lowered on first use; dropped when the state moves (apply.py)
 
 
-def step_for_current_mode(module: nn.Module, flat_inputs: list, shapes: tuple | None = None
-                          ) -> tuple[StepRunner, Callable[[], Any], bool]:
+def step_for_current_mode(
+    module: nn.Module, flat_inputs: list, shapes: tuple | None = None
+) -> tuple[StepRunner, Callable[[], Any], bool]:
     """(runner, program getter, joint) for the module's current modes and autograd state;
     joint=False means run the forward alone, without an autograd graph. ``shapes``: the
     local input shapes when they differ from the traced ones (dynamic=True;
@@ -46,8 +47,9 @@ def step_for_current_mode(module: nn.Module, flat_inputs: list, shapes: tuple | 
 
     modes = module_modes(module)
     # (Dynamo cannot ask about inference mode, and compiled code never runs under it)
-    joint = torch.is_grad_enabled() and (torch.compiler.is_compiling()
-                                         or not torch.is_inference_mode_enabled())
+    joint = torch.is_grad_enabled() and (
+        torch.compiler.is_compiling() or not torch.is_inference_mode_enabled()
+    )
     if joint and modes == module._autoshard_modes and shapes is None:
         return module._autoshard_runner, lambda: _program(module, flat_inputs), True
     key = (modes, joint) if shapes is None else (modes, joint, shapes)
@@ -94,26 +96,38 @@ def _prepare_variant(module: nn.Module, key: tuple) -> bool:
     return True
 
 
-def _plan_variant(module: nn.Module, modes: tuple, joint: bool, shapes: tuple | None = None,
-                  capture: str | None = None) -> StepRunner:
+def _plan_variant(
+    module: nn.Module,
+    modes: tuple,
+    joint: bool,
+    shapes: tuple | None = None,
+    capture: str | None = None,
+) -> StepRunner:
     main: StepRunner = module._autoshard_runner
     paths = [path for path, _ in module.named_modules()]
     what = ("training" if all(modes) else "eval" if not any(modes) else "mixed-mode") + (
-        " step" if joint else " forward (no autograd)")
+        " step" if joint else " forward (no autograd)"
+    )
     global_shapes = None
     if shapes is not None:
         global_shapes = _global_input_shapes(main, shapes)
-        what += " with input shapes " + ", ".join(
-            str(list(g)) for g in global_shapes if g is not None) + " (global)"
+        what += (
+            " with input shapes "
+            + ", ".join(str(list(g)) for g in global_shapes if g is not None)
+            + " (global)"
+        )
         _check_same_shapes_on_every_rank(global_shapes)
     log.info("autoshard: first call as a %s: tracing and planning it", what)
     with planning_on(main.mesh):  # local_map regions without device_mesh= (collectives.py)
-        step = trace_training_step(module._autoshard_source_model,
-                                   _example_inputs(main.step, joint, global_shapes),
-                                   main.step.device,
-                                   capture=capture or module._autoshard_capture,
-                                   mp_policy=module._autoshard_mp_policy,
-                                   training=dict(zip(paths, modes)), joint=joint)
+        step = trace_training_step(
+            module._autoshard_source_model,
+            _example_inputs(main.step, joint, global_shapes),
+            main.step.device,
+            capture=capture or module._autoshard_capture,
+            mp_policy=module._autoshard_mp_policy,
+            training=dict(zip(paths, modes)),
+            joint=joint,
+        )
     pins = _pinned_layouts(module, main, step)
     out_pins = {}
     if step.num_forward_outputs == main.step.num_forward_outputs:
@@ -121,7 +135,8 @@ def _plan_variant(module: nn.Module, modes: tuple, joint: bool, shapes: tuple | 
             layout = main.plan_graph_output(o)
             if layout is not None:  # callers get Partial outputs reduced, so pin that
                 out_pins[str(o.output_index)] = layout_to_strs(
-                    tuple(Replicate() if p.is_partial() else p for p in layout))
+                    tuple(Replicate() if p.is_partial() else p for p in layout)
+                )
     planner = module._autoshard_variant_planner
     plan = planner(step, pins, out_pins) if planner is not None else {"nodes": {}}
     # The runner wraps each local shard in its placeholder's planned layout, so that layout
@@ -131,8 +146,13 @@ def _plan_variant(module: nn.Module, modes: tuple, joint: bool, shapes: tuple | 
     for ph, strs in pins.items():
         entry = dict(nodes.get(ph) or {})
         if entry.get("outputs") not in (None, [strs]):
-            log.warning("autoshard: the %s plan moved %s to %s; keeping %s and "
-                        "redistributing", what, ph, entry["outputs"][0], strs)
+            log.warning(
+                "autoshard: the %s plan moved %s to %s; keeping %s and " "redistributing",
+                what,
+                ph,
+                entry["outputs"][0],
+                strs,
+            )
         entry["outputs"] = [strs]
         nodes[ph] = entry
     runner = StepRunner(step, plan, main.mesh, strict=main.strict, device=main.device)
@@ -169,7 +189,8 @@ def _check_local_shapes(runner: StepRunner, shapes: tuple) -> None:
                 f"even shard of any global shape in its layout "
                 f"{layout_to_strs(runner.placeholder_layout(name))} (this rank would hold "
                 f"{want} of the global {list(runner.global_shape(name))}); with dynamic=True "
-                "every rank passes a shard of the same size")
+                "every rank passes a shard of the same size"
+            )
 
 
 def _check_same_shapes_on_every_rank(global_shapes: list) -> None:
@@ -185,31 +206,41 @@ def _check_same_shapes_on_every_rank(global_shapes: list) -> None:
     dist.all_gather_object(seen, [list(g) if g is not None else None for g in global_shapes])
     if any(s != seen[0] for s in seen):
         ranks = ", ".join(f"rank {r}: {s}" for r, s in enumerate(seen))
-        raise ValueError("autoshard: dynamic=True: the ranks were called with inputs of "
-                         f"different global shapes ({ranks}); every rank must pass its "
-                         "shard of the same global inputs in the same call")
+        raise ValueError(
+            "autoshard: dynamic=True: the ranks were called with inputs of "
+            f"different global shapes ({ranks}); every rank must pass its "
+            "shard of the same global inputs in the same call"
+        )
 
 
 def _pinned_layouts(module: nn.Module, main: StepRunner, step: TracedStep) -> dict:
     """Placeholder -> layout: parameters and buffers as they are stored, inputs as the
     training step takes them (an input that step never read arrives whole: replicated)."""
-    stored = {name: layout_to_strs(t.placements)
-              for name, t in (*module.named_parameters(remove_duplicate=False),
-                              *module.named_buffers(remove_duplicate=False))
-              if isinstance(t, DTensor)}
+    stored = {
+        name: layout_to_strs(t.placements)
+        for name, t in (
+            *module.named_parameters(remove_duplicate=False),
+            *module.named_buffers(remove_duplicate=False),
+        )
+        if isinstance(t, DTensor)
+    }
     pins = {}
     for ph, fqn in (*step.param_fqns.items(), *step.buffer_fqns.items()):
         if fqn in stored:
             pins[ph] = stored[fqn]
     for name, main_name in zip(step.input_nodes, main.step.input_nodes):
         if name is not None:
-            pins[name] = (layout_to_strs(main.placeholder_layout(main_name))
-                          if main_name is not None else ["R"] * main.mesh.ndim)
+            pins[name] = (
+                layout_to_strs(main.placeholder_layout(main_name))
+                if main_name is not None
+                else ["R"] * main.mesh.ndim
+            )
     return pins
 
 
-def _example_inputs(step: TracedStep, joint: bool, global_shapes: list | None = None
-                    ) -> Callable[[], ForwardInputs]:
+def _example_inputs(
+    step: TracedStep, joint: bool, global_shapes: list | None = None
+) -> Callable[[], ForwardInputs]:
     """The traced step's example inputs again (global shapes; made under the fake mode),
     with the given global shapes where not None."""
     from .apply import _is_traced_tensor

@@ -38,10 +38,9 @@ from .program import OUTSIDE, PARAM_KEY, is_wait, op_name, strip_views, wait_of
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
-FIRST_BUCKET_BYTES = 1 << 20      # DDP's first bucket: small, so reductions start early
-SMALL_GROUP_BYTES = 1 << 20       # a block's collectives below this join the next block's
-_PREFETCHED = {"all_gather_into_tensor", "all_to_all_single",
-               "all_gather_into_tensor_coalesced"}
+FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: small, so reductions start early
+SMALL_GROUP_BYTES = 1 << 20  # a block's collectives below this join the next block's
+_PREFETCHED = {"all_gather_into_tensor", "all_to_all_single", "all_gather_into_tensor_coalesced"}
 
 
 def _bytes(node: fx.Node) -> int:
@@ -55,8 +54,9 @@ def _pairs(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node]]:
     return [(n, w) for n in gm.graph.nodes if (w := wait_of(n)) is not None]
 
 
-def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
-                      grad_of: list | None = None) -> dict:
+def bucket_reductions(
+    gm: fx.GraphModule, bucket_bytes: int | None = None, grad_of: list | None = None
+) -> dict:
     """Merge terminal gradient reductions into buckets (in traced order, so every rank
     builds the same buckets). A bucket is issued where its last member was, its inputs
     flattened and concatenated; its result is split back just before the graph's output.
@@ -65,8 +65,9 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
     runs (DDP's and FSDP2's overlap), not all at the end."""
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    out_args = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) \
-        else [output.args[0]]
+    out_args = (
+        list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    )
     keyed = []  # (op, group, dtype, block) of each terminal reduction, in traced order
     for c, w in _pairs(gm):
         name = op_name(c)
@@ -86,9 +87,11 @@ def bucket_reductions(gm: fx.GraphModule, bucket_bytes: int | None = None,
     for members in groups:
         # with no blocks to overlap with, the graph's first bucket is a small one (DDP's
         # first bucket), so that some reduction starts before the whole backward is done
-        buckets += _split(members, lambda m: _bytes(m[0].args[0]),
-                          lambda k: min(cap, FIRST_BUCKET_BYTES) if len(groups) == 1 and k == 0
-                          else cap)
+        buckets += _split(
+            members,
+            lambda m: _bytes(m[0].args[0]),
+            lambda k: min(cap, FIRST_BUCKET_BYTES) if len(groups) == 1 and k == 0 else cap,
+        )
     merged = [b for b in buckets if len(b) > 1]
     for bucket in merged:
         merge_collectives(gm.graph, [(c, w) for c, w, _ in bucket], split_before=output)
@@ -126,20 +129,43 @@ def merge_collectives(g: fx.Graph, pairs: list, split_before: fx.Node | None = N
         pieces = []
         for k, (_, w) in enumerate(pairs):
             piece = g.call_function(operator.getitem, (split, k))
-            pieces.append((piece, g.call_function(aten.reshape.default,
-                                                  (piece, list(w.meta["val"].shape)))))
+            pieces.append(
+                (piece, g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape))))
+            )
             w.replace_all_uses_with(pieces[-1][1])
-    _label_bucket(coll, [c for c, _ in pairs], shared=[cat, split],
-                  per_member=[(flat, *piece) for flat, piece in zip(flats, pieces)])
+    _label_bucket(
+        coll,
+        [c for c, _ in pairs],
+        shared=[cat, split],
+        per_member=[(flat, *piece) for flat, piece in zip(flats, pieces)],
+    )
     _erase(g, pairs)
     return coll
 
 
 # ops that only reshape, copy or slice a value (a partial gradient reduced whole and then
 # sliced to the parameter's shard ends in split -> getitem -> clone)
-_VIEW_OPS = {"t", "view", "reshape", "_unsafe_view", "transpose", "permute", "alias",
-             "detach", "squeeze", "unsqueeze", "expand", "clone", "contiguous", "split",
-             "split_with_sizes", "chunk", "slice", "narrow", "select"}
+_VIEW_OPS = {
+    "t",
+    "view",
+    "reshape",
+    "_unsafe_view",
+    "transpose",
+    "permute",
+    "alias",
+    "detach",
+    "squeeze",
+    "unsqueeze",
+    "expand",
+    "clone",
+    "contiguous",
+    "split",
+    "split_with_sizes",
+    "chunk",
+    "slice",
+    "narrow",
+    "select",
+}
 
 
 def only_carries(n: fx.Node) -> bool:
@@ -183,13 +209,20 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     keyed = []  # (group, dtype, block) of each gather of a graph input, in traced order
     for c, w in _pairs(gm):
         src = c.args[0].meta.get("val")
-        if op_name(c) != "all_gather_into_tensor" or not _reads_an_input(c.args[0]) \
-                or not isinstance(src, torch.Tensor):
+        if (
+            op_name(c) != "all_gather_into_tensor"
+            or not _reads_an_input(c.args[0])
+            or not isinstance(src, torch.Tensor)
+        ):
             continue
         block = block_of(_input_source(c.args[0]).meta.get(PARAM_KEY))
         keyed.append(((*c.args[1:], src.dtype, block), (c, w)))
-    merged = [b for run in _join_small(_runs(keyed), lambda m: _bytes(m[0]))
-              for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap) if len(b) > 1]
+    merged = [
+        b
+        for run in _join_small(_runs(keyed), lambda m: _bytes(m[0]))
+        for b in _split(run, lambda m: _bytes(m[0]), lambda k: cap)
+        if len(b) > 1
+    ]
     last_input = [n for n in g.nodes if n.op == "placeholder"][-1]
     _hoist_copy_chains(last_input, [c.args[0] for b in merged for c, _ in b])
     position = _position(gm.graph)
@@ -215,8 +248,7 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
                 out = g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape)))
                 w.replace_all_uses_with(out)
                 helpers.append((flats[k], piece, out))
-        _label_bucket(coll, [c for c, _ in bucket], shared=[cat, rows, split],
-                      per_member=helpers)
+        _label_bucket(coll, [c for c, _ in bucket], shared=[cat, rows, split], per_member=helpers)
         _erase(g, bucket)
     return _finish(gm, merged)
 
@@ -231,7 +263,7 @@ def block_of(fqn: str | None) -> str | None:
     parts = fqn.split(".")
     for i, p in enumerate(parts[:-1]):
         if p.isdigit():
-            return ".".join(parts[:i + 1])
+            return ".".join(parts[: i + 1])
     return ""
 
 
@@ -278,8 +310,9 @@ def _reads_an_input(n: fx.Node) -> bool:
 def _runs(keyed: list[tuple]) -> list[tuple]:
     """(key, members) of each run of consecutive (key, member) pairs with equal keys: a
     bucket only merges collectives that follow one another with the same key."""
-    return [(key, [m for _, m in run]) for key, run in itertools.groupby(keyed,
-                                                                        key=lambda km: km[0])]
+    return [
+        (key, [m for _, m in run]) for key, run in itertools.groupby(keyed, key=lambda km: km[0])
+    ]
 
 
 def _per_key_within_blocks(keyed: list[tuple]) -> list[tuple]:
@@ -304,8 +337,11 @@ def _join_small(groups: list[tuple], size_of) -> list[list]:
     fixed cost: a few hundred microseconds on gloo, more than sending that little data."""
     out: list[tuple] = []
     for key, members in groups:
-        if out and out[-1][0] == key[:-1] \
-                and sum(size_of(m) for m in out[-1][1]) < SMALL_GROUP_BYTES:
+        if (
+            out
+            and out[-1][0] == key[:-1]
+            and sum(size_of(m) for m in out[-1][1]) < SMALL_GROUP_BYTES
+        ):
             out[-1] = (key[:-1], out[-1][1] + members)
         else:
             out.append((key[:-1], list(members)))
@@ -328,13 +364,16 @@ def _split(members: list, size_of, limit) -> list[list]:
     return buckets
 
 
-def _label_bucket(coll: fx.Node, members: list[fx.Node], shared: list[fx.Node] = (),
-                  per_member: list[tuple] = ()) -> None:
+def _label_bucket(
+    coll: fx.Node, members: list[fx.Node], shared: list[fx.Node] = (), per_member: list[tuple] = ()
+) -> None:
     """A bucket names the joint-graph nodes of the collectives it replaces; so do the ops
     it adds around them (``shared``: the concatenation and split; ``per_member[k]``: the
     reshapes and pieces of member k, which name member k's node)."""
-    label = {"autoshard_node": "bucket of " + ", ".join(
-        (c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c in members)}
+    label = {
+        "autoshard_node": "bucket of "
+        + ", ".join((c.meta.get("custom") or {}).get("autoshard_node", OUTSIDE) for c in members)
+    }
     for n in (coll, *shared):
         n.meta["custom"] = dict(label)
     for c, ops in zip(members, per_member):
@@ -363,7 +402,9 @@ def propagate_meta(gm: fx.GraphModule) -> None:
 
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     mode = next((v.fake_mode for v in vals if hasattr(v, "fake_mode")), None)
-    FakeTensorProp(gm, mode or FakeTensorMode(allow_non_fake_inputs=True)).propagate_dont_convert_inputs(*vals)
+    FakeTensorProp(
+        gm, mode or FakeTensorMode(allow_non_fake_inputs=True)
+    ).propagate_dont_convert_inputs(*vals)
 
 
 def _issue_before_waits(moved: list[fx.Node]) -> list[fx.Node]:

@@ -27,8 +27,11 @@ from .runtime import tensor_refs
 def _spec(mesh: DeviceMesh, strs, val: Any) -> DTensorSpec | None:
     if strs is None:
         return None
-    meta = (TensorMeta(val.shape, tuple(val.stride()), val.dtype)
-            if isinstance(val, torch.Tensor) else None)
+    meta = (
+        TensorMeta(val.shape, tuple(val.stride()), val.dtype)
+        if isinstance(val, torch.Tensor)
+        else None
+    )
     return DTensorSpec(mesh, layout_from_strs(strs, mesh.ndim), tensor_meta=meta)
 
 
@@ -57,8 +60,11 @@ class PlacementResult(dict):
         def spec(strs, val):
             if strs is None:
                 return None
-            key = (tuple(strs), tuple(val.shape), tuple(val.stride()), val.dtype) \
-                if isinstance(val, torch.Tensor) else (tuple(strs),)
+            key = (
+                (tuple(strs), tuple(val.shape), tuple(val.stride()), val.dtype)
+                if isinstance(val, torch.Tensor)
+                else (tuple(strs),)
+            )
             if key not in built:
                 built[key] = _spec(mesh, strs, val)
             # every node gets its own copy (a shallow one, much cheaper than building and
@@ -116,9 +122,13 @@ class PlacementResult(dict):
     def _layouts(spec: OpSpec) -> tuple:
         outs = spec.output_specs
         outs = outs if isinstance(outs, tuple) else (outs,)
-        return (tuple(None if s is None else tuple(layout_to_strs(s.placements)) for s in outs),
-                tuple(None if s is None else tuple(layout_to_strs(s.placements))
-                      for s in (spec.input_specs or ())))
+        return (
+            tuple(None if s is None else tuple(layout_to_strs(s.placements)) for s in outs),
+            tuple(
+                None if s is None else tuple(layout_to_strs(s.placements))
+                for s in (spec.input_specs or ())
+            ),
+        )
 
     def to_plan(self) -> dict:
         """The plan JSON with every entry edited since optimize_placement (``result[node] =
@@ -127,14 +137,17 @@ class PlacementResult(dict):
         nodes = plan.setdefault("nodes", {})
         for node, spec in dict.items(self):
             if not isinstance(spec, OpSpec):
-                raise TypeError(f"placement of node {node}: expected an OpSpec, got "
-                                f"{type(spec).__name__}")
+                raise TypeError(
+                    f"placement of node {node}: expected an OpSpec, got " f"{type(spec).__name__}"
+                )
             now = self._layouts(spec)
             if self._original.get(node) == now:
                 continue
             if node.target is _getitem:
-                raise ValueError(f"placement of {node.name}: a getitem takes its producer's "
-                                 f"layout; edit {node.args[0].name} instead")
+                raise ValueError(
+                    f"placement of {node.name}: a getitem takes its producer's "
+                    f"layout; edit {node.args[0].name} instead"
+                )
             outs, ins = now
             entry = dict(nodes.get(node.name) or {})
             entry["outputs"] = [None if o is None else list(o) for o in outs]
@@ -156,9 +169,27 @@ def _built_first(name: str):
     return call
 
 
-for _name in ("__iter__", "__len__", "__repr__", "__eq__", "__ne__", "__setitem__",
-              "__delitem__", "__reversed__", "keys", "values", "items", "pop", "popitem",
-              "setdefault", "update", "copy", "clear", "__or__", "__ior__"):
+for _name in (
+    "__iter__",
+    "__len__",
+    "__repr__",
+    "__eq__",
+    "__ne__",
+    "__setitem__",
+    "__delitem__",
+    "__reversed__",
+    "keys",
+    "values",
+    "items",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "copy",
+    "clear",
+    "__or__",
+    "__ior__",
+):
     setattr(PlacementResult, _name, _built_first(_name))
 
 
@@ -167,8 +198,7 @@ def plan_of(placement: Any) -> dict:
     a ``{node: OpSpec}`` dict built by hand (every planned node must be in it)."""
     if isinstance(placement, PlacementResult):
         return placement.to_plan()
-    if isinstance(placement, dict) and placement and all(
-            isinstance(k, fx.Node) for k in placement):
+    if isinstance(placement, dict) and placement and all(isinstance(k, fx.Node) for k in placement):
         nodes = {}
         for node, spec in placement.items():
             outs, ins = PlacementResult._layouts(spec)

@@ -42,8 +42,9 @@ def placement_to_str(p: Placement) -> str:
 
 def layout_from_strs(layout: Sequence[str], mesh_ndim: int, what: str = "layout") -> tuple:
     if layout is None or len(layout) != mesh_ndim:
-        raise ValueError(f"{what}: expected {mesh_ndim} placements (one per mesh dim), "
-                         f"got {layout!r}")
+        raise ValueError(
+            f"{what}: expected {mesh_ndim} placements (one per mesh dim), " f"got {layout!r}"
+        )
     return tuple(placement_from_str(s) for s in layout)
 
 
@@ -61,8 +62,12 @@ def normalize_placements(placements: Sequence[Placement], ndim: int) -> tuple:
     return tuple(out)
 
 
-def local_shape(global_shape: Sequence[int], placements: Sequence[Placement],
-                mesh_shape: Sequence[int], coords: Sequence[int]) -> list[int]:
+def local_shape(
+    global_shape: Sequence[int],
+    placements: Sequence[Placement],
+    mesh_shape: Sequence[int],
+    coords: Sequence[int],
+) -> list[int]:
     """The shape of this rank's shard: torch.chunk semantics along each sharded dim, mesh
     dims applied left to right (a dim sharded twice is split again inside its first chunk)."""
     shape = list(global_shape)

@@ -104,11 +104,15 @@ class PlanCache:
             return cls(default_directory())
         if isinstance(setting, (str, os.PathLike)):
             if not str(setting):
-                raise ValueError("plan_cache: an empty path; pass a folder, True for the "
-                                 "default folder, or False for no cache")
+                raise ValueError(
+                    "plan_cache: an empty path; pass a folder, True for the "
+                    "default folder, or False for no cache"
+                )
             return cls(setting)
-        raise TypeError(f"plan_cache must be True, False or a folder path, got "
-                        f"{type(setting).__name__} {setting!r}")
+        raise TypeError(
+            f"plan_cache must be True, False or a folder path, got "
+            f"{type(setting).__name__} {setting!r}"
+        )
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
@@ -122,8 +126,11 @@ class PlanCache:
         except (FileNotFoundError, NotADirectoryError):  # a miss (no folder yet counts as one)
             return None
         except OSError as e:
-            warnings.warn(f"autoshard: cannot read the plan cache entry {path} ({e}); planning "
-                          "again", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"autoshard: cannot read the plan cache entry {path} ({e}); planning " "again",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return None
         try:
             entry = json.loads(text)
@@ -137,9 +144,12 @@ class PlanCache:
             if not isinstance(plan, dict) or not isinstance(plan.get("nodes"), dict):
                 raise ValueError("no plan in it")
         except ValueError as e:  # json.JSONDecodeError is a ValueError
-            warnings.warn(f"autoshard: ignoring the corrupt plan cache entry {path} ({e}); "
-                          "planning again (the new plan replaces it)", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"autoshard: ignoring the corrupt plan cache entry {path} ({e}); "
+                "planning again (the new plan replaces it)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return None
         return plan
 
@@ -147,9 +157,12 @@ class PlanCache:
         """Writes ``plan`` under ``key`` (atomically); a folder that cannot be written warns
         and returns None, planning itself never fails on the cache."""
         path = self.path(key)
-        entry = {"format": FORMAT_VERSION, "key": key,
-                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                 "plan": plan}
+        entry = {
+            "format": FORMAT_VERSION,
+            "key": key,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "plan": plan,
+        }
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
@@ -162,9 +175,12 @@ class PlanCache:
                     os.unlink(tmp)
                 raise
         except (OSError, TypeError, ValueError) as e:
-            warnings.warn(f"autoshard: cannot store the plan in the cache folder "
-                          f"{self.directory} ({e}); the plan is used but not cached",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"autoshard: cannot store the plan in the cache folder "
+                f"{self.directory} ({e}); the plan is used but not cached",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return None
         return path
 

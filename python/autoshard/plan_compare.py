@@ -27,9 +27,13 @@ def _ms(us) -> str:
 def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
     sa, sb = a.get("summary", {}), b.get("summary", {})
     out = ["totals (A -> B):"]
-    for key, label in (("total_us", "step"), ("compute_us", "compute"),
-                       ("comm_us", "communication"), ("exposed_comm_us", "exposed comm"),
-                       ("lower_bound_us", "lower bound")):
+    for key, label in (
+        ("total_us", "step"),
+        ("compute_us", "compute"),
+        ("comm_us", "communication"),
+        ("exposed_comm_us", "exposed comm"),
+        ("lower_bound_us", "lower bound"),
+    ):
         x, y = float(sa.get(key, 0)), float(sb.get(key, 0))
         out.append(f"  {label:<14} {_ms(x):>14} -> {_ms(y):>14}  ({(y - x) / 1e3:+.3f} ms)")
     pa = float(sa.get("parameter_bytes_per_gpu", 0))
@@ -50,22 +54,33 @@ def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
     changed = []
     for name, ea in a["nodes"].items():
         eb = b["nodes"].get(name)
-        if eb is None or (ea.get("outputs"), ea.get("inputs")) == (eb.get("outputs"),
-                                                                    eb.get("inputs")):
+        if eb is None or (ea.get("outputs"), ea.get("inputs")) == (
+            eb.get("outputs"),
+            eb.get("inputs"),
+        ):
             continue
-        delta = (float(eb.get("compute_us", 0)) + float(eb.get("comm_us", 0))
-                 - float(ea.get("compute_us", 0)) - float(ea.get("comm_us", 0)))
+        delta = (
+            float(eb.get("compute_us", 0))
+            + float(eb.get("comm_us", 0))
+            - float(ea.get("compute_us", 0))
+            - float(ea.get("comm_us", 0))
+        )
         changed.append((abs(delta), name, ea, eb, delta))
-    only = [n for n in b["nodes"] if n not in a["nodes"]] + [n for n in a["nodes"]
-                                                            if n not in b["nodes"]]
-    out.append(f"{len(changed)} nodes changed layout" + (f" ({len(only)} nodes in only one "
-                                                         "plan)" if only else "")
-               + (f"; the {limit} that moved the most cost:" if len(changed) > limit else ":"))
+    only = [n for n in b["nodes"] if n not in a["nodes"]] + [
+        n for n in a["nodes"] if n not in b["nodes"]
+    ]
+    out.append(
+        f"{len(changed)} nodes changed layout"
+        + (f" ({len(only)} nodes in only one " "plan)" if only else "")
+        + (f"; the {limit} that moved the most cost:" if len(changed) > limit else ":")
+    )
     for _, name, ea, eb, delta in sorted(changed, key=lambda c: (-c[0], c[1]))[:limit]:
-        out.append(f"  {name} [{node_layer(name, b)}]: "
-                   f"{' '.join(fmt_layout(o) for o in ea.get('outputs') or [])} -> "
-                   f"{' '.join(fmt_layout(o) for o in eb.get('outputs') or [])}  "
-                   f"({delta / 1e3:+.3f} ms)")
+        out.append(
+            f"  {name} [{node_layer(name, b)}]: "
+            f"{' '.join(fmt_layout(o) for o in ea.get('outputs') or [])} -> "
+            f"{' '.join(fmt_layout(o) for o in eb.get('outputs') or [])}  "
+            f"({delta / 1e3:+.3f} ms)"
+        )
     return out
 
 
@@ -73,8 +88,7 @@ def diff_main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="autoshard diff", description="compare two plans")
     p.add_argument("a")
     p.add_argument("b")
-    p.add_argument("--graph", help="traced graph JSON, for layers when the plans lack "
-                                   "node_info")
+    p.add_argument("--graph", help="traced graph JSON, for layers when the plans lack " "node_info")
     p.add_argument("--limit", type=int, default=20, help="changed nodes to list (default 20)")
     args = p.parse_args(argv)
     try:
@@ -86,21 +100,29 @@ def diff_main(argv=None) -> int:
     return 0
 
 
-def alternatives(plan: dict, graph: dict, node: str, time_limit: float,
-                 max_alternatives: int) -> list[tuple[float, list, bool]]:
+def alternatives(
+    plan: dict, graph: dict, node: str, time_limit: float, max_alternatives: int
+) -> list[tuple[float, list, bool]]:
     """(planned step us, output layout, is the plan's own) per distinct output layout of
     ``node``, each planned with that layout pinned; sorted by cost."""
     from . import _core
     from .presets import graph_options, resolve
 
     mesh = plan.get("mesh", {})
-    options = {"mesh": {"shape": mesh.get("shape"), "dim_names": mesh.get("dim_names")},
-               "hardware": plan.get("hardware", "H100"), "time_limit_s": time_limit}
+    options = {
+        "mesh": {"shape": mesh.get("shape"), "dim_names": mesh.get("dim_names")},
+        "hardware": plan.get("hardware", "H100"),
+        "time_limit_s": time_limit,
+    }
     if plan.get("preset"):
-        options.update(graph_options(resolve(plan["preset"], mesh.get("shape", []),
-                                             mesh.get("dim_names")), graph))
-    strategies = json.loads(_core.enumerate_strategies(json.dumps(graph), json.dumps(options),
-                                                       True))["nodes"].get(node, [])
+        options.update(
+            graph_options(
+                resolve(plan["preset"], mesh.get("shape", []), mesh.get("dim_names")), graph
+            )
+        )
+    strategies = json.loads(
+        _core.enumerate_strategies(json.dumps(graph), json.dumps(options), True)
+    )["nodes"].get(node, [])
     chosen = (plan["nodes"][node].get("outputs") or [None])[0]
     layouts = [chosen]
     for s in strategies:
@@ -108,9 +130,10 @@ def alternatives(plan: dict, graph: dict, node: str, time_limit: float,
         if out is not None and out not in layouts:
             layouts.append(out)
     results = []
-    for layout in layouts[:max_alternatives + 1]:
-        pinned = dict(options, node_constraints={**options.get("node_constraints", {}),
-                                                 node: layout})
+    for layout in layouts[: max_alternatives + 1]:
+        pinned = dict(
+            options, node_constraints={**options.get("node_constraints", {}), node: layout}
+        )
         try:
             planned = json.loads(_core.plan_graph(json.dumps(graph), json.dumps(pinned)))
             cost = float(planned["summary"]["total_us"])
@@ -121,13 +144,18 @@ def alternatives(plan: dict, graph: dict, node: str, time_limit: float,
 
 
 def explain_main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="autoshard explain",
-                                description="why the plan chose a node's layout")
+    p = argparse.ArgumentParser(
+        prog="autoshard explain", description="why the plan chose a node's layout"
+    )
     p.add_argument("plan")
-    p.add_argument("node", help="graph node name (as in the plan's \"nodes\")")
+    p.add_argument("node", help='graph node name (as in the plan\'s "nodes")')
     p.add_argument("--graph", help="traced graph JSON: re-plan with each alternative layout")
-    p.add_argument("--time-limit", type=float, default=2.0,
-                   help="planner time limit per alternative (default 2 s)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=2.0,
+        help="planner time limit per alternative (default 2 s)",
+    )
     p.add_argument("--max-alternatives", type=int, default=8)
     args = p.parse_args(argv)
     try:
@@ -141,12 +169,16 @@ def explain_main(argv=None) -> int:
         print(f"autoshard explain: the plan has no node {args.node!r}", file=sys.stderr)
         return 1
     info = plan.get("node_info", {}).get(args.node, {})
-    print(f"{args.node}: {info.get('op', '?')} in {node_layer(args.node, plan)}"
-          + (f" (parameter {info['fqn']})" if info.get("fqn") else ""))
+    print(
+        f"{args.node}: {info.get('op', '?')} in {node_layer(args.node, plan)}"
+        + (f" (parameter {info['fqn']})" if info.get("fqn") else "")
+    )
     print(f"  inputs  {' '.join(fmt_layout(i) for i in e.get('inputs') or []) or '-'}")
     print(f"  outputs {' '.join(fmt_layout(o) for o in e.get('outputs') or [])}")
-    print(f"  compute {_ms(e.get('compute_us', 0))}, communication {_ms(e.get('comm_us', 0))}"
-          f", {e.get('strategies', '?')} strategies")
+    print(
+        f"  compute {_ms(e.get('compute_us', 0))}, communication {_ms(e.get('comm_us', 0))}"
+        f", {e.get('strategies', '?')} strategies"
+    )
     if graph is None:
         print("  (pass --graph GRAPH.json to re-plan with each alternative layout)")
         return 0
@@ -155,6 +187,8 @@ def explain_main(argv=None) -> int:
     print(f"step planned with each output layout pinned ({args.time_limit:g} s each):")
     for cost, layout, mine in ranked:
         rel = "" if mine or cost == float("inf") else f"  ({(cost - own) / 1e3:+.3f} ms)"
-        print(f"  {fmt_layout(layout):<20} {_ms(cost) if cost < float('inf') else 'infeasible':>14}"
-              f"{rel}{'  <- chosen' if mine else ''}")
+        print(
+            f"  {fmt_layout(layout):<20} {_ms(cost) if cost < float('inf') else 'infeasible':>14}"
+            f"{rel}{'  <- chosen' if mine else ''}"
+        )
     return 0

@@ -14,14 +14,31 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
-               "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8}
+DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "complex64": 8,
+}
 # forward ops whose output is the activation worth showing per layer
-MAIN_OPS = ("aten.mm.default", "aten.bmm.default", "aten.addmm.default",
-            "aten.embedding.default", "aten._scaled_dot_product_flash_attention.default",
-            "aten._scaled_dot_product_flash_attention_for_cpu.default",
-            "aten._scaled_dot_product_efficient_attention.default")
+MAIN_OPS = (
+    "aten.mm.default",
+    "aten.bmm.default",
+    "aten.addmm.default",
+    "aten.embedding.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+)
 NO_LAYER = "(graph)"
 
 
@@ -43,8 +60,9 @@ def load_json(path: str) -> dict:
 def load_plan(path: str, graph_path: str | None = None) -> dict:
     plan = load_json(path)
     if not isinstance(plan.get("nodes"), dict):
-        raise ValueError(f"{path}: not a plan JSON (no \"nodes\" object; docs/formats.md "
-                         "section 3)")
+        raise ValueError(
+            f'{path}: not a plan JSON (no "nodes" object; docs/formats.md ' "section 3)"
+        )
     if graph_path:
         plan = dict(plan, node_info=node_info(load_json(graph_path)))
     return plan
@@ -71,7 +89,7 @@ def layer_of(path: str | None) -> str:
     parts = path.split(".")
     for i, p in enumerate(parts):
         if p.isdigit():
-            return ".".join(parts[:i + 1])
+            return ".".join(parts[: i + 1])
     return parts[0]
 
 
@@ -97,7 +115,7 @@ class Layer:
     comm_us: float = 0.0
     param_bytes: int = 0
     nodes: int = 0
-    weights: list = field(default_factory=list)      # (fqn, layout)
+    weights: list = field(default_factory=list)  # (fqn, layout)
     activations: list = field(default_factory=list)  # (node, op, inputs, output)
 
 
@@ -122,11 +140,13 @@ def layers(plan: dict) -> list[Layer]:
         outs = e.get("outputs") or [None]
         if meta.get("role") == "parameter":
             layer.weights.append((meta.get("fqn", name), outs[0]))
-            layer.param_bytes += local_bytes(meta.get("shape"), meta.get("dtype"), outs[0],
-                                             mesh_shape)
+            layer.param_bytes += local_bytes(
+                meta.get("shape"), meta.get("dtype"), outs[0], mesh_shape
+            )
         elif meta.get("op") in MAIN_OPS and meta.get("phase", "forward") == "forward":
-            layer.activations.append((name, meta["op"].split(".")[1], e.get("inputs") or [],
-                                      outs[0]))
+            layer.activations.append(
+                (name, meta["op"].split(".")[1], e.get("inputs") or [], outs[0])
+            )
     # first appearance is model order (parameters come first, in registration order);
     # nodes of no module (inputs, loss, optimizer-free glue) go last
     return sorted(out.values(), key=lambda l: l.name == NO_LAYER)

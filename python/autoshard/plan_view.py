@@ -14,8 +14,7 @@ import html
 import os
 import sys
 
-from .plan_layers import (Layer, backward_start_us, fmt_layout, layers, load_plan,
-                          timeline)
+from .plan_layers import Layer, backward_start_us, fmt_layout, layers, load_plan, timeline
 
 COLORS = {"compute": "#4c78a8", "comm": "#e45756"}
 
@@ -28,8 +27,12 @@ def render_png(plan: dict, path: str) -> None:
 
     rows = layers(plan)
     segs = timeline(plan)
-    fig, (ax_t, ax_l) = plt.subplots(2, 1, figsize=(12, 3 + 0.22 * len(rows)),
-                                     gridspec_kw={"height_ratios": [1, max(2, len(rows) / 6)]})
+    fig, (ax_t, ax_l) = plt.subplots(
+        2,
+        1,
+        figsize=(12, 3 + 0.22 * len(rows)),
+        gridspec_kw={"height_ratios": [1, max(2, len(rows) / 6)]},
+    )
     # timeline: one lane per kind, time in ms
     for lane, kind in enumerate(("compute", "comm")):
         bars = [(s / 1e3, d / 1e3) for _, k, s, d, _ in segs if k == kind]
@@ -51,8 +54,13 @@ def render_png(plan: dict, path: str) -> None:
     ax_l.barh(y, comm, left=comp, color=COLORS["comm"], label="communication")
     for i, r in enumerate(rows):
         if r.param_bytes:
-            ax_l.text(comp[i] + comm[i], i, f" {r.param_bytes / 2**20:.1f} MiB/GPU",
-                      va="center", fontsize=7)
+            ax_l.text(
+                comp[i] + comm[i],
+                i,
+                f" {r.param_bytes / 2**20:.1f} MiB/GPU",
+                va="center",
+                fontsize=7,
+            )
     ax_l.set_yticks(y, names, fontsize=7)
     ax_l.invert_yaxis()
     ax_l.set_xlabel("ms per step (labels: parameter memory per GPU)")
@@ -68,27 +76,36 @@ def _title(plan: dict) -> str:
     shape = "x".join(str(x) for x in mesh.get("shape", []))
     names = "/".join(mesh.get("dim_names") or [])
     preset = f", preset {plan['preset']}" if plan.get("preset") else ""
-    return (f"mesh {shape} {f'({names})' if names else ''} on {plan.get('hardware', '?')}"
-            f"{preset}: step {float(s.get('total_us', 0)) / 1e3:.2f} ms = compute "
-            f"{float(s.get('compute_us', 0)) / 1e3:.2f} + communication "
-            f"{float(s.get('comm_us', 0)) / 1e3:.2f} ms")
+    return (
+        f"mesh {shape} {f'({names})' if names else ''} on {plan.get('hardware', '?')}"
+        f"{preset}: step {float(s.get('total_us', 0)) / 1e3:.2f} ms = compute "
+        f"{float(s.get('compute_us', 0)) / 1e3:.2f} + communication "
+        f"{float(s.get('comm_us', 0)) / 1e3:.2f} ms"
+    )
 
 
 def render_html(plan: dict, png: bytes, title: str) -> str:
     e = html.escape
     s = plan.get("summary", {})
     rows = layers(plan)
-    head = (f"<tr><td>estimated step</td><td>{float(s.get('total_us', 0)) / 1e3:.3f} ms</td></tr>"
-            f"<tr><td>compute / communication</td><td>{float(s.get('compute_us', 0)) / 1e3:.3f}"
-            f" ms / {float(s.get('comm_us', 0)) / 1e3:.3f} ms</td></tr>"
-            f"<tr><td>lower bound</td><td>{float(s.get('lower_bound_us', 0)) / 1e3:.3f} ms"
-            f"</td></tr><tr><td>parameters per GPU</td>"
-            f"<td>{float(s.get('parameter_bytes_per_gpu', 0)) / 2**20:.2f} MiB</td></tr>")
+    head = (
+        f"<tr><td>estimated step</td><td>{float(s.get('total_us', 0)) / 1e3:.3f} ms</td></tr>"
+        f"<tr><td>compute / communication</td><td>{float(s.get('compute_us', 0)) / 1e3:.3f}"
+        f" ms / {float(s.get('comm_us', 0)) / 1e3:.3f} ms</td></tr>"
+        f"<tr><td>lower bound</td><td>{float(s.get('lower_bound_us', 0)) / 1e3:.3f} ms"
+        f"</td></tr><tr><td>parameters per GPU</td>"
+        f"<td>{float(s.get('parameter_bytes_per_gpu', 0)) / 2**20:.2f} MiB</td></tr>"
+    )
     body = "\n".join(_layer_row(r) for r in rows)
-    note = "" if plan.get("node_info") else (
-        "<p class=note>This plan carries no node_info: layers are unknown. Pass the traced "
-        "graph with <code>--graph GRAPH.json</code> (or write the plan with "
-        "<code>autoshard demo --plan-out</code>).</p>")
+    note = (
+        ""
+        if plan.get("node_info")
+        else (
+            "<p class=note>This plan carries no node_info: layers are unknown. Pass the traced "
+            "graph with <code>--graph GRAPH.json</code> (or write the plan with "
+            "<code>autoshard demo --plan-out</code>).</p>"
+        )
+    )
     img = base64.b64encode(png).decode("ascii")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
@@ -120,14 +137,19 @@ def _layer_row(r: Layer) -> str:
     prefix = r.name + "."
     weights = "<br>".join(
         f"<code>{e(fqn[len(prefix):] if fqn.startswith(prefix) else fqn)} "
-        f"{e(fmt_layout(l))}</code>" for fqn, l in r.weights)
+        f"{e(fmt_layout(l))}</code>"
+        for fqn, l in r.weights
+    )
     acts = "<br>".join(
         f"<code>{e(n if n.startswith(op) else f'{n} {op}')}: "
         f"{e(' '.join(fmt_layout(i) for i in ins))} -&gt; {e(fmt_layout(o))}</code>"
-        for n, op, ins, o in r.activations)
-    return (f"<tr data-layer=\"{e(r.name)}\"><td>{e(r.name)}</td>"
-            f"<td class=num>{r.compute_us / 1e3:.3f}</td><td class=num>{r.comm_us / 1e3:.3f}</td>"
-            f"<td class=num>{r.param_bytes / 2**20:.2f}</td><td>{weights}</td><td>{acts}</td></tr>")
+        for n, op, ins, o in r.activations
+    )
+    return (
+        f'<tr data-layer="{e(r.name)}"><td>{e(r.name)}</td>'
+        f"<td class=num>{r.compute_us / 1e3:.3f}</td><td class=num>{r.comm_us / 1e3:.3f}</td>"
+        f"<td class=num>{r.param_bytes / 2**20:.2f}</td><td>{weights}</td><td>{acts}</td></tr>"
+    )
 
 
 def write_view(plan: dict, out_dir: str, stem: str) -> tuple[str, str]:
@@ -146,8 +168,9 @@ def write_view(plan: dict, out_dir: str, stem: str) -> tuple[str, str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="autoshard view", description=__doc__.splitlines()[0])
     p.add_argument("plan", help="plan JSON (autoshard plan --out, autoshard demo --plan-out)")
-    p.add_argument("--graph", help="the traced graph JSON, for layers when the plan has no "
-                                   "node_info")
+    p.add_argument(
+        "--graph", help="the traced graph JSON, for layers when the plan has no " "node_info"
+    )
     p.add_argument("--out", default=".", help="output directory (default: the current one)")
     args = p.parse_args(argv)
     try:

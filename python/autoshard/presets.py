@@ -41,6 +41,7 @@ class PresetError(ValueError):
 @dataclass(frozen=True)
 class PresetConstraints:
     """What a preset pins, in the planner's own terms (docs/formats.md section 2)."""
+
     name: str
     batch_layout: tuple[str, ...]  # one placement string per mesh dim, for batch inputs
     # (low, high) fractions of all parameter bytes, or None: no budget
@@ -49,23 +50,27 @@ class PresetConstraints:
     parameter_layout: tuple[str, ...] | None = None
 
 
-def resolve(name: str | None, shape: Sequence[int],
-            dim_names: Sequence[str] | None) -> PresetConstraints | None:
+def resolve(
+    name: str | None, shape: Sequence[int], dim_names: Sequence[str] | None
+) -> PresetConstraints | None:
     """The constraints of preset ``name`` on a mesh of ``shape`` with ``dim_names`` (None
     for no preset). Raises PresetError naming what does not fit and what would."""
     if name is None:
         return None
     if not isinstance(name, str) or name.strip().lower() not in PRESET_NAMES:
-        raise PresetError(f"unknown preset {name!r}; choose one of "
-                          f"{', '.join(PRESET_NAMES)} (docs/presets.md)")
+        raise PresetError(
+            f"unknown preset {name!r}; choose one of "
+            f"{', '.join(PRESET_NAMES)} (docs/presets.md)"
+        )
     name = name.strip().lower()
     shape = tuple(int(s) for s in shape)
     names = tuple(dim_names) if dim_names else ()
     size = 1
     for s in shape:
         size *= s
-    mesh_desc = f"mesh {list(shape)}" + (f" with dims {list(names)}" if names else
-                                         " without dim names")
+    mesh_desc = f"mesh {list(shape)}" + (
+        f" with dims {list(names)}" if names else " without dim names"
+    )
     tp = [i for i, n in enumerate(names) if n == TP_DIM]
     if len(tp) > 1:
         raise PresetError(f"preset {name!r}: {mesh_desc} names more than one dim {TP_DIM!r}")
@@ -74,7 +79,8 @@ def resolve(name: str | None, shape: Sequence[int],
         if tp:
             raise PresetError(
                 f"preset {name!r} splits the batch over every mesh dim, but {mesh_desc} has a "
-                f"{TP_DIM!r} dim; use preset 'tp' or 'fsdp+tp' there, or rename the dims")
+                f"{TP_DIM!r} dim; use preset 'tp' or 'fsdp+tp' there, or rename the dims"
+            )
         batch = ("S(0)",) * len(shape)
         if name == "ddp":
             return PresetConstraints(name, batch, (1.0, 1.0))
@@ -83,15 +89,18 @@ def resolve(name: str | None, shape: Sequence[int],
         if len(shape) != 2:
             raise PresetError(
                 f"preset 'hsdp' needs a 2-D (replicate, shard) mesh, e.g. dims "
-                f"['dp_replicate', 'dp_shard']; got {mesh_desc}; use 'fsdp' on a 1-D mesh")
+                f"['dp_replicate', 'dp_shard']; got {mesh_desc}; use 'fsdp' on a 1-D mesh"
+            )
         # parameters sharded over the shard dim and replicated over the replicate dim:
         # every GPU holds exactly 1/shard of them
         return PresetConstraints(name, batch, None, parameter_layout=("R", "S(0)"))
 
     if not tp:
-        raise PresetError(f"preset {name!r} needs a mesh dim named {TP_DIM!r} (the tensor-"
-                          f"parallel dim), got {mesh_desc}; e.g. dim names "
-                          f"{list(default_dim_names(name, len(shape)))}")
+        raise PresetError(
+            f"preset {name!r} needs a mesh dim named {TP_DIM!r} (the tensor-"
+            f"parallel dim), got {mesh_desc}; e.g. dim names "
+            f"{list(default_dim_names(name, len(shape)))}"
+        )
     t = tp[0]
     batch = tuple("R" if i == t else "S(0)" for i in range(len(shape)))
     if name == "tp":
@@ -99,9 +108,11 @@ def resolve(name: str | None, shape: Sequence[int],
         # mean sharding over a data dim too) and no more
         return PresetConstraints(name, batch, _band(shape[t]))
     if len(shape) < 2:
-        raise PresetError(f"preset 'fsdp+tp' needs a data-parallel dim besides {TP_DIM!r}, "
-                          f"e.g. a 2-D mesh with dims ['dp', 'tp']; got {mesh_desc}; use "
-                          "'tp' on a 1-D tensor-parallel mesh")
+        raise PresetError(
+            f"preset 'fsdp+tp' needs a data-parallel dim besides {TP_DIM!r}, "
+            f"e.g. a 2-D mesh with dims ['dp', 'tp']; got {mesh_desc}; use "
+            "'tp' on a 1-D tensor-parallel mesh"
+        )
     return PresetConstraints(name, batch, (0.0, 1.0 / size))
 
 
@@ -125,16 +136,17 @@ def default_dim_names(name: str | None, ndim: int) -> tuple[str, ...]:
 def input_layouts(preset: PresetConstraints, input_shapes: Sequence[Sequence[int] | None]):
     """One layout (list of placement strings) per input: the batch layout for tensors with a
     batch dim, None (left to the planner) for scalars and non-tensors."""
-    return [list(preset.batch_layout) if shape is not None and len(shape) >= 1 else None
-            for shape in input_shapes]
+    return [
+        list(preset.batch_layout) if shape is not None and len(shape) >= 1 else None
+        for shape in input_shapes
+    ]
 
 
 def parameter_layout(preset: PresetConstraints, shape: Sequence[int]) -> list[str] | None:
     """The preset's pinned layout of a parameter of ``shape`` (None: not pinned)."""
     if preset.parameter_layout is None:
         return None
-    return ["R" if p.startswith("S(") and len(shape) == 0 else p
-            for p in preset.parameter_layout]
+    return ["R" if p.startswith("S(") and len(shape) == 0 else p for p in preset.parameter_layout]
 
 
 # ---- the AutoParallel side --------------------------------------------------------------
@@ -149,12 +161,17 @@ def apply_preset(autop, name: str | None) -> None:
     mesh = autop.mesh
     preset = resolve(name, tuple(mesh.shape), mesh.mesh_dim_names)
     step = autop.step
-    shapes = [step.input_metas[i][0] if name_ is not None else None
-              for i, name_ in enumerate(step.input_nodes)]
+    shapes = [
+        step.input_metas[i][0] if name_ is not None else None
+        for i, name_ in enumerate(step.input_nodes)
+    ]
     to_placement = {"S(0)": Shard(0), "R": Replicate()}
-    autop.add_input_constraints([
-        None if layout is None else tuple(to_placement[p] for p in layout)
-        for layout in input_layouts(preset, shapes)])
+    autop.add_input_constraints(
+        [
+            None if layout is None else tuple(to_placement[p] for p in layout)
+            for layout in input_layouts(preset, shapes)
+        ]
+    )
     if preset.parameter_memory is None:
         autop.remove_parameter_memory_constraint()
     else:
@@ -172,39 +189,48 @@ def check_preset(name: str | None, mesh) -> str | None:
     return name
 
 
-def check_auto_parallel_args(name: str | None, sample_layouts: list,
-                             parameter_memory_budget) -> None:
+def check_auto_parallel_args(
+    name: str | None, sample_layouts: list, parameter_memory_budget
+) -> None:
     """auto_parallel(preset=...): the preset decides input layouts and the parameter budget,
     so DTensor samples (placements of their own) or a budget would be ignored: refused."""
     if name is None:
         return
     if any(layout is not None for layout in sample_layouts):
-        raise PresetError(f"auto_parallel: preset={name!r} sets the input layouts; pass plain "
-                          "tensors as sample_inputs (global shapes), not DTensors, or drop "
-                          "the preset")
+        raise PresetError(
+            f"auto_parallel: preset={name!r} sets the input layouts; pass plain "
+            "tensors as sample_inputs (global shapes), not DTensors, or drop "
+            "the preset"
+        )
     if parameter_memory_budget is not None:
-        raise PresetError(f"auto_parallel: preset={name!r} sets the parameter memory budget; "
-                          "leave parameter_memory_budget out, or drop the preset")
+        raise PresetError(
+            f"auto_parallel: preset={name!r} sets the parameter memory budget; "
+            "leave parameter_memory_budget out, or drop the preset"
+        )
 
 
 # ---- the graph JSON side (`autoshard plan GRAPH.json --preset ...`) ------------------------
 def graph_options(preset: PresetConstraints, graph: dict) -> dict:
     """Planner options (cpp/include/autoshard/planner.h) for a traced graph JSON: input
     constraints by placeholder name and the parameter memory bounds."""
-    inputs = [n for n in graph.get("nodes", []) if n.get("op") == "placeholder"
-              and n.get("role") == "input"]
+    inputs = [
+        n
+        for n in graph.get("nodes", [])
+        if n.get("op") == "placeholder" and n.get("role") == "input"
+    ]
     shapes = [((n.get("outputs") or [None])[0] or {}).get("shape") for n in inputs]
     layouts = input_layouts(preset, shapes)
     pins = {}
     for n in graph.get("nodes", []):
         if n.get("op") == "placeholder" and n.get("role") == "parameter":
-            layout = parameter_layout(preset, ((n.get("outputs") or [{}])[0] or {})
-                                      .get("shape", []))
+            layout = parameter_layout(
+                preset, ((n.get("outputs") or [{}])[0] or {}).get("shape", [])
+            )
             if layout is not None:
                 pins[n["name"]] = layout
     memory = preset.parameter_memory
-    return {"input_constraints": {n["name"]: l for n, l in zip(inputs, layouts)
-                                  if l is not None},
-            "node_constraints": pins,
-            "parameter_memory": None if memory is None else {"low": memory[0],
-                                                             "high": memory[1]}}
+    return {
+        "input_constraints": {n["name"]: l for n, l in zip(inputs, layouts) if l is not None},
+        "node_constraints": pins,
+        "parameter_memory": None if memory is None else {"low": memory[0], "high": memory[1]},
+    }

@@ -38,10 +38,16 @@ from torch.distributed.tensor import DTensor
 from .runtime import StepRunner, contiguous_stride, mark_integer_outputs
 
 OUTSIDE = "<graph outputs>"
-COLLECTIVE_OPS = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce",
-                  "all_to_all_single", "all_gather_into_tensor_coalesced",
-                  "reduce_scatter_tensor_coalesced", "all_reduce_coalesced",
-                  "all_reduce_"}  # all_reduce_: in place, on a buffer nothing else reads
+COLLECTIVE_OPS = {
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_reduce",
+    "all_to_all_single",
+    "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced",
+    "all_reduce_coalesced",
+    "all_reduce_",
+}  # all_reduce_: in place, on a buffer nothing else reads
 
 
 def op_name(node: fx.Node) -> str | None:
@@ -83,6 +89,7 @@ def wait_of(node: fx.Node) -> fx.Node | None:
 @dataclass
 class _SavedSpec:
     """How to turn a saved local tensor back into the value the backward nodes read."""
+
     placements: tuple | None  # None: a plain tensor (not a DTensor)
     shape: torch.Size | None = None
     stride: tuple | None = None
@@ -91,19 +98,20 @@ class _SavedSpec:
 @dataclass
 class LocalProgram:
     """One rank's step: ``forward`` then ``backward`` graphs on local tensors."""
+
     fwd_gm: fx.GraphModule
     bwd_gm: fx.GraphModule
-    n_outputs: int              # tensor outputs of the module (the rest of fwd's are saved)
-    output_slots: list          # per module output: index into tensor outputs, or ("const", v)
+    n_outputs: int  # tensor outputs of the module (the rest of fwd's are saved)
+    output_slots: list  # per module output: index into tensor outputs, or ("const", v)
     input_tensor_positions: list[int]  # which flat inputs (params, buffers, inputs) are tensors
-    fwd: Callable = None        # what runs: fwd_gm or its compiled form
+    fwd: Callable = None  # what runs: fwd_gm or its compiled form
     bwd: Callable = None
     compiled: bool = False
     info: dict = field(default_factory=dict)
-    state_key: tuple = ()       # apply._state_key of the state it was lowered for
+    state_key: tuple = ()  # apply._state_key of the state it was lowered for
     random_states_checked: bool = False  # rng_check: ranks' generators compared once
-    split: Any = None           # deferred_tail.SplitForward of fwd, for the training step
-    pending: Any = None         # the last training forward's PendingTail
+    split: Any = None  # deferred_tail.SplitForward of fwd, for the training step
+    pending: Any = None  # the last training forward's PendingTail
     # the graphs fwd / bwd run (fwd_gm / bwd_gm rewritten for the step: lower_step), before
     # any compilation
     run_fwd_gm: fx.GraphModule = None
@@ -116,18 +124,26 @@ class LocalProgram:
     def collectives(self) -> list[dict]:
         """Every collective the step runs: phase, kind, joint-graph node that issued it."""
         out = []
-        for phase, gm in (("forward", self.run_fwd_gm or self.fwd_gm),
-                          ("backward", self.run_bwd_gm or self.bwd_gm)):
+        for phase, gm in (
+            ("forward", self.run_fwd_gm or self.fwd_gm),
+            ("backward", self.run_bwd_gm or self.bwd_gm),
+        ):
             for n in gm.graph.nodes:
                 if is_collective(n):
                     custom = n.meta.get("custom") or {}
                     src = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
                     where = custom.get("autoshard_node", OUTSIDE)
-                    out.append({"phase": phase, "op": op_name(n).rstrip("_"), "where": where,
-                                # the joint-graph nodes of the collectives a fused one replaced
-                                "members": custom.get("autoshard_members") or [where],
-                                "numel": int(src.numel()) if src is not None else -1,
-                                "node": n.name})
+                    out.append(
+                        {
+                            "phase": phase,
+                            "op": op_name(n).rstrip("_"),
+                            "where": where,
+                            # the joint-graph nodes of the collectives a fused one replaced
+                            "members": custom.get("autoshard_members") or [where],
+                            "numel": int(src.numel()) if src is not None else -1,
+                            "node": n.name,
+                        }
+                    )
         return out
 
 
@@ -154,10 +170,17 @@ def _annotating_nodes(runner: StepRunner):
         del runner.run_node
 
 
-def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
-               buffer_locals: list[torch.Tensor], input_values: list[Any], *,
-               overlap: bool = True, prefetch_bytes: int | None = None,
-               bucket_bytes: int | None = None, reduce_inplace: bool = True) -> LocalProgram:
+def lower_step(
+    runner: StepRunner,
+    param_locals: list[torch.Tensor],
+    buffer_locals: list[torch.Tensor],
+    input_values: list[Any],
+    *,
+    overlap: bool = True,
+    prefetch_bytes: int | None = None,
+    bucket_bytes: int | None = None,
+    reduce_inplace: bool = True,
+) -> LocalProgram:
     """Trace ``runner``'s forward and backward into local graphs. The example tensors give
     local shapes and dtypes only (they are replaced by fake tensors; nothing runs).
     ``reduce_inplace`` (eager): fresh buffers are all-reduced in place (reduce_in_place) and
@@ -166,8 +189,11 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from .fuse_reductions import (coalesce_small_reductions, count_targets_early,
-                                  split_normalised_reductions)
+    from .fuse_reductions import (
+        coalesce_small_reductions,
+        count_targets_early,
+        split_normalised_reductions,
+    )
     from .overlap import bucket_gathers, bucket_reductions, schedule_collectives
 
     n_params, n_buffers = len(param_locals), len(buffer_locals)
@@ -187,9 +213,9 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     def forward(*tensors):
         full = rebuild(tensors)
         with torch.no_grad():
-            outs, saved, layouts = runner.run_forward(full[:n_params],
-                                                      full[n_params:n_params + n_buffers],
-                                                      full[n_params + n_buffers:])
+            outs, saved, layouts = runner.run_forward(
+                full[:n_params], full[n_params : n_params + n_buffers], full[n_params + n_buffers :]
+            )
         leaves, spec = pytree.tree_flatten(saved)
         saved_tensors, saved_specs, saved_consts = [], [], []
         for leaf in leaves:
@@ -205,9 +231,14 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
                 saved_specs.append(None)
                 saved_consts.append(leaf)
         tensor_outs = [o for o in outs if isinstance(o, torch.Tensor)]
-        meta.update(saved_spec=spec, saved_specs=saved_specs, saved_consts=saved_consts,
-                    layouts=layouts, n_outputs=len(tensor_outs),
-                    output_slots=_output_slots(outs))
+        meta.update(
+            saved_spec=spec,
+            saved_specs=saved_specs,
+            saved_consts=saved_consts,
+            layouts=layouts,
+            n_outputs=len(tensor_outs),
+            output_slots=_output_slots(outs),
+        )
         return (*tensor_outs, *saved_tensors)
 
     with _annotating_nodes(runner):
@@ -215,9 +246,15 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     n_out = meta["n_outputs"]
     out_vals = [n.meta["val"] for n in _graph_outputs(fwd_gm)]
     fake_outs, fake_saved = out_vals[:n_out], out_vals[n_out:]
-    grad_examples = [_fake_like(mode, torch.empty_strided(
-        tuple(v.shape), contiguous_stride(v.shape), dtype=v.dtype, device=v.device))
-        for v in fake_outs]
+    grad_examples = [
+        _fake_like(
+            mode,
+            torch.empty_strided(
+                tuple(v.shape), contiguous_stride(v.shape), dtype=v.dtype, device=v.device
+            ),
+        )
+        for v in fake_outs
+    ]
     n_saved = len(fake_saved)
 
     def backward(*tensors):
@@ -230,9 +267,16 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
             elif spec.placements is None:
                 leaves.append(next(it))
             else:
-                leaves.append(DTensor.from_local(next(it), runner.mesh, spec.placements,
-                                                 run_check=False, shape=spec.shape,
-                                                 stride=spec.stride))
+                leaves.append(
+                    DTensor.from_local(
+                        next(it),
+                        runner.mesh,
+                        spec.placements,
+                        run_check=False,
+                        shape=spec.shape,
+                        stride=spec.stride,
+                    )
+                )
         saved = pytree.tree_unflatten(leaves, meta["saved_spec"])
         # the runner expects one gradient per module output (None for non-tensors)
         all_grads, g = [], iter(grads)
@@ -249,24 +293,28 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
 
     with _annotating_nodes(runner):
         bwd_gm = make_fx(backward, tracing_mode="fake", _allow_non_fake_inputs=True)(
-            *fake_saved, *grad_examples)
+            *fake_saved, *grad_examples
+        )
     info = {"saved_tensors": n_saved}
     for gm in (fwd_gm, bwd_gm):
         _tidy(gm)
-    _mark_parameters(fwd_gm, bwd_gm, [runner.step.param_fqns[n] for n in runner.param_names],
-                     n_out)
+    _mark_parameters(fwd_gm, bwd_gm, [runner.step.param_fqns[n] for n in runner.param_names], n_out)
     if overlap:
         info["early_target_counts"] = count_targets_early(fwd_gm)
         info["split_normalised_reductions"] = sum(
-            split_normalised_reductions(gm) for gm in (fwd_gm, bwd_gm))
+            split_normalised_reductions(gm) for gm in (fwd_gm, bwd_gm)
+        )
         info["forward_gather_buckets"] = bucket_gathers(fwd_gm, bucket_bytes)
         info["backward_gather_buckets"] = bucket_gathers(bwd_gm, bucket_bytes)
         # backward output k is the gradient of flat input tensor_pos[k]: params come first
-        grad_of = [runner.step.param_fqns[runner.param_names[i]] if i < n_params else None
-                   for i in tensor_pos]
+        grad_of = [
+            runner.step.param_fqns[runner.param_names[i]] if i < n_params else None
+            for i in tensor_pos
+        ]
         info["backward_reduction_buckets"] = bucket_reductions(bwd_gm, bucket_bytes, grad_of)
         info["coalesced_small_reductions"] = sum(
-            coalesce_small_reductions(gm) for gm in (fwd_gm, bwd_gm))
+            coalesce_small_reductions(gm) for gm in (fwd_gm, bwd_gm)
+        )
         info["forward_schedule"] = schedule_collectives(fwd_gm, prefetch_bytes)
         info["backward_schedule"] = schedule_collectives(bwd_gm, prefetch_bytes)
         for gm in (fwd_gm, bwd_gm):
@@ -286,15 +334,15 @@ def lower_step(runner: StepRunner, param_locals: list[torch.Tensor],
     # the loss sum in one all-reduce when the backward divides by the count at its end
     # instead: one round trip a step instead of two, and the forward waits for neither
     together = _copy_gm(program.fwd)
-    if coalesce_small_reductions(together, hold_back=True) \
-            and scale_gradients_late(together, program.bwd, n_out):
+    if coalesce_small_reductions(together, hold_back=True) and scale_gradients_late(
+        together, program.bwd, n_out
+    ):
         program.fwd, info["late_loss_scale"] = together, 1
         info["loss_reductions_held_back"] = 1
     else:
         info["late_loss_scale"] = scale_gradients_late(program.fwd, program.bwd, n_out)
     if reduce_inplace:  # eager: in-place reductions, common ops through their Python bindings
-        info["all_reduces_in_place"] = sum(reduce_in_place(gm)
-                                           for gm in (program.fwd, program.bwd))
+        info["all_reduces_in_place"] = sum(reduce_in_place(gm) for gm in (program.fwd, program.bwd))
         info["divisions_in_place"] = divide_in_place(program.bwd)
         info["direct_calls"] = sum(bind_direct_calls(gm) for gm in (program.fwd, program.bwd))
     program.run_fwd_gm, program.run_bwd_gm = program.fwd, program.bwd
@@ -318,14 +366,19 @@ def reduce_in_place(gm: fx.GraphModule) -> int:
     input, a pass over every reduced byte for nothing. A buffer qualifies when its producer
     returns new memory (no alias in its schema), it is contiguous, and the all-reduce is its
     only user. Returns how many were changed. (Inductor does this itself when compiling.)"""
+
     def qualifies(n: fx.Node) -> bool:
         if op_name(n) != "all_reduce" or not _is_functional_c10d(n):
             return False
         src = n.args[0]
         val = tensor_val(src)
-        return not (val is None or not val.is_contiguous() or len(src.users) != 1
-                    or op_name(src) is None
-                    or any(r.alias_info is not None for r in src.target._schema.returns))
+        return not (
+            val is None
+            or not val.is_contiguous()
+            or len(src.users) != 1
+            or op_name(src) is None
+            or any(r.alias_info is not None for r in src.target._schema.returns)
+        )
 
     return _retarget(gm, qualifies, torch.ops._c10d_functional.all_reduce_.default)
 
@@ -335,19 +388,28 @@ def divide_in_place(gm: fx.GraphModule) -> int:
     is divided in place when the division is the buffer's only reader: a new buffer would
     be one more allocation and pass over every reduced byte. Run after reduce_in_place,
     which makes the buffer the program's own. Returns how many were changed."""
+
     def qualifies(n: fx.Node) -> bool:
         if n.target is not torch.ops.aten.div.Tensor or not isinstance(n.args[0], fx.Node):
             return False
         buf = n.args[0]
-        if not (is_wait(buf) and len(buf.users) == 1 and isinstance(buf.args[0], fx.Node)
-                and buf.args[0].target is torch.ops._c10d_functional.all_reduce_.default):
+        if not (
+            is_wait(buf)
+            and len(buf.users) == 1
+            and isinstance(buf.args[0], fx.Node)
+            and buf.args[0].target is torch.ops._c10d_functional.all_reduce_.default
+        ):
             return False
         val, by = tensor_val(buf), n.args[1]
         by = tensor_val(by) if isinstance(by, fx.Node) else by
         # in place only when the quotient has the buffer's shape and dtype (late_loss_scale's
         # divisions carry no meta of their own: read their operands)
-        return not (val is None or by is None or torch.result_type(val, by) != val.dtype
-                    or (isinstance(by, torch.Tensor) and by.dim() > 0))
+        return not (
+            val is None
+            or by is None
+            or torch.result_type(val, by) != val.dtype
+            or (isinstance(by, torch.Tensor) and by.dim() > 0)
+        )
 
     return _retarget(gm, qualifies, torch.ops.aten.div_.Tensor)
 
@@ -368,8 +430,9 @@ def strip_views(n: fx.Node) -> fx.Node:
     return n
 
 
-def _mark_parameters(fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, fqns: list[str],
-                     n_outputs: int) -> None:
+def _mark_parameters(
+    fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, fqns: list[str], n_outputs: int
+) -> None:
     """Name the parameter behind each placeholder: the forward's first inputs are the
     parameters' shards; a backward input is one when the forward saved that shard as is.
     The overlap pass buckets parameter gathers per block with these names."""
@@ -425,8 +488,9 @@ def joint_graph(program: LocalProgram) -> fx.GraphModule:
     fwd_outs = _graph_outputs(program.fwd_gm)
     grads = _graph_outputs(program.bwd_gm)
     backward = any(isinstance(o, fx.Node) for o in grads)
-    bwd_inputs = [n for n in program.bwd_gm.graph.nodes if n.op == "placeholder"] \
-        if backward else []
+    bwd_inputs = (
+        [n for n in program.bwd_gm.graph.nodes if n.op == "placeholder"] if backward else []
+    )
     n_saved = len(fwd_outs) - program.n_outputs
     for n in (n for n in fwd_nodes if n.op == "placeholder"):
         env[n] = g.node_copy(n)
@@ -435,14 +499,14 @@ def joint_graph(program: LocalProgram) -> fx.GraphModule:
         env[ph].meta = {key: v for key, v in ph.meta.items() if key != "custom"}
     for n in (n for n in fwd_nodes if n.op != "placeholder"):
         env[n] = g.node_copy(n, lambda a: env[a])
-    for ph, saved in zip(bwd_inputs[:n_saved], fwd_outs[program.n_outputs:]):
+    for ph, saved in zip(bwd_inputs[:n_saved], fwd_outs[program.n_outputs :]):
         env[ph] = env[saved] if isinstance(saved, fx.Node) else saved
     for n in program.bwd_gm.graph.nodes if backward else ():
         if n.op in ("placeholder", "output"):
             continue
         env[n] = g.node_copy(n, lambda a: env[a])
         env[n].meta["partitioner_tag"] = "is_backward"
-    outs = fwd_outs[:program.n_outputs] + (grads if backward else [])
+    outs = fwd_outs[: program.n_outputs] + (grads if backward else [])
     g.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outs))
     # constants (get_attr) of both graphs on one root, under names unique in it
     root = torch.nn.Module()
@@ -470,12 +534,13 @@ def compile_program(program: LocalProgram) -> LocalProgram:
     # at its end): waits go just before their first use, as in the program's schedule.
     # (Not raise_comms: it would issue every parameter gather at the top, without the
     # schedule's bound on prefetched bytes.)
-    overlap = {"reorder_for_compute_comm_overlap": True,
-               "reorder_for_compute_comm_overlap_passes": ["sink_waits"]}
+    overlap = {
+        "reorder_for_compute_comm_overlap": True,
+        "reorder_for_compute_comm_overlap_passes": ["sink_waits"],
+    }
 
     def compiled(gm):
-        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False,
-                             options=overlap)
+        return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False, options=overlap)
 
     # compiled on first call: the training step runs split.main (when the forward has a
     # deferred tail; the tail's few scalar ops stay eager), the no-grad step fwd
@@ -502,7 +567,7 @@ class ProgramFunction(torch.autograd.Function):
             results = _run_split_forward(ctx, program, [*local, *tensors[n_dtensors:]])
         else:
             results = _runnable(program, "fwd")(*local, *tensors[n_dtensors:])
-        outs, saved = results[:program.n_outputs], results[program.n_outputs:]
+        outs, saved = results[: program.n_outputs], results[program.n_outputs :]
         ctx.program = program
         ctx.param_specs = [p._spec for p in params]
         ctx.save_for_backward(*saved)

@@ -38,8 +38,9 @@ def stage(name: str, expected_s: float | None = None, bar: bool | None = None):
     """Log ``name``'s start and elapsed time; on a TTY (or ``bar=True``) show a tqdm bar of
     elapsed seconds against ``expected_s`` (a spinner-style counter without it)."""
     t0 = time.perf_counter()
-    log.info("autoshard: stage %s started%s", name,
-             f" (up to {expected_s:g} s)" if expected_s else "")
+    log.info(
+        "autoshard: stage %s started%s", name, f" (up to {expected_s:g} s)" if expected_s else ""
+    )
     show = bar_enabled() if bar is None else bar
     stop = threading.Event()
     ticker = None
@@ -47,10 +48,16 @@ def stage(name: str, expected_s: float | None = None, bar: bool | None = None):
     if show:
         from tqdm import tqdm
 
-        pbar = tqdm(total=expected_s, desc=f"autoshard {name}", unit="s", leave=False,
-                    file=sys.stderr,
-                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}" if expected_s
-                    else "{desc}: {elapsed}")
+        pbar = tqdm(
+            total=expected_s,
+            desc=f"autoshard {name}",
+            unit="s",
+            leave=False,
+            file=sys.stderr,
+            bar_format=(
+                "{desc}: {percentage:3.0f}%|{bar}| {elapsed}" if expected_s else "{desc}: {elapsed}"
+            ),
+        )
 
         def tick():
             while not stop.wait(_TICK_S):
@@ -70,8 +77,12 @@ def stage(name: str, expected_s: float | None = None, bar: bool | None = None):
             ticker.join()
         if pbar is not None:
             pbar.close()
-        log.info("autoshard: stage %s %s in %.2f s", name, "done" if ok else "failed",
-                 time.perf_counter() - t0)
+        log.info(
+            "autoshard: stage %s %s in %.2f s",
+            name,
+            "done" if ok else "failed",
+            time.perf_counter() - t0,
+        )
 
 
 def solver_result(plan: dict) -> dict:
@@ -79,13 +90,20 @@ def solver_result(plan: dict) -> dict:
     between them (fraction of the cost), status, and times; absent fields are left out."""
     s = plan.get("summary", {})
     out = {}
-    for key in ("total_us", "lower_bound_us", "solver_status", "proven_optimal",
-                "solve_time_s", "planning_time_s"):
+    for key in (
+        "total_us",
+        "lower_bound_us",
+        "solver_status",
+        "proven_optimal",
+        "solve_time_s",
+        "planning_time_s",
+    ):
         if key in s:
             out[key] = s[key]
     if "total_us" in out and "lower_bound_us" in out and float(out["total_us"]) > 0:
-        out["gap"] = max(0.0, (float(out["total_us"]) - float(out["lower_bound_us"]))
-                         / float(out["total_us"]))
+        out["gap"] = max(
+            0.0, (float(out["total_us"]) - float(out["lower_bound_us"])) / float(out["total_us"])
+        )
     return out
 
 
@@ -100,8 +118,10 @@ def log_solver_result(plan: dict) -> dict:
     if "gap" in r:
         parts.append(f"gap {100 * r['gap']:.2f}%")
     if "solver_status" in r:
-        parts.append(f"status {r['solver_status']}"
-                     + (" (proven optimal)" if r.get("proven_optimal") else ""))
+        parts.append(
+            f"status {r['solver_status']}"
+            + (" (proven optimal)" if r.get("proven_optimal") else "")
+        )
     if "solve_time_s" in r:
         parts.append(f"solve {float(r['solve_time_s']):.2f} s")
     if "planning_time_s" in r:

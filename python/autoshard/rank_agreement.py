@@ -27,17 +27,21 @@ log = logging.getLogger("autoshard")
 
 DEFAULT_TIMEOUT_S = 300.0
 
-_WHAT = {"graph": "the traced graph differs", "mesh": "the mesh differs",
-         "constraints": "the constraints differ", "options": "the options differ",
-         "plan": "the plan differs"}
+_WHAT = {
+    "graph": "the traced graph differs",
+    "mesh": "the mesh differs",
+    "constraints": "the constraints differ",
+    "options": "the options differ",
+    "plan": "the plan differs",
+}
 _HINTS = {
     "graph": "the traced models or example inputs differ (model class, sizes, number of "
-             "layers, input shapes or dtypes): every rank must build the same model",
+    "layers, input shapes or dtypes): every rank must build the same model",
     "mesh": "the DeviceMesh differs (shape, dim names, device type or rank layout)",
     "constraints": "the input / output / node constraints or the parameter memory "
-                   "constraint differ",
+    "constraint differ",
     "options": "the AutoParallel options differ (hardware, time_limit_s, gap_tolerance, "
-               "memory_limit_bytes, strict, runtime, compile, capture, mp_policy)",
+    "memory_limit_bytes, strict, runtime, compile, capture, mp_policy)",
     "plan": "the plans passed to apply_placement differ",
 }
 
@@ -60,8 +64,9 @@ def needs_agreement() -> bool:
     return real_multi_rank_group()
 
 
-def check_ranks_agree(parts: dict[str, Any], summaries: dict[str, str], mesh,
-                      timeout_s: float) -> None:
+def check_ranks_agree(
+    parts: dict[str, Any], summaries: dict[str, str], mesh, timeout_s: float
+) -> None:
     """Wait up to ``timeout_s`` for every rank, then compare the digests of ``parts``
     (name -> plain data); ``summaries`` (name -> short text) are shown in a mismatch."""
     if not needs_agreement():
@@ -69,8 +74,11 @@ def check_ranks_agree(parts: dict[str, Any], summaries: dict[str, str], mesh,
     world = dist.get_world_size()
     if mesh.size() != world:
         # only the mesh's ranks plan; a group of just them would itself need every rank
-        log.info("autoshard: the mesh spans %d of %d ranks: skipping the cross-rank check",
-                 mesh.size(), world)
+        log.info(
+            "autoshard: the mesh spans %d of %d ranks: skipping the cross-rank check",
+            mesh.size(),
+            world,
+        )
         return
     wait_for_all_ranks(timeout_s)
     mine = {name: (digest(value), summaries.get(name, "")) for name, value in parts.items()}
@@ -82,13 +90,17 @@ def check_ranks_agree(parts: dict[str, Any], summaries: dict[str, str], mesh,
         for rank, theirs in enumerate(gathered):
             by_value.setdefault(theirs[name], []).append(rank)
         if len(by_value) > 1:
-            groups = "; ".join(f"{_ranks(ranks)}: {summary + ' ' if summary else ''}#{h}"
-                               for (h, summary), ranks in by_value.items())
-            problems.append(f"{_WHAT.get(name, name + ' differs')} ({groups}): "
-                            f"{_HINTS.get(name, '')}")
+            groups = "; ".join(
+                f"{_ranks(ranks)}: {summary + ' ' if summary else ''}#{h}"
+                for (h, summary), ranks in by_value.items()
+            )
+            problems.append(
+                f"{_WHAT.get(name, name + ' differs')} ({groups}): " f"{_HINTS.get(name, '')}"
+            )
     if problems:
-        raise RankMismatchError("autoshard: the ranks are not planning the same step: "
-                                + " | ".join(problems))
+        raise RankMismatchError(
+            "autoshard: the ranks are not planning the same step: " + " | ".join(problems)
+        )
 
 
 _generation = 0  # how many checks this process has made: the key space of each one
@@ -117,13 +129,17 @@ def wait_for_all_ranks(timeout_s: float) -> None:
     except RuntimeError as e:
         cause = str(e).strip().splitlines()[0]
     missing = _absent_ranks(store, key)
-    who = (f"rank(s) {', '.join(map(str, missing))} did not reach planning" if missing
-           else "the ranks did not all meet before planning (if this rank is the late one, "
-           "the others stopped waiting)")
+    who = (
+        f"rank(s) {', '.join(map(str, missing))} did not reach planning"
+        if missing
+        else "the ranks did not all meet before planning (if this rank is the late one, "
+        "the others stopped waiting)"
+    )
     raise RankTimeoutError(
         f"autoshard: {who} within {timeout_s:g} s (rank_timeout_s): a rank is stalled, has "
         "crashed, or runs other code; raise rank_timeout_s if some ranks are just slower to "
-        f"get here (torch: {cause})")
+        f"get here (torch: {cause})"
+    )
 
 
 def _arrival_store():

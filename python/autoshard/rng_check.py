@@ -25,8 +25,12 @@ from .program import OUTSIDE
 
 def random_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     """Ops that draw from a generator (torch tags them nondeterministic_seeded)."""
-    return [n for n in gm.graph.nodes if n.op == "call_function"
-            and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
+    return [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+    ]
 
 
 def replicated_random_dims(program, runner) -> dict[int, list[str]]:
@@ -67,8 +71,7 @@ def check_random_states_agree(program, runner) -> None:
         size = dist.get_world_size(group)
         if size == 1:
             continue
-        mine = torch.tensor([_state_digest(runner.device)], dtype=torch.int64,
-                            device=runner.device)
+        mine = torch.tensor([_state_digest(runner.device)], dtype=torch.int64, device=runner.device)
         every = [torch.empty_like(mine) for _ in range(size)]
         dist.all_gather(every, mine, group=group)
         digests = [int(t.item()) for t in every]
@@ -82,4 +85,5 @@ def check_random_states_agree(program, runner) -> None:
                 "they would compute different 'replicated' values (and wrong gradients). "
                 "Seed every rank alike (torch.manual_seed(seed) with the same seed on every "
                 "rank) before the first step; draw per-rank randomness (data sampling) from "
-                "a torch.Generator of its own")
+                "a torch.Generator of its own"
+            )

@@ -30,8 +30,7 @@ import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
-from .placements import (layout_from_strs, layout_to_strs, local_shape,
-                         normalize_placements)
+from .placements import layout_from_strs, layout_to_strs, local_shape, normalize_placements
 from .trace import TracedStep
 
 log = logging.getLogger("autoshard")
@@ -75,8 +74,15 @@ def _node_source(node: fx.Node) -> str:
 class StepRunner:
     """Executes one traced step under one plan on one mesh. Stateless between steps."""
 
-    def __init__(self, step: TracedStep, plan: dict, mesh: DeviceMesh, *, strict: bool = False,
-                 device: torch.device | None = None):
+    def __init__(
+        self,
+        step: TracedStep,
+        plan: dict,
+        mesh: DeviceMesh,
+        *,
+        strict: bool = False,
+        device: torch.device | None = None,
+    ):
         self.step = step
         self.gm = step.gm
         self.mesh = mesh
@@ -101,8 +107,9 @@ class StepRunner:
         # forward values (placeholders included) that the backward nodes or grads read
         saved: set[str] = set()
         fwd_outputs_by_bwd = [a for n in self.backward_nodes for a in n.all_input_nodes]
-        fwd_outputs_by_bwd += [o.node for o in step.outputs
-                               if o.role == "grad" and isinstance(o.node, fx.Node)]
+        fwd_outputs_by_bwd += [
+            o.node for o in step.outputs if o.role == "grad" and isinstance(o.node, fx.Node)
+        ]
         for a in fwd_outputs_by_bwd:
             if a.name not in backward:
                 if a.op == "call_function" and a.target is operator.getitem:
@@ -114,15 +121,18 @@ class StepRunner:
         self.buffer_names = list(step.buffer_fqns)
         self.placeholders = {n.name: n for n in self.gm.graph.find_nodes(op="placeholder")}
         # tensor constants (get_attr) are graph inputs to the planner, exported like buffers
-        self.constants = {n.name: getattr(self.gm, n.target)
-                          for n in self.gm.graph.find_nodes(op="get_attr")
-                          if isinstance(getattr(self.gm, n.target, None), torch.Tensor)}
+        self.constants = {
+            n.name: getattr(self.gm, n.target)
+            for n in self.gm.graph.find_nodes(op="get_attr")
+            if isinstance(getattr(self.gm, n.target, None), torch.Tensor)
+        }
         for n in self.gm.graph.find_nodes(op="get_attr"):
             if n.name in self.constants:
                 self.placeholders[n.name] = n
                 n.meta.setdefault("val", self.constants[n.name])
-        self.fwd_outputs = sorted((o for o in step.outputs if o.role == "output"),
-                                  key=lambda o: o.output_index)
+        self.fwd_outputs = sorted(
+            (o for o in step.outputs if o.role == "output"), key=lambda o: o.output_index
+        )
         self.grad_outputs = {o.grad_of: o for o in step.outputs if o.role == "grad"}
         self.tangent_by_output = {idx: name for name, idx in step.tangent_of.items()}
         self.graph_output_layouts = plan.get("graph_outputs")
@@ -134,6 +144,7 @@ class StepRunner:
         """(value, layout) pairs both passes redistribute that are small enough to save
         instead of communicating twice (loss scalars, norm weights): the backward reuses
         the forward's result."""
+
         def wanted(nodes):
             out = set()
             for n in nodes:
@@ -142,10 +153,14 @@ class StepRunner:
                     continue
                 for ref, strs in zip(tensor_refs(n.args, n.kwargs), planned):
                     val = ref.meta.get("val")
-                    if strs is not None and isinstance(val, torch.Tensor) \
-                            and val.numel() <= REUSE_MAX_NUMEL:
+                    if (
+                        strs is not None
+                        and isinstance(val, torch.Tensor)
+                        and val.numel() <= REUSE_MAX_NUMEL
+                    ):
                         out.add((ref.name, tuple(strs)))
             return out
+
         return wanted(self.forward_nodes) & wanted(self.backward_nodes)
 
     # ---- layouts -------------------------------------------------------------------------
@@ -167,8 +182,10 @@ class StepRunner:
         if layout is None:
             layout = (Replicate(),) * self.mesh.ndim
         if any(p.is_partial() for p in layout):
-            raise ValueError(f"plan gives placeholder {name} the layout "
-                             f"{layout_to_strs(layout)}: graph inputs cannot be Partial")
+            raise ValueError(
+                f"plan gives placeholder {name} the layout "
+                f"{layout_to_strs(layout)}: graph inputs cannot be Partial"
+            )
         return layout
 
     def global_shape(self, name: str) -> tuple:
@@ -176,15 +193,22 @@ class StepRunner:
 
     def expected_local_shape(self, name: str) -> list[int]:
         coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
-        return local_shape(self.global_shape(name), self.placeholder_layout(name),
-                           self.mesh.shape, coords)
+        return local_shape(
+            self.global_shape(name), self.placeholder_layout(name), self.mesh.shape, coords
+        )
 
     # ---- values ----------------------------------------------------------------------------
     def wrap_local(self, local: torch.Tensor, name: str, layout=None) -> DTensor:
         layout = layout if layout is not None else self.placeholder_layout(name)
         shape = self.global_shape(name)
-        return DTensor.from_local(local, self.mesh, layout, run_check=False,
-                                  shape=torch.Size(shape), stride=contiguous_stride(shape))
+        return DTensor.from_local(
+            local,
+            self.mesh,
+            layout,
+            run_check=False,
+            shape=torch.Size(shape),
+            stride=contiguous_stride(shape),
+        )
 
     @staticmethod
     def _resolve(env: dict, node: fx.Node) -> Any:
@@ -199,8 +223,9 @@ class StepRunner:
         cur = normalize_placements(value.placements, value.ndim)
         if cur == tuple(layout):
             return value
-        to_partial = [d for d, (c, p) in enumerate(zip(cur, layout))
-                      if p.is_partial() and not c.is_partial()]
+        to_partial = [
+            d for d, (c, p) in enumerate(zip(cur, layout)) if p.is_partial() and not c.is_partial()
+        ]
         if not to_partial:
             return value.redistribute(self.mesh, layout)
         # DTensor refuses to redistribute to Partial (internal only), but a plan may ask
@@ -215,8 +240,14 @@ class StepRunner:
         for d in to_partial:
             if getattr(layout[d], "reduce_op", "sum") == "sum" and coords[d] != 0:
                 local = torch.zeros_like(local)
-        return DTensor.from_local(local, self.mesh, tuple(layout), run_check=False,
-                                  shape=value.shape, stride=value.stride())
+        return DTensor.from_local(
+            local,
+            self.mesh,
+            tuple(layout),
+            run_check=False,
+            shape=value.shape,
+            stride=value.stride(),
+        )
 
     def _redistributed(self, env: dict, ref: fx.Node, value: Any, strs, what: str) -> Any:
         """``value`` (node ``ref``'s) in layout ``strs``, redistributed once per pass: every
@@ -235,8 +266,9 @@ class StepRunner:
 
     def _wrap_plain(self, v: Any) -> Any:
         if isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
-            return DTensor.from_local(v, self.mesh, (Replicate(),) * self.mesh.ndim,
-                                      run_check=False)
+            return DTensor.from_local(
+                v, self.mesh, (Replicate(),) * self.mesh.ndim, run_check=False
+            )
         return v
 
     def run_node(self, env: dict, node: fx.Node) -> None:
@@ -246,14 +278,19 @@ class StepRunner:
         planned_inputs = entry.get("inputs")
         refs = tensor_refs(node.args, node.kwargs)
         if planned_inputs is not None and len(planned_inputs) != len(refs):
-            raise ValueError(f"plan node {node.name} ({node.target}) lists "
-                             f"{len(planned_inputs)} input layouts but the node has "
-                             f"{len(refs)} tensor arguments")
+            raise ValueError(
+                f"plan node {node.name} ({node.target}) lists "
+                f"{len(planned_inputs)} input layouts but the node has "
+                f"{len(refs)} tensor arguments"
+            )
         # ops whose C++ rows are exact on local shards run there, in the plan's layouts,
         # whenever the plan names them all: DTensor's own propagation may pick another
         # output layout (convolution: batch splits only) or none at all
-        local_per_plan = planned_inputs is not None and _runs_locally(node) \
+        local_per_plan = (
+            planned_inputs is not None
+            and _runs_locally(node)
             and self._plan_names_outputs(node, entry)
+        )
 
         def call(replicate_dims: frozenset = frozenset()):
             counter = iter(range(len(refs)))
@@ -263,15 +300,24 @@ class StepRunner:
                 k = next(counter)
                 value = self._resolve(env, ref)
                 if planned_inputs is not None and planned_inputs[k] is not None:
-                    value = self._redistributed(env, ref, value, planned_inputs[k],
-                                                f"plan node {node.name} input {k}")
+                    value = self._redistributed(
+                        env, ref, value, planned_inputs[k], f"plan node {node.name} input {k}"
+                    )
                 elif replicate_dims and isinstance(value, DTensor):
-                    value = self._to_layout(value, tuple(
-                        Replicate() if d in replicate_dims else p
-                        for d, p in enumerate(normalize_placements(value.placements,
-                                                                   value.ndim))))
-                used.append(layout_to_strs(normalize_placements(value.placements, value.ndim))
-                            if isinstance(value, DTensor) else None)
+                    value = self._to_layout(
+                        value,
+                        tuple(
+                            Replicate() if d in replicate_dims else p
+                            for d, p in enumerate(
+                                normalize_placements(value.placements, value.ndim)
+                            )
+                        ),
+                    )
+                used.append(
+                    layout_to_strs(normalize_placements(value.placements, value.ndim))
+                    if isinstance(value, DTensor)
+                    else None
+                )
                 return value
 
             args = fx.node.map_arg(node.args, fetch)
@@ -304,9 +350,14 @@ class StepRunner:
                     raise
                 x = args[0]
                 if isinstance(x, DTensor):
-                    x = DTensor.from_local(x.to_local().contiguous(), x.device_mesh,
-                                           x.placements, run_check=False, shape=x.shape,
-                                           stride=contiguous_stride(x.shape))
+                    x = DTensor.from_local(
+                        x.to_local().contiguous(),
+                        x.device_mesh,
+                        x.placements,
+                        run_check=False,
+                        shape=x.shape,
+                        stride=contiguous_stride(x.shape),
+                    )
                     out = node.target(x, *args[1:], **kwargs)
                 elif x.is_contiguous():
                     raise
@@ -316,8 +367,13 @@ class StepRunner:
             return out, [self._wrap_plain(o) for o in outs], used
 
         out, outs, used_layouts = call()
-        bad_dims = frozenset(d for o in outs if isinstance(o, DTensor)
-                             for d, p in enumerate(o.placements) if not _representable((p,)))
+        bad_dims = frozenset(
+            d
+            for o in outs
+            if isinstance(o, DTensor)
+            for d, p in enumerate(o.placements)
+            if not _representable((p,))
+        )
         if bad_dims and planned_inputs is None:
             # DTensor chose a layout plans cannot name (e.g. _StridedShard from a view):
             # replicate the inputs on those mesh dims and run again, so the recorded plan
@@ -337,9 +393,11 @@ class StepRunner:
                     o = o.redistribute(self.mesh, want)
                     got = want
                 if want is not None and got != tuple(want):
-                    msg = (f"node {node.name} ({node.target}){_node_source(node)}: DTensor "
-                           f"produced output {k} as {_safe_strs(got)} but the plan says "
-                           f"{layout_to_strs(want)} (inputs {used_layouts})")
+                    msg = (
+                        f"node {node.name} ({node.target}){_node_source(node)}: DTensor "
+                        f"produced output {k} as {_safe_strs(got)} but the plan says "
+                        f"{layout_to_strs(want)} (inputs {used_layouts})"
+                    )
                     if self.strict:
                         raise PlanMismatchError(msg)
                     self.warnings[str(node.target)] += 1
@@ -350,8 +408,15 @@ class StepRunner:
             done.append(o)
         self.recorded[node.name] = {
             "inputs": used_layouts,
-            "outputs": [layout_to_strs(normalize_placements(o.placements, o.ndim))
-                        if isinstance(o, DTensor) else None for o in done]}
+            "outputs": [
+                (
+                    layout_to_strs(normalize_placements(o.placements, o.ndim))
+                    if isinstance(o, DTensor)
+                    else None
+                )
+                for o in done
+            ],
+        }
         env[node.name] = tuple(done) if isinstance(out, (tuple, list)) else done[0]
 
     def _plan_names_outputs(self, node: fx.Node, entry: dict) -> bool:
@@ -359,8 +424,11 @@ class StepRunner:
         vals = node.meta.get("val")
         vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
         outs = entry.get("outputs") or []
-        return all(k < len(outs) and outs[k] is not None
-                   for k, v in enumerate(vals) if isinstance(v, torch.Tensor))
+        return all(
+            k < len(outs) and outs[k] is not None
+            for k, v in enumerate(vals)
+            if isinstance(v, torch.Tensor)
+        )
 
     def _run_local(self, node: fx.Node, entry: dict, args, kwargs):
         """No DTensor rule, but the op needs no global sizes: run it on the local shards the
@@ -371,8 +439,11 @@ class StepRunner:
         self.warnings[f"local:{node.target}"] += 1
         # ATen kernels take any strides; other ops (a user's custom op) get contiguous shards
         aten_op = getattr(node.target, "namespace", None) == "aten"
-        local = lambda v: (v.to_local() if aten_op else v.to_local().contiguous()) \
-            if isinstance(v, DTensor) else v
+        local = lambda v: (
+            (v.to_local() if aten_op else v.to_local().contiguous())
+            if isinstance(v, DTensor)
+            else v
+        )
         args, kwargs = pytree.tree_map(local, args), pytree.tree_map(local, kwargs)
         vals = node.meta.get("val")
         vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
@@ -383,41 +454,64 @@ class StepRunner:
             # bias_sizes, so the lowered program would get a global-sized grad_bias)
             arg_at, out_k = size_arg
             layout = self.planned_output(node.name, out_k)
-            if arg_at < len(args) and args[arg_at] is not None and layout is not None \
-                    and out_k < len(vals) and isinstance(vals[out_k], torch.Tensor):
+            if (
+                arg_at < len(args)
+                and args[arg_at] is not None
+                and layout is not None
+                and out_k < len(vals)
+                and isinstance(vals[out_k], torch.Tensor)
+            ):
                 coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
                 args = list(args)
-                args[arg_at] = list(local_shape(tuple(vals[out_k].shape), layout,
-                                                self.mesh.shape, coords))
+                args[arg_at] = list(
+                    local_shape(tuple(vals[out_k].shape), layout, self.mesh.shape, coords)
+                )
         out = _LOCAL_IMPLS.get(str(node.target), node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         wrapped = []
         for k, o in enumerate(outs):
             layout = self.planned_output(node.name, k)
-            if isinstance(o, torch.Tensor) and layout is not None and k < len(vals) \
-                    and isinstance(vals[k], torch.Tensor):
+            if (
+                isinstance(o, torch.Tensor)
+                and layout is not None
+                and k < len(vals)
+                and isinstance(vals[k], torch.Tensor)
+            ):
                 # the traced value's global shape and stride: later views depend on them,
                 # so the local result is laid out in the traced memory order too (the CPU
                 # flash-attention kernel and its meta function disagree on it)
                 o = _match_stride_order(o, vals[k])
-                o = DTensor.from_local(o, self.mesh, layout, run_check=False,
-                                       shape=vals[k].shape, stride=tuple(vals[k].stride()))
+                o = DTensor.from_local(
+                    o,
+                    self.mesh,
+                    layout,
+                    run_check=False,
+                    shape=vals[k].shape,
+                    stride=tuple(vals[k].stride()),
+                )
             wrapped.append(o)
         return tuple(wrapped) if isinstance(out, (tuple, list)) else wrapped[0]
 
     def _run_replicated(self, node: fx.Node, args, kwargs):
         """No DTensor rule for this op: run it on full (replicated) values, exactly."""
         self.warnings[f"replicated:{node.target}"] += 1
-        full = lambda v: (v.redistribute(self.mesh, (Replicate(),) * self.mesh.ndim).to_local()
-                          if isinstance(v, DTensor) else v)
+        full = lambda v: (
+            v.redistribute(self.mesh, (Replicate(),) * self.mesh.ndim).to_local()
+            if isinstance(v, DTensor)
+            else v
+        )
         import torch.utils._pytree as pytree
+
         out = node.target(*pytree.tree_map(full, args), **pytree.tree_map(full, kwargs))
         return out
 
     # ---- the two passes ---------------------------------------------------------------------
-    def run_forward(self, param_locals: Sequence[torch.Tensor],
-                    buffer_locals: Sequence[torch.Tensor],
-                    input_values: Sequence[Any]) -> tuple[list, dict, list]:
+    def run_forward(
+        self,
+        param_locals: Sequence[torch.Tensor],
+        buffer_locals: Sequence[torch.Tensor],
+        input_values: Sequence[Any],
+    ) -> tuple[list, dict, list]:
         env: dict[str, Any] = {}
         for name, t in zip(self.param_names, param_locals):
             env[name] = self.wrap_local(t, name)
@@ -427,8 +521,9 @@ class StepRunner:
             if name is not None:
                 env[name] = self.wrap_local(v, name) if isinstance(v, torch.Tensor) else v
         for name, value in self.constants.items():
-            full = DTensor.from_local(value.to(self.device), self.mesh,
-                                      (Replicate(),) * self.mesh.ndim, run_check=False)
+            full = DTensor.from_local(
+                value.to(self.device), self.mesh, (Replicate(),) * self.mesh.ndim, run_check=False
+            )
             env[name] = self._to_layout(full, self.placeholder_layout(name))
         for node in self.forward_nodes:
             self.run_node(env, node)
@@ -441,8 +536,7 @@ class StepRunner:
                     value = self._to_layout(value, graph_out)
                 placements = normalize_placements(value.placements, value.ndim)
                 if any(p.is_partial() for p in placements):  # users get real values
-                    placements = tuple(Replicate() if p.is_partial() else p
-                                       for p in placements)
+                    placements = tuple(Replicate() if p.is_partial() else p for p in placements)
                     value = value.redistribute(self.mesh, placements)
                 layouts.append(placements)
                 self.recorded_output_layouts[o.output_index] = placements
@@ -473,15 +567,19 @@ class StepRunner:
             g = grads[idx]
             if g is None:
                 shape = self.global_shape(name)
-                g = torch.zeros(local_shape(shape, out_layouts[idx], self.mesh.shape,
-                                            self.mesh.get_coordinate()),
-                                dtype=self.placeholders[name].meta["val"].dtype,
-                                device=self.device)
+                g = torch.zeros(
+                    local_shape(
+                        shape, out_layouts[idx], self.mesh.shape, self.mesh.get_coordinate()
+                    ),
+                    dtype=self.placeholders[name].meta["val"].dtype,
+                    device=self.device,
+                )
             dt = self.wrap_local(g.contiguous(), name, out_layouts[idx])
             want = self.planned_output(name)
             env[name] = self._to_layout(dt, want)
             self.recorded_tangents[name] = layout_to_strs(
-                normalize_placements(env[name].placements, env[name].ndim))
+                normalize_placements(env[name].placements, env[name].ndim)
+            )
         for node in self.backward_nodes:
             self.run_node(env, node)
         result: dict[str, torch.Tensor] = {}
@@ -513,9 +611,15 @@ class StepRunner:
             else:
                 layout = self.recorded_output_layouts.get(o.output_index)
                 graph_outputs.append(None if layout is None else layout_to_strs(layout))
-        return {"version": 1, "mesh": {"shape": list(self.mesh.shape),
-                                       "dim_names": list(self.mesh.mesh_dim_names or [])},
-                "nodes": nodes, "graph_outputs": graph_outputs}
+        return {
+            "version": 1,
+            "mesh": {
+                "shape": list(self.mesh.shape),
+                "dim_names": list(self.mesh.mesh_dim_names or []),
+            },
+            "nodes": nodes,
+            "graph_outputs": graph_outputs,
+        }
 
 
 # Ops whose arguments carry no global sizes, so the plan's rows (C++ rules, validated
@@ -592,8 +696,8 @@ class _StepFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, runner: StepRunner, n_params: int, n_buffers: int, *flat):
         params = flat[:n_params]
-        buffers = flat[n_params:n_params + n_buffers]
-        inputs = flat[n_params + n_buffers:]
+        buffers = flat[n_params : n_params + n_buffers]
+        inputs = flat[n_params + n_buffers :]
         outs, saved, layouts = runner.run_forward(params, buffers, inputs)
         # saved tensors go through save_for_backward so that autograd owns them: it frees
         # them after backward, raises its usual "backward through the graph a second time"
@@ -616,6 +720,5 @@ class _StepFunction(torch.autograd.Function):
         saved = pytree.tree_unflatten(leaves, ctx.saved_spec)
         result = runner.run_backward(saved, ctx.layouts, grads)
         param_grads = [result.get(n) for n in runner.param_names]
-        input_grads = [result.get(n) if n is not None else None
-                       for n in runner.step.input_nodes]
+        input_grads = [result.get(n) if n is not None else None for n in runner.step.input_nodes]
         return (None, None, None, *param_grads, *([None] * ctx.n_buffers), *input_grads)

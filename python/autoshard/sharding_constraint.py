@@ -43,8 +43,9 @@ _sharding_constraint.register_autograd(_backward, setup_context=_setup_context)
 _OP = torch.ops.autoshard.sharding_constraint.default
 
 
-def with_sharding_constraint(x: torch.Tensor, shardings: Sequence[Placement],
-                             device_mesh=None) -> torch.Tensor:
+def with_sharding_constraint(
+    x: torch.Tensor, shardings: Sequence[Placement], device_mesh=None
+) -> torch.Tensor:
     """Pin ``x`` (and its gradient) to ``shardings``, one placement per mesh dim, in the
     planned step. On a DTensor (eager DTensor code) it redistributes to that layout."""
     if isinstance(shardings, Placement):
@@ -52,11 +53,14 @@ def with_sharding_constraint(x: torch.Tensor, shardings: Sequence[Placement],
     shardings = tuple(shardings)
     for p in shardings:
         if not isinstance(p, Placement):
-            raise TypeError(f"with_sharding_constraint: {p!r} is not a placement (Shard, "
-                            "Replicate, Partial)")
+            raise TypeError(
+                f"with_sharding_constraint: {p!r} is not a placement (Shard, " "Replicate, Partial)"
+            )
     if device_mesh is not None and len(shardings) != device_mesh.ndim:
-        raise ValueError(f"with_sharding_constraint: {len(shardings)} placements for a "
-                         f"{device_mesh.ndim}-d mesh")
+        raise ValueError(
+            f"with_sharding_constraint: {len(shardings)} placements for a "
+            f"{device_mesh.ndim}-d mesh"
+        )
     if isinstance(x, DTensor):
         return x.redistribute(device_mesh or x.device_mesh, shardings)
     layout = layout_to_strs(normalize_placements(shardings, x.ndim))
@@ -95,5 +99,6 @@ def _user_line(stack_trace: str | None) -> str:
         if m and not m.group(1).startswith(here):
             code = lines[i + 1].strip() if i + 1 < len(lines) else ""
             return f" at {os.path.basename(m.group(1))}:{m.group(2)}" + (
-                f": `{code}`" if code else "")
+                f": `{code}`" if code else ""
+            )
     return ""

@@ -48,8 +48,10 @@ class ShardingOptimizer:
         """The graph the plan's nodes belong to: ``autop.gm.graph`` (keys of
         optimize_placement's result), so ``get_param_nodes(opt.graph)`` works."""
         if self._autop is None:
-            raise RuntimeError("a ShardingOptimizer loaded from a file has no fx graph; "
-                               "get_json() has its nodes")
+            raise RuntimeError(
+                "a ShardingOptimizer loaded from a file has no fx graph; "
+                "get_json() has its nodes"
+            )
         return self._autop.gm.graph
 
     @property
@@ -63,8 +65,9 @@ class ShardingOptimizer:
         out: dict[str, str] = {}
         mem = self._options().get("parameter_memory", "default")
         if mem == "default":
-            out["memory_constraint_low"] = out["memory_constraint_high"] = \
+            out["memory_constraint_low"] = out["memory_constraint_high"] = (
                 "the planner's default parameter memory bounds"
+            )
         elif mem is not None:
             out["memory_constraint_low"] = f"parameter bytes per device >= {mem['low']} of all"
             out["memory_constraint_high"] = f"parameter bytes per device <= {mem['high']} of all"
@@ -76,10 +79,16 @@ class ShardingOptimizer:
 
     # ---- constraints -------------------------------------------------------------------------
     def _mesh_ndim(self) -> int:
-        return self._autop.mesh.ndim if self._autop else len(self._saved["options"]["mesh"]["shape"])
+        return (
+            self._autop.mesh.ndim if self._autop else len(self._saved["options"]["mesh"]["shape"])
+        )
 
-    def add_node_constraint(self, node: fx.Node | str, placement: Sequence | None = None,
-                            constraint_name: str | None = None) -> list[str]:
+    def add_node_constraint(
+        self,
+        node: fx.Node | str,
+        placement: Sequence | None = None,
+        constraint_name: str | None = None,
+    ) -> list[str]:
         """Pins ``node``'s output layout (None: batch sharding, AutoParallel's default);
         returns the constraint's name for remove_constraints."""
         name = node.name if isinstance(node, fx.Node) else str(node)
@@ -91,8 +100,9 @@ class ShardingOptimizer:
             if placement is None:
                 placement = (Shard(0),) + (Replicate(),) * (self._mesh_ndim() - 1)
             if len(placement) != self._mesh_ndim():
-                raise ValueError(f"node {name}: expected {self._mesh_ndim()} placements, got "
-                                 f"{placement!r}")
+                raise ValueError(
+                    f"node {name}: expected {self._mesh_ndim()} placements, got " f"{placement!r}"
+                )
             if name not in {n["name"] for n in self._saved["graph"]["nodes"]}:
                 raise ValueError(f"add_node_constraint: the saved graph has no node {name!r}")
             self._options()["node_constraints"][name] = layout_to_strs(placement)
@@ -100,16 +110,19 @@ class ShardingOptimizer:
         self._constraint_nodes[cname] = name
         return [cname]
 
-    def add_parameter_memory_constraint(self, low: float | None = None,
-                                        high: float | None = None) -> None:
+    def add_parameter_memory_constraint(
+        self, low: float | None = None, high: float | None = None
+    ) -> None:
         if self._autop is not None:
             self._autop.add_parameter_memory_constraint(low, high)
         else:
             import math
 
             n = math.prod(self._mesh_shape())
-            self._options()["parameter_memory"] = {"low": 0.0 if low is None else low,
-                                                   "high": 1.0 / n if high is None else high}
+            self._options()["parameter_memory"] = {
+                "low": 0.0 if low is None else low,
+                "high": 1.0 / n if high is None else high,
+            }
 
     def remove_constraints(self, names: Sequence[str] | str) -> None:
         """Removes node constraints by name; ``memory_constraint_high`` / ``_low`` remove the
@@ -124,8 +137,11 @@ class ShardingOptimizer:
             node = self._constraint_nodes.pop(cname, None)
             if node is None:
                 raise KeyError(f"remove_constraints: no constraint named {cname!r}")
-            pins = (self._autop._node_constraints if self._autop is not None
-                    else self._options()["node_constraints"])
+            pins = (
+                self._autop._node_constraints
+                if self._autop is not None
+                else self._options()["node_constraints"]
+            )
             pins.pop(node, None)
 
     # ---- solving -----------------------------------------------------------------------------
@@ -138,8 +154,7 @@ class ShardingOptimizer:
             return result
         from .api import log_plan, plan_traced_step
 
-        self.solution = plan_traced_step(None, self._options(),
-                                         json.dumps(self._saved["graph"]))
+        self.solution = plan_traced_step(None, self._options(), json.dumps(self._saved["graph"]))
         if verbose:
             log_plan(self.solution)
         return self.solution
@@ -167,8 +182,11 @@ class ShardingOptimizer:
         return list(self._options()["mesh"]["shape"])
 
     def _plan(self) -> dict:
-        plan = self.solution or (self._autop.plan if self._autop is not None else None) \
+        plan = (
+            self.solution
+            or (self._autop.plan if self._autop is not None else None)
             or (self._saved or {}).get("solution")
+        )
         if plan is None:
             raise RuntimeError("no solution yet: call get_solution() first")
         return plan
@@ -182,24 +200,41 @@ class ShardingOptimizer:
         nodes, edges = [], []
         for n in graph["nodes"]:
             entry = chosen.get(n["name"], {})
-            nodes.append({"name": n["name"], "op": n["op"], "role": n.get("role"),
-                          "phase": n.get("phase"), "source": n.get("source"),
-                          "module": n.get("module"),
-                          "shapes": [o and o["shape"] for o in n.get("outputs", [])],
-                          "outputs": entry.get("outputs"), "inputs": entry.get("inputs"),
-                          "compute_us": entry.get("compute_us", 0.0),
-                          "comm_us": entry.get("comm_us", 0.0)})
+            nodes.append(
+                {
+                    "name": n["name"],
+                    "op": n["op"],
+                    "role": n.get("role"),
+                    "phase": n.get("phase"),
+                    "source": n.get("source"),
+                    "module": n.get("module"),
+                    "shapes": [o and o["shape"] for o in n.get("outputs", [])],
+                    "outputs": entry.get("outputs"),
+                    "inputs": entry.get("inputs"),
+                    "compute_us": entry.get("compute_us", 0.0),
+                    "comm_us": entry.get("comm_us", 0.0),
+                }
+            )
             refs = []
             _refs(n.get("args", []), refs)
             _refs(n.get("kwargs", {}), refs)
             for k, r in enumerate(refs):
                 src = chosen.get(r["ref"], {}).get("outputs") or []
                 ins = entry.get("inputs") or []
-                edges.append({"src": r["ref"], "dst": n["name"],
-                              "from": src[r["index"]] if r["index"] < len(src) else None,
-                              "to": ins[k] if k < len(ins) else None})
-        return {"mesh": self._options()["mesh"], "nodes": nodes, "edges": edges,
-                "summary": plan.get("summary", {})}
+                edges.append(
+                    {
+                        "src": r["ref"],
+                        "dst": n["name"],
+                        "from": src[r["index"]] if r["index"] < len(src) else None,
+                        "to": ins[k] if k < len(ins) else None,
+                    }
+                )
+        return {
+            "mesh": self._options()["mesh"],
+            "nodes": nodes,
+            "edges": edges,
+            "summary": plan.get("summary", {}),
+        }
 
     # ---- comparing -------------------------------------------------------------------------
     def diff_solutions(self, a=None, b=None, limit: int = 20) -> dict:
@@ -213,14 +248,26 @@ class ShardingOptimizer:
         print("\n".join(diff_lines(pa, pb, limit)))
         sa, sb = pa.get("summary", {}), pb.get("summary", {})
         nodes_b = pb.get("nodes", {})
-        changed = sorted(n for n, e in pa.get("nodes", {}).items()
-                         if (nodes_b.get(n) or {}).get("outputs") != e.get("outputs"))
-        return {"delta_us": {k: float(sb.get(k, 0.0)) - float(sa.get(k, 0.0))
-                             for k in ("total_us", "compute_us", "comm_us", "exposed_comm_us")},
-                "changed_nodes": changed}
+        changed = sorted(
+            n
+            for n, e in pa.get("nodes", {}).items()
+            if (nodes_b.get(n) or {}).get("outputs") != e.get("outputs")
+        )
+        return {
+            "delta_us": {
+                k: float(sb.get(k, 0.0)) - float(sa.get(k, 0.0))
+                for k in ("total_us", "compute_us", "comm_us", "exposed_comm_us")
+            },
+            "changed_nodes": changed,
+        }
 
-    def explain_placement(self, target_placement: Sequence, start_node: fx.Node | str | None = None,
-                          max_nodes: int | None = 20, time_limit_s: float = 2.0) -> list[dict]:
+    def explain_placement(
+        self,
+        target_placement: Sequence,
+        start_node: fx.Node | str | None = None,
+        max_nodes: int | None = 20,
+        time_limit_s: float = 2.0,
+    ) -> list[dict]:
         """Why nodes did not get ``target_placement`` (e.g. ``(Shard(0), Replicate())``):
         from ``start_node`` on (graph order), each node whose first output the plan lays out
         otherwise is pinned to the target and the whole step re-planned (``time_limit_s``
@@ -240,7 +287,7 @@ class ShardingOptimizer:
         if start is not None and start not in names:
             raise ValueError(f"explain_placement: the graph has no node {start!r}")
         rows, replans = [], 0
-        for name in names[names.index(start) if start else 0:]:
+        for name in names[names.index(start) if start else 0 :]:
             outs = (plan["nodes"].get(name) or {}).get("outputs") or []
             if not outs or outs[0] is None:
                 continue
@@ -253,19 +300,26 @@ class ShardingOptimizer:
                 replans += 1
                 pins = dict(options.get("node_constraints") or {}, **{name: target})
                 try:
-                    pinned = json.loads(_core.plan_graph(
-                        json.dumps(graph), json.dumps(dict(options, node_constraints=pins))))
+                    pinned = json.loads(
+                        _core.plan_graph(
+                            json.dumps(graph), json.dumps(dict(options, node_constraints=pins))
+                        )
+                    )
                     delta = float(pinned["summary"]["total_us"]) - base
                     row["delta_us"] = delta
-                    row["status"] = ("TIE" if abs(delta) < 0.01 else
-                                     "CHOSEN CHEAPER" if delta > 0 else "TARGET CHEAPER")
+                    row["status"] = (
+                        "TIE"
+                        if abs(delta) < 0.01
+                        else "CHOSEN CHEAPER" if delta > 0 else "TARGET CHEAPER"
+                    )
                 except ValueError:  # no strategy has the layout, or no plan meets it
                     row["status"] = "UNAVAILABLE"
             rows.append(row)
         print(f"{'node':<32} {'chosen':<16} {'status':<15} {'target costs':>14}")
         for r in rows:
-            extra = f"{r['delta_us']:+.2f} us" if r["status"] not in ("CHOSEN", "UNAVAILABLE") \
-                else ""
+            extra = (
+                f"{r['delta_us']:+.2f} us" if r["status"] not in ("CHOSEN", "UNAVAILABLE") else ""
+            )
             print(f"{r['node']:<32} {','.join(r['chosen']):<16} {r['status']:<15} {extra:>14}")
         return rows
 
@@ -277,20 +331,27 @@ class ShardingOptimizer:
         from . import _core
 
         name = node.name if isinstance(node, fx.Node) else str(node)
-        m = json.loads(_core.redistribution_costs(json.dumps(self._graph()),
-                                                  json.dumps(self._options()), name, arg))
+        m = json.loads(
+            _core.redistribution_costs(
+                json.dumps(self._graph()), json.dumps(self._options()), name, arg
+            )
+        )
         chosen = (self._plan()["nodes"].get(name) or {}).get("inputs") or []
         produced = (self._plan()["nodes"].get(m["producer"]) or {}).get("outputs") or []
         want = chosen[arg] if arg < len(chosen) else None
         fmt = lambda l: ",".join(l)  # noqa: E731
         width = max([8] + [len(fmt(c)) + 2 for c in m["cols"]])
-        print(f"{name} input {arg} from {m['producer']} (rows: {name}'s layout, columns: "
-              f"{m['producer']}'s; us)")
+        print(
+            f"{name} input {arg} from {m['producer']} (rows: {name}'s layout, columns: "
+            f"{m['producer']}'s; us)"
+        )
         print(f"{'':<16}" + "".join(f"{fmt(c):>{width}}" for c in m["cols"]))
         for row, costs in zip(m["rows"], m["costs_us"]):
             mark = "*" if row == want else " "
-            print(f"{mark}{fmt(row):<15}" + "".join(
-                f"{c:>{width}.2f}" if c < 1e30 else f"{'-':>{width}}" for c in costs))
+            print(
+                f"{mark}{fmt(row):<15}"
+                + "".join(f"{c:>{width}.2f}" if c < 1e30 else f"{'-':>{width}}" for c in costs)
+            )
         if want is not None and produced:
             print(f"(* chosen: {fmt(produced[0])} -> {fmt(want)})")
         return m
@@ -298,9 +359,13 @@ class ShardingOptimizer:
     # ---- files -----------------------------------------------------------------------------
     def save(self, path: str) -> None:
         """Graph, planner options, constraint names and the last solution (JSON)."""
-        state = {"version": 1, "graph": self._graph(), "options": self._options(),
-                 "constraint_names": dict(self._constraint_nodes),
-                 "solution": self.solution or (self._autop.plan if self._autop else None)}
+        state = {
+            "version": 1,
+            "graph": self._graph(),
+            "options": self._options(),
+            "constraint_names": dict(self._constraint_nodes),
+            "solution": self.solution or (self._autop.plan if self._autop else None),
+        }
         with open(path, "w") as f:
             json.dump(state, f)
 
@@ -320,13 +385,21 @@ class ShardingOptimizer:
         """The chosen layouts: ``{version, mesh_shape, mesh_dim_names, placements: {node:
         {output, inputs}}}``."""
         opts = self._options()
-        placements = {name: {"output": e.get("outputs"), "inputs": e.get("inputs")}
-                      for name, e in self._plan().get("nodes", {}).items()}
+        placements = {
+            name: {"output": e.get("outputs"), "inputs": e.get("inputs")}
+            for name, e in self._plan().get("nodes", {}).items()
+        }
         with open(path, "w") as f:
-            json.dump({"version": 1, "mesh_shape": opts["mesh"]["shape"],
-                       "mesh_dim_names": opts["mesh"]["dim_names"],
-                       "placements": placements,
-                       "graph_outputs": self._plan().get("graph_outputs")}, f)
+            json.dump(
+                {
+                    "version": 1,
+                    "mesh_shape": opts["mesh"]["shape"],
+                    "mesh_dim_names": opts["mesh"]["dim_names"],
+                    "placements": placements,
+                    "graph_outputs": self._plan().get("graph_outputs"),
+                },
+                f,
+            )
 
     def load_placements(self, path: str):
         """Layouts from ``save_placements`` for this graph and mesh (no planning): with a
@@ -334,21 +407,36 @@ class ShardingOptimizer:
         with open(path) as f:
             saved = json.load(f)
         opts = self._options()
-        if list(saved.get("mesh_shape", [])) != list(opts["mesh"]["shape"]) or \
-                saved.get("mesh_dim_names") != opts["mesh"]["dim_names"]:
-            raise ValueError(f"{path}: placements for mesh {saved.get('mesh_shape')} "
-                             f"{saved.get('mesh_dim_names')}, this mesh is "
-                             f"{opts['mesh']['shape']} {opts['mesh']['dim_names']}")
+        if (
+            list(saved.get("mesh_shape", [])) != list(opts["mesh"]["shape"])
+            or saved.get("mesh_dim_names") != opts["mesh"]["dim_names"]
+        ):
+            raise ValueError(
+                f"{path}: placements for mesh {saved.get('mesh_shape')} "
+                f"{saved.get('mesh_dim_names')}, this mesh is "
+                f"{opts['mesh']['shape']} {opts['mesh']['dim_names']}"
+            )
         names = {n["name"] for n in self._graph()["nodes"]}
         unknown = sorted(set(saved["placements"]) - names)
         if unknown:
-            raise ValueError(f"{path}: nodes {unknown[:5]} are not in this graph (traced from "
-                             "another model or torch version?)")
-        nodes = {name: {k: v for k, v in (("outputs", e.get("output")),
-                                          ("inputs", e.get("inputs"))) if v is not None}
-                 for name, e in saved["placements"].items()}
-        plan = {"version": 1, "mesh": opts["mesh"], "nodes": nodes,
-                "graph_outputs": saved.get("graph_outputs")}
+            raise ValueError(
+                f"{path}: nodes {unknown[:5]} are not in this graph (traced from "
+                "another model or torch version?)"
+            )
+        nodes = {
+            name: {
+                k: v
+                for k, v in (("outputs", e.get("output")), ("inputs", e.get("inputs")))
+                if v is not None
+            }
+            for name, e in saved["placements"].items()
+        }
+        plan = {
+            "version": 1,
+            "mesh": opts["mesh"],
+            "nodes": nodes,
+            "graph_outputs": saved.get("graph_outputs"),
+        }
         self.solution = plan
         if self._autop is None:
             return plan

@@ -24,8 +24,21 @@ from .program import op_name, tensor_val
 
 _IDENTITY_CANDIDATES = ("view", "reshape", "_unsafe_view", "alias", "detach")
 # ops whose result always aliases their (first) input
-_VIEWS = {"view", "_unsafe_view", "alias", "t", "transpose", "permute", "expand", "squeeze",
-          "unsqueeze", "select", "slice", "as_strided", "reshape"}
+_VIEWS = {
+    "view",
+    "_unsafe_view",
+    "alias",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "squeeze",
+    "unsqueeze",
+    "select",
+    "slice",
+    "as_strided",
+    "reshape",
+}
 
 
 def simplify(gm: fx.GraphModule) -> None:
@@ -48,8 +61,13 @@ def _equivalent_source(n: fx.Node) -> fx.Node | None:
         return None
     if name == "detach":
         return n.args[0]
-    if name == "pow" and len(n.args) > 1 and n.args[1] == 1 and val.dtype == src.dtype \
-            and val.shape == src.shape:
+    if (
+        name == "pow"
+        and len(n.args) > 1
+        and n.args[1] == 1
+        and val.dtype == src.dtype
+        and val.shape == src.shape
+    ):
         return n.args[0]
     if name not in _VIEWS:
         return None
@@ -69,6 +87,10 @@ def _equivalent_source(n: fx.Node) -> fx.Node | None:
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
-            and a.storage_offset() == b.storage_offset()
-            and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage()))
+    return (
+        a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.storage_offset() == b.storage_offset()
+        and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+    )

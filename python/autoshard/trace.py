@@ -111,18 +111,21 @@ def _nll_loss_mean_as_sum(self, target, weight, reduction, ignore_index):
     # the total weight, the big op shards on the batch and only two scalars are reduced.
     if reduction != _REDUCTION_MEAN:
         return NotImplemented  # traced as is
-    total, total_weight = aten.nll_loss_forward.default(self, target, weight, _REDUCTION_SUM,
-                                                        ignore_index)
+    total, total_weight = aten.nll_loss_forward.default(
+        self, target, weight, _REDUCTION_SUM, ignore_index
+    )
     return aten.div.Tensor(total, total_weight), total_weight
 
 
-def _nll_loss_backward_mean_as_sum(grad_output, self, target, weight, reduction, ignore_index,
-                                   total_weight):
+def _nll_loss_backward_mean_as_sum(
+    grad_output, self, target, weight, reduction, ignore_index, total_weight
+):
     if reduction != _REDUCTION_MEAN:
         return NotImplemented  # traced as is
     scaled = aten.div.Tensor(grad_output, total_weight)
-    return aten.nll_loss_backward.default(scaled, self, target, weight, _REDUCTION_SUM,
-                                          ignore_index, total_weight)
+    return aten.nll_loss_backward.default(
+        scaled, self, target, weight, _REDUCTION_SUM, ignore_index, total_weight
+    )
 
 
 def _elementwise_loss_mean_as_sum(op, reduction_at: int, backward: bool):
@@ -131,6 +134,7 @@ def _elementwise_loss_mean_as_sum(op, reduction_at: int, backward: bool):
     tensor it is given, so on a shard it would divide by the LOCAL count: no sharded layout
     is exact and the planner would gather the activations. The sum form shards (forward:
     partial sums; backward: the scaled gradient is a replicated scalar)."""
+
     def decomposed(*args, **kwargs):
         args, kwargs = list(args), dict(kwargs)
         if "reduction" in kwargs:
@@ -148,22 +152,28 @@ def _elementwise_loss_mean_as_sum(op, reduction_at: int, backward: bool):
             args[0] = aten.div.Tensor(args[0], count)
             return op(*args, **kwargs)
         return aten.div.Tensor(op(*args, **kwargs), args[0].numel())
+
     return decomposed
 
 
 _MEAN_AS_SUM_LOSSES = [  # (op, position of reduction, backward)
-    (aten.mse_loss.default, 2, False), (aten.mse_loss_backward.default, 3, True),
-    (aten.smooth_l1_loss.default, 2, False), (aten.smooth_l1_loss_backward.default, 3, True),
-    (aten.huber_loss.default, 2, False), (aten.huber_loss_backward.default, 3, True),
+    (aten.mse_loss.default, 2, False),
+    (aten.mse_loss_backward.default, 3, True),
+    (aten.smooth_l1_loss.default, 2, False),
+    (aten.smooth_l1_loss_backward.default, 3, True),
+    (aten.huber_loss.default, 2, False),
+    (aten.huber_loss_backward.default, 3, True),
     (aten.binary_cross_entropy.default, 3, False),
     (aten.binary_cross_entropy_backward.default, 4, True),
 ]
 
 
 def default_decompositions() -> dict:
-    decomps = {aten.addmm.default: _addmm_as_mm_add,
-               aten.nll_loss_forward.default: _nll_loss_mean_as_sum,
-               aten.nll_loss_backward.default: _nll_loss_backward_mean_as_sum}
+    decomps = {
+        aten.addmm.default: _addmm_as_mm_add,
+        aten.nll_loss_forward.default: _nll_loss_mean_as_sum,
+        aten.nll_loss_backward.default: _nll_loss_backward_mean_as_sum,
+    }
     for op, at, backward in _MEAN_AS_SUM_LOSSES:
         decomps[op] = _elementwise_loss_mean_as_sum(op, at, backward)
     return decomps
@@ -222,8 +232,9 @@ def normalize_inputs(value: Any) -> ForwardInputs:
     return ForwardInputs(args=(value,))
 
 
-def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
-                           fake_mode: FakeTensorMode) -> None:
+def _merge_tied_parameters(
+    gm: fx.GraphModule, param_fqns: dict[str, str], fake_mode: FakeTensorMode
+) -> None:
     """One placeholder per parameter TENSOR. A tensor registered under two names (tied
     weights: GPT-2's input embedding and output projection) reaches the joint graph as two
     placeholders, each with the gradient of its own uses; the parameter's gradient is their
@@ -238,8 +249,11 @@ def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
     if all(k == ph for ph, k in kept_of.items()):
         return
     placeholders = {n.name: n for n in gm.graph.find_nodes(op="placeholder")}
-    ph_of_target = {n.meta["desc"].target: name for name, n in placeholders.items()
-                    if isinstance(n.meta.get("desc"), ParamAOTInput)}
+    ph_of_target = {
+        n.meta["desc"].target: name
+        for name, n in placeholders.items()
+        if isinstance(n.meta.get("desc"), ParamAOTInput)
+    }
     out_node = gm.graph.find_nodes(op="output")[0]
     values, descs = list(out_node.args[0]), list(out_node.meta["desc"])
     first_slot: dict[str, int] = {}  # kept placeholder -> index of its gradient output
@@ -263,8 +277,7 @@ def _merge_tied_parameters(gm: fx.GraphModule, param_fqns: dict[str, str],
         with gm.graph.inserting_before(out_node):
             total = gm.graph.call_function(torch.ops.aten.add.Tensor, (values[j], value))
         with fake_mode:
-            total.meta["val"] = torch.ops.aten.add.Tensor(values[j].meta["val"],
-                                                          value.meta["val"])
+            total.meta["val"] = torch.ops.aten.add.Tensor(values[j].meta["val"], value.meta["val"])
         total.meta["partitioner_tag"] = "is_backward"
         values[j] = total
     out_node.args = (tuple(v for k, v in enumerate(values) if k not in drop),)
@@ -302,11 +315,18 @@ def _drop_skipped_cat_inputs(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
-def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
-                        device: torch.device | str | None = None, *,
-                        capture: str = "dynamo", decompositions: dict | None = None,
-                        mp_policy: Any = None, training: bool | dict | None = None,
-                        joint: bool = True, extrapolate_layers: bool = True) -> TracedStep:
+def trace_training_step(
+    model: nn.Module,
+    input_fn: Callable[[], Any] | Any,
+    device: torch.device | str | None = None,
+    *,
+    capture: str = "dynamo",
+    decompositions: dict | None = None,
+    mp_policy: Any = None,
+    training: bool | dict | None = None,
+    joint: bool = True,
+    extrapolate_layers: bool = True,
+) -> TracedStep:
     """Trace ``model(*args, **kwargs)`` and its backward as one joint ATen graph.
 
     ``input_fn`` returns the GLOBAL example inputs (called under the fake mode, so it may
@@ -324,17 +344,31 @@ def trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     updates) raise UnsupportedModelError naming the construct and the workaround.
     """
     with _gc_paused():
-        return _trace_training_step(model, input_fn, device, capture=capture,
-                                    decompositions=decompositions, mp_policy=mp_policy,
-                                    training=training, joint=joint,
-                                    extrapolate_layers=extrapolate_layers)
+        return _trace_training_step(
+            model,
+            input_fn,
+            device,
+            capture=capture,
+            decompositions=decompositions,
+            mp_policy=mp_policy,
+            training=training,
+            joint=joint,
+            extrapolate_layers=extrapolate_layers,
+        )
 
 
-def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
-                         device: torch.device | str | None, *, capture: str,
-                         decompositions: dict | None, mp_policy: Any,
-                         training: bool | dict | None, joint: bool,
-                         extrapolate_layers: bool = True) -> TracedStep:
+def _trace_training_step(
+    model: nn.Module,
+    input_fn: Callable[[], Any] | Any,
+    device: torch.device | str | None,
+    *,
+    capture: str,
+    decompositions: dict | None,
+    mp_policy: Any,
+    training: bool | dict | None,
+    joint: bool,
+    extrapolate_layers: bool = True,
+) -> TracedStep:
     if capture not in ("dynamo", "direct"):
         raise ValueError(f"capture must be 'dynamo' or 'direct', got {capture!r}")
     t0 = time.perf_counter()
@@ -348,9 +382,17 @@ def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
         fake.train(training)
 
     def trace_fake() -> TracedStep:
-        return _trace_fake_model(model, fake, fake_mode, device, input_fn, capture=capture,
-                                 decompositions=decompositions, mp_policy=mp_policy,
-                                 joint=joint)
+        return _trace_fake_model(
+            model,
+            fake,
+            fake_mode,
+            device,
+            input_fn,
+            capture=capture,
+            decompositions=decompositions,
+            mp_policy=mp_policy,
+            joint=joint,
+        )
 
     step = None
     if extrapolate_layers and capture == "dynamo":  # the layers are found by module paths
@@ -360,8 +402,7 @@ def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
             with fake_mode:
                 raw = input_fn() if callable(input_fn) else input_fn
             given = normalize_inputs(raw)
-            args, kwargs = _fake_inputs((tuple(given.args), dict(given.kwargs)), fake_mode,
-                                        device)
+            args, kwargs = _fake_inputs((tuple(given.args), dict(given.kwargs)), fake_mode, device)
             with fake_mode, mode, torch.no_grad():  # the forward ops alone: no autograd
                 fake(*args, **kwargs)
 
@@ -372,10 +413,18 @@ def _trace_training_step(model: nn.Module, input_fn: Callable[[], Any] | Any,
     return step
 
 
-def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMode,
-                      device: torch.device, input_fn: Callable[[], Any] | Any, *,
-                      capture: str, decompositions: dict | None, mp_policy: Any,
-                      joint: bool) -> TracedStep:
+def _trace_fake_model(
+    model: nn.Module,
+    fake: nn.Module,
+    fake_mode: FakeTensorMode,
+    device: torch.device,
+    input_fn: Callable[[], Any] | Any,
+    *,
+    capture: str,
+    decompositions: dict | None,
+    mp_policy: Any,
+    joint: bool,
+) -> TracedStep:
     """One trace of the fake copy ``fake`` of ``model``."""
     from .binding import forward_signature
     from .mixed_precision import canonical_policy, collective_free_inputs
@@ -383,20 +432,22 @@ def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMo
     traced_training = fake.training
     # the fake copy's parameters -> original names (identity survives Dynamo's renaming)
     fqn_of_fake = {}
-    for (name, p) in fake.named_parameters(remove_duplicate=False):
+    for name, p in fake.named_parameters(remove_duplicate=False):
         fqn_of_fake.setdefault(id(p), name)
     buf_of_fake = {}
-    for (name, b) in fake.named_buffers(remove_duplicate=False):
+    for name, b in fake.named_buffers(remove_duplicate=False):
         buf_of_fake.setdefault(id(b), name)
 
     with fake_mode:
         raw = input_fn() if callable(input_fn) else input_fn
     inputs = normalize_inputs(raw)
-    inputs = ForwardInputs(*_fake_inputs((tuple(inputs.args), dict(inputs.kwargs)), fake_mode,
-                                         device))
+    inputs = ForwardInputs(
+        *_fake_inputs((tuple(inputs.args), dict(inputs.kwargs)), fake_mode, device)
+    )
     flat_inputs, input_spec = pytree.tree_flatten((inputs.args, inputs.kwargs))
-    input_metas = [(tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
-                   for x in flat_inputs]
+    input_metas = [
+        (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in flat_inputs
+    ]
     mp = canonical_policy(mp_policy)
     input_requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in flat_inputs]
     # the forward alone is traced with autograd off: AOT then exports an inference graph
@@ -404,7 +455,8 @@ def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMo
     try:
         with grad_mode:
             traced_mod, source_captured, jd = _capture_and_export(
-                fake, inputs, fake_mode, capture, decompositions, mp_policy)
+                fake, inputs, fake_mode, capture, decompositions, mp_policy
+            )
     except Exception as e:
         explained = explain_trace_error(e)
         if explained is None:
@@ -423,14 +475,23 @@ def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMo
     bufs_in_traced = {n: id(b) for n, b in traced_mod.named_buffers(remove_duplicate=False)}
 
     from torch._functorch._aot_autograd.descriptors import (
-        BufferAOTInput, GradAOTOutput, InputMutationAOTOutput, ParamAOTInput, PlainAOTInput,
-        PlainAOTOutput, TangentAOTInput)
+        BufferAOTInput,
+        GradAOTOutput,
+        InputMutationAOTOutput,
+        ParamAOTInput,
+        PlainAOTInput,
+        PlainAOTOutput,
+        TangentAOTInput,
+    )
 
     for desc in gm.graph.find_nodes(op="output")[0].meta.get("desc") or []:
         if isinstance(desc, InputMutationAOTOutput):  # BatchNorm's running stats, ...
             target = desc.mutated_input
-            fqn = (buf_of_fake.get(bufs_in_traced.get(target.target), target.target)
-                   if isinstance(target, BufferAOTInput) else None)
+            fqn = (
+                buf_of_fake.get(bufs_in_traced.get(target.target), target.target)
+                if isinstance(target, BufferAOTInput)
+                else None
+            )
             raise _mutation_error(target, fqn, model)
 
     param_fqns, buffer_fqns, tangent_of = {}, {}, {}
@@ -448,16 +509,22 @@ def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMo
         elif isinstance(desc, TangentAOTInput):
             out = desc.output
             if not isinstance(out, PlainAOTOutput):
-                raise NotImplementedError(f"tangent of {out!r} (input mutation or aliased "
-                                          "output) is not supported")
+                raise NotImplementedError(
+                    f"tangent of {out!r} (input mutation or aliased " "output) is not supported"
+                )
             tangent_of[n.name] = out.idx
         else:
-            raise NotImplementedError(f"graph input {n.name} has descriptor {desc!r}, which "
-                                      "autoshard does not support (e.g. RNG state, tokens)")
+            raise NotImplementedError(
+                f"graph input {n.name} has descriptor {desc!r}, which "
+                "autoshard does not support (e.g. RNG state, tokens)"
+            )
     _merge_tied_parameters(gm, param_fqns, fake_mode)
     _drop_skipped_cat_inputs(gm)
-    missing = [i for i in range(len(flat_inputs)) if i not in input_by_idx
-               and isinstance(flat_inputs[i], torch.Tensor)]
+    missing = [
+        i
+        for i in range(len(flat_inputs))
+        if i not in input_by_idx and isinstance(flat_inputs[i], torch.Tensor)
+    ]
     if missing:
         log.debug("autoshard: forward inputs %s do not reach the graph", missing)
     input_nodes = [input_by_idx.get(i) for i in range(len(flat_inputs))]
@@ -487,26 +554,43 @@ def _trace_fake_model(model: nn.Module, fake: nn.Module, fake_mode: FakeTensorMo
         elif value is None:
             continue
         else:
-            raise NotImplementedError(f"graph output with descriptor {desc!r} is not "
-                                      "supported")
+            raise NotImplementedError(f"graph output with descriptor {desc!r} is not " "supported")
     out_spec = getattr(jd, "out_spec", None)
-    step = TracedStep(gm=gm, fake_mode=fake_mode, device=device, param_fqns=param_fqns,
-                      buffer_fqns=buffer_fqns, input_nodes=input_nodes,
-                      input_metas=input_metas, input_spec=input_spec, tangent_of=tangent_of,
-                      outputs=outputs, num_forward_outputs=num_fwd, output_spec=out_spec,
-                      source_captured=source_captured,
-                      forward_signature=forward_signature(model),
-                      input_requires_grad=input_requires_grad, joint=joint,
-                      training=traced_training, sharding_pins=sharding_pins,
-                      joint_with_descriptors=jd)
+    step = TracedStep(
+        gm=gm,
+        fake_mode=fake_mode,
+        device=device,
+        param_fqns=param_fqns,
+        buffer_fqns=buffer_fqns,
+        input_nodes=input_nodes,
+        input_metas=input_metas,
+        input_spec=input_spec,
+        tangent_of=tangent_of,
+        outputs=outputs,
+        num_forward_outputs=num_fwd,
+        output_spec=out_spec,
+        source_captured=source_captured,
+        forward_signature=forward_signature(model),
+        input_requires_grad=input_requires_grad,
+        joint=joint,
+        training=traced_training,
+        sharding_pins=sharding_pins,
+        joint_with_descriptors=jd,
+    )
     if mp is not None:
         grads = {o.grad_of: o.node for o in outputs if o.role == "grad" and o.grad_of in param_fqns}
         step.local_inputs = collective_free_inputs(gm, list(param_fqns), grads, mp)
     return step
 
 
-def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeTensorMode,
-                        capture: str, decompositions: dict | None, mp_policy: Any):
+def _capture_and_export(
+    fake: nn.Module,
+    inputs: ForwardInputs,
+    fake_mode: FakeTensorMode,
+    capture: str,
+    decompositions: dict | None,
+    mp_policy: Any,
+):
     """Dynamo capture (for source lines; skipped if it fails) then the AOT export."""
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
     import torch.fx.traceback as fx_traceback
@@ -538,21 +622,26 @@ def _capture_and_export(fake: nn.Module, inputs: ForwardInputs, fake_mode: FakeT
                 try:
                     _restore_state_dict(root, traced_mod)
                 except Exception as e:
-                    log.debug("autoshard: keeping Dynamo's parameter names (%s: %s)",
-                              type(e).__name__, e)
+                    log.debug(
+                        "autoshard: keeping Dynamo's parameter names (%s: %s)", type(e).__name__, e
+                    )
                     traced_mod = capture()
             source_captured = True
         except Exception as e:  # Dynamo cannot capture every model; keep going without it
-            log.warning("autoshard: Dynamo capture failed (%s: %s); tracing directly, "
-                        "without source lines", type(e).__name__, str(e).splitlines()[0])
+            log.warning(
+                "autoshard: Dynamo capture failed (%s: %s); tracing directly, "
+                "without source lines",
+                type(e).__name__,
+                str(e).splitlines()[0],
+            )
             traced_mod = root
     decomps = default_decompositions() if decompositions is None else decompositions
     stack = contextlib.ExitStack()
     with stack:
         with fx_traceback.preserve_node_meta():
-            jd = aot_export_joint_with_descriptors(stack, traced_mod, tuple(inputs.args),
-                                                   dict(inputs.kwargs),
-                                                   decompositions=decomps)
+            jd = aot_export_joint_with_descriptors(
+                stack, traced_mod, tuple(inputs.args), dict(inputs.kwargs), decompositions=decomps
+            )
     return traced_mod, source_captured, jd
 
 
@@ -604,8 +693,12 @@ class UnsupportedModelError(ValueError):
     """The model does something one static traced graph cannot hold."""
 
 
-_DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException",
-                   "GuardOnDataDependentSymNode", "UserError")
+_DATA_DEPENDENT = (
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+    "GuardOnDataDependentSymNode",
+    "UserError",
+)
 
 
 def explain_trace_error(e: Exception) -> Exception | None:
@@ -621,12 +714,13 @@ def explain_trace_error(e: Exception) -> Exception | None:
             "Workarounds: compute both branches and select with torch.where (or use "
             "torch.cond), keep sizes fixed (masks instead of indexing), or decide the branch "
             "outside the model and pass it as a Python value. "
-            f"(torch: {name}: {str(e).splitlines()[0] if str(e) else ''})")
+            f"(torch: {name}: {str(e).splitlines()[0] if str(e) else ''})"
+        )
     return None
 
 
 def _user_line(e: Exception) -> str:
-    """ `` at model.py:12: `if h.sum() > 0:` `` - the innermost frame of the model's own code
+    """`` at model.py:12: `if h.sum() > 0:` `` - the innermost frame of the model's own code
     (not torch's, autoshard's or a library helper's: user_frames.py), where it asked for the
     value."""
     import os
@@ -636,14 +730,19 @@ def _user_line(e: Exception) -> str:
 
     here = os.path.dirname(os.path.abspath(__file__)) + os.sep
     # autoshard's own frames are the tracer here, never the model
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if "<" not in f.filename and not os.path.abspath(f.filename).startswith(here)]
-    frame = user_frame(Frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
-                       for f in frames)
+    frames = [
+        f
+        for f in traceback.extract_tb(e.__traceback__)
+        if "<" not in f.filename and not os.path.abspath(f.filename).startswith(here)
+    ]
+    frame = user_frame(
+        Frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in frames
+    )
     if frame is None:
         return ""
-    return (f" at {os.path.basename(frame.filename)}:{frame.lineno}"
-            + (f": `{frame.code}`" if frame.code else ""))
+    return f" at {os.path.basename(frame.filename)}:{frame.lineno}" + (
+        f": `{frame.code}`" if frame.code else ""
+    )
 
 
 def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> UnsupportedModelError:
@@ -658,11 +757,14 @@ def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> Unsupport
                 "planned step does not carry. Workarounds: construct it with "
                 "track_running_stats=False (batch statistics, no buffers), put just that "
                 f"layer in eval mode (model.{owner_path}.eval(): stored statistics, frozen), "
-                "or use LayerNorm / GroupNorm / RMSNorm")
+                "or use LayerNorm / GroupNorm / RMSNorm"
+            )
         return UnsupportedModelError(
             f"autoshard: forward() writes buffer '{buffer_fqn}' in place, which the planned "
             "step does not carry: compute the new value outside the model's forward (or "
-            "return it as an output) instead of mutating the buffer")
+            "return it as an output) instead of mutating the buffer"
+        )
     return UnsupportedModelError(
         f"autoshard: forward() modifies one of its inputs in place ({desc!r}); the planned "
-        "step takes inputs read-only: work on a copy (x = x.clone()) or out of place")
+        "step takes inputs read-only: work on a copy (x = x.clone()) or out of place"
+    )

@@ -108,19 +108,22 @@ def _interchangeable(model: nn.Module, path: str, members: list) -> bool:
         # an int counting the layers (layer_idx = i + c) is allowed: the 4-layer check traces
         # the LAST members, so a forward that reads it shows up as a difference
         if all(type(v) is int for v in values) and all(
-                v - values[0] == i for i, v in enumerate(values)):
+            v - values[0] == i for i, v in enumerate(values)
+        ):
             continue
         return False
     # no tensor of a member is shared with another member or the rest of the model
     owner: dict[int, int] = {}
     for i, m in enumerate(members):
         for _, t in list(m.named_parameters(remove_duplicate=False)) + list(
-                m.named_buffers(remove_duplicate=False)):
+            m.named_buffers(remove_duplicate=False)
+        ):
             if owner.setdefault(id(t), i) != i:
                 return False
     prefix = path + "." if path else ""
     for name, t in list(model.named_parameters(remove_duplicate=False)) + list(
-            model.named_buffers(remove_duplicate=False)):
+        model.named_buffers(remove_duplicate=False)
+    ):
         if not name.startswith(prefix) and id(t) in owner:
             return False
     return True
@@ -159,8 +162,9 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return (len(a) == len(b) and all(_same(ka, kb) and _same(va, vb) for (ka, va), (kb, vb)
-                                         in zip(a.items(), b.items())))
+        return len(a) == len(b) and all(
+            _same(ka, kb) and _same(va, vb) for (ka, va), (kb, vb) in zip(a.items(), b.items())
+        )
     try:
         eq = a == b
     except Exception:
@@ -172,8 +176,13 @@ def _same(a: Any, b: Any) -> bool:
 # entry point
 
 
-def trace_by_blocks(fake: nn.Module, fake_mode, trace_fn: Callable[[], Any],
-                    run_fn: Callable[[Any], Any], min_layers: int = MIN_LAYERS):
+def trace_by_blocks(
+    fake: nn.Module,
+    fake_mode,
+    trace_fn: Callable[[], Any],
+    run_fn: Callable[[Any], Any],
+    min_layers: int = MIN_LAYERS,
+):
     """The extrapolated TracedStep of ``fake`` (the fake copy trace.py traces), or None when
     the model has no repeated layers to extrapolate or anything fails: then the caller traces
     the whole model. ``trace_fn()`` traces ``fake`` as it is at the call; ``run_fn(mode)``
@@ -201,29 +210,47 @@ def trace_by_blocks(fake: nn.Module, fake_mode, trace_fn: Callable[[], Any],
         first4 = layout4.layer_nodes(0)
         times.append(time.perf_counter())
         coords3 = _Coords(fake, path, container, members[:3])
-        check = _extrapolate(k3, layout, shared4, first4, 4, coords3,
-                             _Coords(fake, path, container, members[-4:]))
+        check = _extrapolate(
+            k3, layout, shared4, first4, 4, coords3, _Coords(fake, path, container, members[-4:])
+        )
         diff = first_difference(check, k4)
         if diff is not None:
-            raise _Fallback(f"the 3-layer trace extrapolated to 4 layers differs from the "
-                            f"4-layer trace: {diff}")
+            raise _Fallback(
+                f"the 3-layer trace extrapolated to 4 layers differs from the "
+                f"4-layer trace: {diff}"
+            )
         times.append(time.perf_counter())
-        step = _extrapolate(k3, layout, shared4, first4, n, coords3,
-                            _Coords(fake, path, container, members))
+        step = _extrapolate(
+            k3, layout, shared4, first4, n, coords3, _Coords(fake, path, container, members)
+        )
         times.append(time.perf_counter())
-        log.debug("autoshard: trace_blocks: eager pass %.2f s, 3 layers %.2f s, 4 layers %.2f s, "
-                  "check %.2f s, %d layers %.2f s", eager_s,
-                  *(b - a for a, b in zip(times[:3], times[1:3])),
-                  times[3] - times[2], n, times[4] - times[3])
+        log.debug(
+            "autoshard: trace_blocks: eager pass %.2f s, 3 layers %.2f s, 4 layers %.2f s, "
+            "check %.2f s, %d layers %.2f s",
+            eager_s,
+            *(b - a for a, b in zip(times[:3], times[1:3])),
+            times[3] - times[2],
+            n,
+            times[4] - times[3],
+        )
     except _Fallback as e:
         log.info("autoshard: tracing all %d layers of %s: %s", n, path, e)
         return None
     except Exception as e:  # a shortened model that does not trace, or a bug here
-        log.info("autoshard: tracing all %d layers of %s: %s: %s", n, path, type(e).__name__,
-                 (str(e).splitlines() or [""])[0][:200])
+        log.info(
+            "autoshard: tracing all %d layers of %s: %s: %s",
+            n,
+            path,
+            type(e).__name__,
+            (str(e).splitlines() or [""])[0][:200],
+        )
         return None
-    log.info("autoshard: traced 3 and 4 of %d layers of %s, extrapolated (%.1f s)", n, path,
-             time.perf_counter() - t0)
+    log.info(
+        "autoshard: traced 3 and 4 of %d layers of %s, extrapolated (%.1f s)",
+        n,
+        path,
+        time.perf_counter() - t0,
+    )
     return step
 
 
@@ -247,6 +274,7 @@ def layers_run_alike(members: list, run_fn: Callable[[Any], Any]) -> None:
         def hook(module, args, kwargs=None):
             calls.append(i)
             current.append(i)
+
         return hook
 
     def leave(module, args, output):
@@ -263,12 +291,16 @@ def layers_run_alike(members: list, run_fn: Callable[[Any], Any]) -> None:
             h.remove()
     if calls != list(range(len(members))):
         shown = calls[:12] + (["..."] if len(calls) > 12 else [])
-        raise _Fallback(f"the forward does not run each of the {len(members)} layers once in "
-                        f"order (it runs {shown})")
+        raise _Fallback(
+            f"the forward does not run each of the {len(members)} layers once in "
+            f"order (it runs {shown})"
+        )
     for i in range(1, len(members)):
         if ops[i] != ops[0]:
-            k = next((j for j, (a, b) in enumerate(zip(ops[0], ops[i])) if a != b),
-                     min(len(ops[0]), len(ops[i])))
+            k = next(
+                (j for j, (a, b) in enumerate(zip(ops[0], ops[i])) if a != b),
+                min(len(ops[0]), len(ops[i])),
+            )
             raise _Fallback(f"layer {i}'s forward differs from layer 0's at its op {k}")
 
 
@@ -288,8 +320,9 @@ def _op_signature(v: Any) -> Any:
     return type(v).__name__
 
 
-def _traced_with(fake: nn.Module, path: str, container: nn.Module, members: list,
-                 trace_fn: Callable[[], Any]):
+def _traced_with(
+    fake: nn.Module, path: str, container: nn.Module, members: list, trace_fn: Callable[[], Any]
+):
     """``trace_fn()`` with ``fake``'s container holding just ``members`` (a shallow copy of it,
     so its class and attributes stay; models that slice ``self.layers[:n]`` still run)."""
     short = copy.copy(container)
@@ -337,7 +370,8 @@ def _is_policy_cast(node: fx.Node) -> bool:
     param_dtype, a gradient to reduce_dtype): an empty module stack, like the model's own
     top-level code, but it belongs to the layer of what it casts."""
     return node.target is torch.ops.aten._to_copy.default and not any(
-        node.meta.get(k) for k in _STACKS)
+        node.meta.get(k) for k in _STACKS
+    )
 
 
 def _split_name(name: str) -> tuple[str, int]:
@@ -382,8 +416,9 @@ class _Layout:
         unknown = []  # nodes without a module stack (the model's own code has an empty one)
         for node in self.nodes:
             found = set()
-            if node.op == "call_function" and (not any(k in node.meta for k in _STACKS)
-                                               or _is_policy_cast(node)):
+            if node.op == "call_function" and (
+                not any(k in node.meta for k in _STACKS) or _is_policy_cast(node)
+            ):
                 unknown.append(node)
                 continue
             if node.op == "placeholder":
@@ -391,8 +426,9 @@ class _Layout:
                 if m:
                     found.add(int(m.group(1)))
             elif node.op != "output":
-                stack = node.meta.get("nn_module_stack") or node.meta.get(
-                    "fwd_nn_module_stack") or {}
+                stack = (
+                    node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+                )
                 for p, _ in stack.values():
                     m = in_layer.match(_dotted_module_path(p) or "")
                     if m:
@@ -487,8 +523,7 @@ def _runs(items: list, label) -> list[tuple[Any, list]]:
     return runs
 
 
-def _group_runs(runs: list, describe: Callable, allow_own_b0: bool = False
-                ) -> tuple[list, list]:
+def _group_runs(runs: list, describe: Callable, allow_own_b0: bool = False) -> tuple[list, list]:
     """Layer runs in threes: 0, 1, 2 (ascending) or 2, 1, 0 (descending), equally long; with
     ``allow_own_b0`` layer 0's may differ (the first layer's backward computes no gradient
     for its input when that needs none): groups are (direction, runs, whether B0 matches)."""
@@ -500,15 +535,18 @@ def _group_runs(runs: list, describe: Callable, allow_own_b0: bool = False
             segments.extend(("shared", x) for x in items)
             j += 1
             continue
-        labs = [r[0] for r in runs[j:j + 3]]
+        labs = [r[0] for r in runs[j : j + 3]]
         if labs not in ([0, 1, 2], [2, 1, 0]):
-            raise _Fallback(f"the layers' nodes are interleaved near {describe(items[0])} "
-                            f"(layers {labs})")
+            raise _Fallback(
+                f"the layers' nodes are interleaved near {describe(items[0])} " f"(layers {labs})"
+            )
         blocks = [runs[j + labs.index(b)][1] for b in range(3)]
         same0 = len(blocks[0]) == len(blocks[1])
         if len(blocks[1]) != len(blocks[2]) or not (same0 or allow_own_b0):
-            raise _Fallback(f"the layers differ in node count near {describe(items[0])} "
-                            f"({[len(r) for r in blocks]})")
+            raise _Fallback(
+                f"the layers differ in node count near {describe(items[0])} "
+                f"({[len(r) for r in blocks]})"
+            )
         segments.append(("group", len(groups)))
         groups.append((+1 if labs[0] == 0 else -1, blocks, same0))
         j += 3
@@ -523,12 +561,17 @@ def _check_triple(triple: list, layout: _Layout) -> None:
     for b, t in triple:
         if t.op == "get_attr" and t0.op == "get_attr":
             _check_same_constant(t0, t, layout.step.gm)
-        elif t.op != t0.op or (t.op != "placeholder" and not _same(t.target, t0.target)) or (
-                _name_base(t) != _name_base(t0)):
+        elif (
+            t.op != t0.op
+            or (t.op != "placeholder" and not _same(t.target, t0.target))
+            or (_name_base(t) != _name_base(t0))
+        ):
             raise _Fallback(f"layers differ: {t0.name} ({t0.target}) vs {t.name} ({t.target})")
         if _constants(t) != _constants(t0):
-            raise _Fallback(f"layers differ in the arguments of {t0.name} vs {t.name} "
-                            f"(the layer index used as a constant?)")
+            raise _Fallback(
+                f"layers differ in the arguments of {t0.name} vs {t.name} "
+                f"(the layer index used as a constant?)"
+            )
         for u in t.all_input_nodes:
             c = layout.label[u]
             if c is not None and c - b not in (-1, 0, 1):
@@ -545,17 +588,26 @@ def _check_same_constant(t0: fx.Node, t: fx.Node, gm: fx.GraphModule) -> None:
         if not (_CONSTANT.fullmatch(str(x.target)) and x.name == x.target):
             raise _Fallback(f"layer node {x.name} reads the attribute {x.target}")
     a, b = getattr(gm, t0.target), getattr(gm, t.target)
-    if not (type(a) is torch.Tensor and type(b) is torch.Tensor
-            and a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
-            and a.device.type != "meta" and torch.equal(a, b)):
+    if not (
+        type(a) is torch.Tensor
+        and type(b) is torch.Tensor
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.device == b.device
+        and a.device.type != "meta"
+        and torch.equal(a, b)
+    ):
         raise _Fallback(f"layers read different constants: {t0.target} vs {t.target}")
 
 
 def _constant_target(t: fx.Node, L: int, layout: "_Layout") -> str:
     """The name a full trace gives layer L's copy of the tensor constant ``t`` reads."""
     points, xs = layout.fit_points(t)
-    k = _fit([int(_CONSTANT.fullmatch(u.target).group(1)) for u in points], xs,
-             f"the number of {t.target}").at(L)
+    k = _fit(
+        [int(_CONSTANT.fullmatch(u.target).group(1)) for u in points],
+        xs,
+        f"the number of {t.target}",
+    ).at(L)
     return f"_tensor_constant{k}"
 
 
@@ -696,13 +748,19 @@ def _fit(values: list, xs: tuple, what: str):
     if t is dict:
         if any(len(v) != len(v0) for v in values):
             raise _Fallback(f"{what} differs in length across layers")
-        return _Dict([(_fit(list(k), xs, what), _fit(list(v), xs, what))
-                      for k, v in zip(zip(*(v.keys() for v in values)),
-                                      zip(*(v.values() for v in values)))])
+        return _Dict(
+            [
+                (_fit(list(k), xs, what), _fit(list(v), xs, what))
+                for k, v in zip(
+                    zip(*(v.keys() for v in values)), zip(*(v.values() for v in values))
+                )
+            ]
+        )
     if dataclasses.is_dataclass(v0) and not isinstance(v0, type):
         names = [f.name for f in dataclasses.fields(v0)]
-        return _Obj(t, [(name, _fit([getattr(v, name) for v in values], xs, what))
-                        for name in names])
+        return _Obj(
+            t, [(name, _fit([getattr(v, name) for v in values], xs, what)) for name in names]
+        )
     raise _Fallback(f"{what} differs across layers ({type(v0).__name__})")
 
 
@@ -716,8 +774,9 @@ def _symbolic_meta(node: fx.Node, coords: _Coords) -> dict:
         if key == "val" or key in _DROPPED_META:
             continue
         if key in _STACKS and isinstance(v, dict):
-            v = {(_MODULE + coords.path_of[k]) if k in coords.path_of else k: p
-                 for k, p in v.items()}
+            v = {
+                (_MODULE + coords.path_of[k]) if k in coords.path_of else k: p for k, p in v.items()
+            }
         meta[key] = v
     return meta
 
@@ -729,7 +788,7 @@ def _concrete_meta(meta: dict, coords: _Coords, what: str) -> dict:
             out = {}
             for k, p in stack.items():
                 if isinstance(k, str) and k.startswith(_MODULE):
-                    mid = coords.id_of.get(k[len(_MODULE):])
+                    mid = coords.id_of.get(k[len(_MODULE) :])
                     if mid is None:
                         raise _Fallback(f"{what}: no module {k[len(_MODULE):]}")
                     k = mid
@@ -756,8 +815,9 @@ class _MetaFit:
 # building the N-layer step
 
 
-def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coords3: _Coords,
-                 target: _Coords):
+def _extrapolate(
+    k3, layout: _Layout, shared4: list, first4: list, n: int, coords3: _Coords, target: _Coords
+):
     """The TracedStep of ``n`` layers built from the 3-layer one (module ids of ``target``)."""
     from .trace import GraphOutput, TracedStep
 
@@ -775,10 +835,14 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
         raise _Fallback(f"{len(shared3)} shared nodes with 3 layers, {len(shared4)} with 4")
     twin = {}  # shared node of the 3-layer graph -> the same node of the 4-layer graph
     for a, b in zip(shared3, shared4):
-        if a.op != b.op or (a.op not in ("placeholder", "output") and (
-                not _same(a.target, b.target) or _constants(a) != _constants(b))):
-            raise _Fallback(f"shared node {a.name} ({a.target}) with 3 layers is "
-                            f"{b.name} ({b.target}) with 4")
+        if a.op != b.op or (
+            a.op not in ("placeholder", "output")
+            and (not _same(a.target, b.target) or _constants(a) != _constants(b))
+        ):
+            raise _Fallback(
+                f"shared node {a.name} ({a.target}) with 3 layers is "
+                f"{b.name} ({b.target}) with 4"
+            )
         twin[a] = b
     base3 = _seq_base(layout.nodes)
     base4 = _seq_base(list(shared4[0].graph.nodes))
@@ -860,8 +924,9 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
             node = graph.create_node(t.op, t.target, args, kwargs, name=name)
         if node.name != name:
             raise _Fallback(f"fx named {name} {node.name}")
-        meta = _node_meta(t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, n,
-                          seq_of, depth_shift)
+        meta = _node_meta(
+            t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, n, seq_of, depth_shift
+        )
         if "val" in t.meta:
             meta["val"] = _value(t, fake_mode, recipes, lambda u: resolve(u, b, L))
         # in the template's key order (a full trace's)
@@ -875,15 +940,17 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
     for j, L, b in elem_instances:
         v = out.args[0][j]
         values.append(fx.node.map_arg(v, lambda u: resolve(u, b, L)))
-    out_node = graph.output(type(out.args[0])(values) if not isinstance(
-        out.args[0], fx.immutable_collections.immutable_list) else values)
+    out_node = graph.output(
+        type(out.args[0])(values)
+        if not isinstance(out.args[0], fx.immutable_collections.immutable_list)
+        else values
+    )
     out_node.meta = _output_meta(out, twin, elem_instances, layout, base3, base4, n)
 
     # the pytree calling convention (flat lists of placeholders / outputs)
-    graph._codegen = _unrolled_codegen(k3.gm.graph._codegen, layout, order, out,
-                                       elem_instances)
+    graph._codegen = _unrolled_codegen(k3.gm.graph._codegen, layout, order, out, elem_instances)
     for name, value in constants.items():  # k3 is this module's own trace: GraphModule copies
-        setattr(k3.gm, name, value)        # what the graph reads from it
+        setattr(k3.gm, name, value)  # what the graph reads from it
     gm = fx.GraphModule(k3.gm, graph)
     gm.meta = dict(k3.gm.meta)
     if hasattr(k3.gm, "shape_env"):
@@ -891,7 +958,7 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
 
     # TracedStep's names
     name_of = {}  # (template name, layer) -> new name; shared: (template name, None)
-    for (t, L) in order:
+    for t, L in order:
         if t.op == "output":
             continue
         key = ("s", t) if L is None else (layout.where[t][0], layout.where[t][2], L)
@@ -901,7 +968,7 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
     def fit_field(mapping: dict, what: str) -> dict:
         """A dict keyed by node name, unrolled: entries of layer nodes fitted across B0..B2."""
         result = {}
-        for (t, L) in order:
+        for t, L in order:
             if t.op == "output" or t.name not in mapping:
                 if L is not None and t.op != "output":
                     if any(u.name in mapping for u in layout.fit_points(t)[0]):
@@ -942,18 +1009,29 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
         grad_of = entry.grad_of
         if grad_of is not None:
             grad_of = resolve(by_name[grad_of], b, L).name
-        outputs.append(GraphOutput(v, entry.role, output_index=entry.output_index,
-                                   grad_of=grad_of))
-    step = TracedStep(gm=gm, fake_mode=fake_mode, device=k3.device, param_fqns=param_fqns,
-                      buffer_fqns=buffer_fqns, input_nodes=input_nodes,
-                      input_metas=k3.input_metas, input_spec=k3.input_spec,
-                      tangent_of=tangent_of, outputs=outputs,
-                      num_forward_outputs=k3.num_forward_outputs, output_spec=k3.output_spec,
-                      source_captured=k3.source_captured, local_inputs=local_inputs,
-                      forward_signature=k3.forward_signature,
-                      input_requires_grad=k3.input_requires_grad, joint=k3.joint,
-                      training=k3.training, sharding_pins=sharding_pins,
-                      joint_with_descriptors=None)
+        outputs.append(GraphOutput(v, entry.role, output_index=entry.output_index, grad_of=grad_of))
+    step = TracedStep(
+        gm=gm,
+        fake_mode=fake_mode,
+        device=k3.device,
+        param_fqns=param_fqns,
+        buffer_fqns=buffer_fqns,
+        input_nodes=input_nodes,
+        input_metas=k3.input_metas,
+        input_spec=k3.input_spec,
+        tangent_of=tangent_of,
+        outputs=outputs,
+        num_forward_outputs=k3.num_forward_outputs,
+        output_spec=k3.output_spec,
+        source_captured=k3.source_captured,
+        local_inputs=local_inputs,
+        forward_signature=k3.forward_signature,
+        input_requires_grad=k3.input_requires_grad,
+        joint=k3.joint,
+        training=k3.training,
+        sharding_pins=sharding_pins,
+        joint_with_descriptors=None,
+    )
     _fill_remaining_fields(step, k3)
     return step
 
@@ -961,11 +1039,29 @@ def _extrapolate(k3, layout: _Layout, shared4: list, first4: list, n: int, coord
 def _fill_remaining_fields(step, k3) -> None:
     """TracedStep fields added after this module was written: copied if they name no node,
     refused otherwise (so a new field is never silently wrong)."""
-    known = {"gm", "fake_mode", "device", "param_fqns", "buffer_fqns", "input_nodes",
-             "input_metas", "input_spec", "tangent_of", "outputs", "num_forward_outputs",
-             "output_spec", "source_captured", "trace_seconds", "local_inputs",
-             "forward_signature", "input_requires_grad", "joint", "training", "sharding_pins",
-             "joint_with_descriptors"}
+    known = {
+        "gm",
+        "fake_mode",
+        "device",
+        "param_fqns",
+        "buffer_fqns",
+        "input_nodes",
+        "input_metas",
+        "input_spec",
+        "tangent_of",
+        "outputs",
+        "num_forward_outputs",
+        "output_spec",
+        "source_captured",
+        "trace_seconds",
+        "local_inputs",
+        "forward_signature",
+        "input_requires_grad",
+        "joint",
+        "training",
+        "sharding_pins",
+        "joint_with_descriptors",
+    }
     for f in dataclasses.fields(step):
         if f.name not in known:
             raise _Fallback(f"TracedStep.{f.name} is not known to trace_blocks")
@@ -997,8 +1093,9 @@ def _entry_of(k3, out: fx.Node, j: int):
     return cache[j]
 
 
-def _node_meta(t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, n,
-               seq_of, depth_shift) -> dict:
+def _node_meta(
+    t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, n, seq_of, depth_shift
+) -> dict:
     if L is None:
         meta = _shared_meta(t, twin[t], coords3, base3, base4, n)
     else:
@@ -1027,8 +1124,9 @@ def _node_meta(t, L, b, layout, meta_fits, twin, coords3, target, base3, base4, 
 
 def _counted_names(v) -> list | None:
     """The numbers of a source_fn_stack's names ([("to_33", "to")] -> [33]), or None."""
-    if not isinstance(v, list) or not all(isinstance(e, tuple) and e and isinstance(e[0], str)
-                                          for e in v):
+    if not isinstance(v, list) or not all(
+        isinstance(e, tuple) and e and isinstance(e[0], str) for e in v
+    ):
         return None
     return [_split_name(e[0])[1] for e in v]
 
@@ -1108,8 +1206,10 @@ def _shared_meta(t3, t4, coords3, base3, base4, n) -> dict:
         elif _same(v, m4[k]):
             meta[k] = _fresh(v)
         else:
-            raise _Fallback(f"shared node {t3.name}: meta {k!r} differs with 3 and 4 layers "
-                            f"({str(v)[:80]} vs {str(m4[k])[:80]})")
+            raise _Fallback(
+                f"shared node {t3.name}: meta {k!r} differs with 3 and 4 layers "
+                f"({str(v)[:80]} vs {str(m4[k])[:80]})"
+            )
     return meta
 
 
@@ -1150,7 +1250,10 @@ def _output_slot_groups(out, layout) -> dict:
     if cache is not None:
         return cache
     from torch._functorch._aot_autograd.descriptors import (
-        GradAOTOutput, ParamAOTInput, BufferAOTInput)
+        GradAOTOutput,
+        ParamAOTInput,
+        BufferAOTInput,
+    )
 
     ph_of = {}
     for p in layout.nodes:
@@ -1161,8 +1264,7 @@ def _output_slot_groups(out, layout) -> dict:
     labels = []
     for j, (v, d) in enumerate(zip(out.args[0], out.meta["desc"])):
         lab = None
-        if isinstance(d, GradAOTOutput) and isinstance(d.grad_of, (ParamAOTInput,
-                                                                   BufferAOTInput)):
+        if isinstance(d, GradAOTOutput) and isinstance(d.grad_of, (ParamAOTInput, BufferAOTInput)):
             p = ph_of.get(d.grad_of.target)
             if p is None:
                 raise _Fallback(f"output {j}: the gradient of an unknown input")
@@ -1268,8 +1370,9 @@ def _name_skips(nodes, what: str, kept: set) -> dict:
         base, k = _split_name(x.name)
         if base in seen and base not in kept:
             if k <= seen[base]:
-                raise _Fallback(f"{what} trace: node names are not in creation order "
-                                f"({x.name})")
+                raise _Fallback(
+                    f"{what} trace: node names are not in creation order " f"({x.name})"
+                )
             skips[x] = k - seen[base] - 1
         seen[base] = k
     return skips
@@ -1278,8 +1381,13 @@ def _name_skips(nodes, what: str, kept: set) -> dict:
 def _shared_bases(nodes: list, shared: Callable[[fx.Node], bool]) -> set:
     """Name bases (``arange`` of arange_3) of ops only shared nodes have."""
     in_layers = {_split_name(x.name)[0] for x in nodes if not shared(x)}
-    return {b for x in nodes if x.op != "placeholder"
-            for b in [_split_name(x.name)[0]] if b not in in_layers}
+    return {
+        b
+        for x in nodes
+        if x.op != "placeholder"
+        for b in [_split_name(x.name)[0]]
+        if b not in in_layers
+    }
 
 
 def _name_starts(nodes) -> dict:
@@ -1315,8 +1423,16 @@ def _value_recipes(nodes: list) -> dict:
                     raise _Fallback(f"the value of {x.name} is a {type(v).__name__} view")
                 key = StorageWeakRef(v.untyped_storage())
                 owner = owner_of.setdefault(key, (x, e))
-                v = (None if owner == (x, e) else owner, v.untyped_storage().nbytes(), v.dtype,
-                     v.storage_offset(), tuple(v.shape), v.stride(), v.device, v.requires_grad)
+                v = (
+                    None if owner == (x, e) else owner,
+                    v.untyped_storage().nbytes(),
+                    v.dtype,
+                    v.storage_offset(),
+                    tuple(v.shape),
+                    v.stride(),
+                    v.device,
+                    v.requires_grad,
+                )
             elif not isinstance(v, (int, float, bool, type(None))):
                 raise _Fallback(f"the value of {x.name} holds a {type(v).__name__}")
             out.append(v)
@@ -1341,8 +1457,7 @@ def _value(template: fx.Node, fake_mode, recipes: dict, resolve: Callable):
                 storage = base.untyped_storage()
                 if storage.nbytes() != nbytes:
                     raise _Fallback(f"{template.name}: storage of {nbytes} bytes expected")
-            elem = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape,
-                                                                  stride)
+            elem = torch.empty(0, dtype=dtype, device="meta").set_(storage, offset, shape, stride)
             v = FakeTensor(fake_mode, elem, device)
             if requires_grad:
                 v.requires_grad_(True)
@@ -1361,9 +1476,19 @@ def _canonical_val(v, owner_of: dict, name: str, slot: list) -> Any:
         key = StorageWeakRef(v.untyped_storage())
         owner = owner_of.setdefault(key, f"{name}[{slot[0]}]")
         slot[0] += 1
-        return ("T", type(v).__name__, tuple(v.shape), v.stride(), str(v.dtype),
-                str(v.device), v.storage_offset(), v.untyped_storage().nbytes(),
-                v.requires_grad, v._is_view(), owner)
+        return (
+            "T",
+            type(v).__name__,
+            tuple(v.shape),
+            v.stride(),
+            str(v.dtype),
+            str(v.device),
+            v.storage_offset(),
+            v.untyped_storage().nbytes(),
+            v.requires_grad,
+            v._is_view(),
+            owner,
+        )
     if isinstance(v, (list, tuple)):
         return tuple(_canonical_val(x, owner_of, name, slot) for x in v)
     return repr(v)
@@ -1403,11 +1528,25 @@ def describe_step(step) -> dict:
             meta.append((k, v))
         if x.op == "get_attr":  # a constant by its value: copies read equal tensors
             c = getattr(step.gm, x.target, None)
-            meta.append(("constant", repr((c.dtype, tuple(c.shape), c.tolist())) if (
-                isinstance(c, torch.Tensor) and c.device.type != "meta") else repr(c)))
-        nodes.append((x.name, x.op, repr(x.target),
-                      repr(fx.node.map_arg((x.args, x.kwargs), lambda u: _Ref(u.name))),
-                      tuple(meta)))
+            meta.append(
+                (
+                    "constant",
+                    (
+                        repr((c.dtype, tuple(c.shape), c.tolist()))
+                        if (isinstance(c, torch.Tensor) and c.device.type != "meta")
+                        else repr(c)
+                    ),
+                )
+            )
+        nodes.append(
+            (
+                x.name,
+                x.op,
+                repr(x.target),
+                repr(fx.node.map_arg((x.args, x.kwargs), lambda u: _Ref(u.name))),
+                tuple(meta),
+            )
+        )
     graph = step.gm.graph
     info = getattr(graph._codegen, "pytree_info", None)
     fields = {}
@@ -1416,16 +1555,26 @@ def describe_step(step) -> dict:
             continue
         v = getattr(step, f.name)
         if f.name == "outputs":
-            v = [(o.node.name if o.node is not None else None, o.role, o.output_index,
-                  o.grad_of) for o in v]
-        fields[f.name] = repr(v) if f.name in ("input_spec", "output_spec", "forward_signature",
-                                              "device", "input_metas") else v
-    return {"nodes": nodes, "fields": fields, "code": step.gm.code,
-            "codegen": (type(graph._codegen).__name__,
-                        None if info is None else (info.orig_args, str(info.in_spec),
-                                                   str(info.out_spec))),
-            "attrs": sorted(k for k in step.gm.__dict__ if not k.startswith("_")) +
-            sorted(k for k, _ in step.gm.named_children())}
+            v = [
+                (o.node.name if o.node is not None else None, o.role, o.output_index, o.grad_of)
+                for o in v
+            ]
+        fields[f.name] = (
+            repr(v)
+            if f.name in ("input_spec", "output_spec", "forward_signature", "device", "input_metas")
+            else v
+        )
+    return {
+        "nodes": nodes,
+        "fields": fields,
+        "code": step.gm.code,
+        "codegen": (
+            type(graph._codegen).__name__,
+            None if info is None else (info.orig_args, str(info.in_spec), str(info.out_spec)),
+        ),
+        "attrs": sorted(k for k in step.gm.__dict__ if not k.startswith("_"))
+        + sorted(k for k, _ in step.gm.named_children()),
+    }
 
 
 def first_difference(a, b) -> str | None:
@@ -1440,8 +1589,10 @@ def first_difference(a, b) -> str | None:
                         du, dv = dict(u), dict(v)
                         for k in list(du) + [k for k in dv if k not in du]:
                             if du.get(k) != dv.get(k):
-                                return (f"node {j} ({x[0]}) meta {k!r}: "
-                                        f"{str(du.get(k))[:300]} vs {str(dv.get(k))[:300]}")
+                                return (
+                                    f"node {j} ({x[0]}) meta {k!r}: "
+                                    f"{str(du.get(k))[:300]} vs {str(dv.get(k))[:300]}"
+                                )
                     return f"node {j} ({x[0]}) {label}: {str(u)[:300]} vs {str(v)[:300]}"
     if len(na) != len(nb):
         return f"{len(na)} vs {len(nb)} nodes"

@@ -75,8 +75,11 @@ def user_rule_of(op: Any) -> Callable | None:
 
     funcs = getattr(DTensor._op_dispatcher.sharding_propagator, "op_strategy_funcs", {})
     f = funcs.get(op)
-    if isinstance(f, functools.partial) and f.args and \
-            getattr(f.func, "__qualname__", "").startswith("register_sharding."):
+    if (
+        isinstance(f, functools.partial)
+        and f.args
+        and getattr(f.func, "__qualname__", "").startswith("register_sharding.")
+    ):
         return f.args[0]
     return _REGISTERED.get(op)
 
@@ -94,8 +97,10 @@ def node_strategies(node: fx.Node, mesh, source: str | None = None) -> list[dict
     where = f"node {node.name!r} ({node.target}{', ' + source if source else ''})"
     rule = f"the sharding rule {getattr(fn, '__qualname__', repr(fn))} registered for {node.target}"
     if mesh is None:
-        raise ValueError(f"{where} has a user sharding rule, which is evaluated for the plan's "
-                         "mesh: export the graph with the mesh (graph_json(step, mesh=...))")
+        raise ValueError(
+            f"{where} has a user sharding rule, which is evaluated for the plan's "
+            "mesh: export the graph with the mesh (graph_json(step, mesh=...))"
+        )
     specs = _ArgSpecs(mesh)
     args = tree_map_only(fx.Node, specs, node.args)
     kwargs = tree_map_only(fx.Node, specs, dict(node.kwargs))
@@ -104,11 +109,14 @@ def node_strategies(node: fx.Node, mesh, source: str | None = None) -> list[dict
     except Exception as e:
         raise ValueError(f"{rule} raised on {where}: {type(e).__name__}: {e}") from e
     if not returned:
-        raise ValueError(f"{rule} returned no strategy for {where}; return at least the "
-                         "all-Replicate one")
+        raise ValueError(
+            f"{rule} returned no strategy for {where}; return at least the " "all-Replicate one"
+        )
     outs = _output_metas(node)
-    return [_row(r, i, outs, specs.inputs, f"{rule}, strategy {i} for {where}")
-            for i, r in enumerate(returned)]
+    return [
+        _row(r, i, outs, specs.inputs, f"{rule}, strategy {i} for {where}")
+        for i, r in enumerate(returned)
+    ]
 
 
 _WARNED: set = set()
@@ -122,10 +130,13 @@ def _warn_if_dtensor_keeps_its_rule(op) -> None:
     prop = DTensor._op_dispatcher.sharding_propagator
     if op in getattr(prop, "op_single_dim_strategy_funcs", {}) and op not in _WARNED:
         _WARNED.add(op)
-        warnings.warn(f"{op} has a user sharding rule, which autoshard plans with, but DTensor "
-                      "runs it with its own single-dim strategy; the run may redistribute "
-                      "around it (or fail in strict mode) where the two disagree",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"{op} has a user sharding rule, which autoshard plans with, but DTensor "
+            "runs it with its own single-dim strategy; the run may redistribute "
+            "around it (or fail in strict mode) where the two disagree",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 class _ArgSpecs:
@@ -144,8 +155,9 @@ class _ArgSpecs:
         if not isinstance(val, torch.Tensor):
             return val
         self.inputs.append(val)
-        meta = TensorMeta(torch.Size(int(s) for s in val.shape),
-                          tuple(int(s) for s in val.stride()), val.dtype)
+        meta = TensorMeta(
+            torch.Size(int(s) for s in val.shape), tuple(int(s) for s in val.stride()), val.dtype
+        )
         return DTensorSpec(self.mesh, (Replicate(),) * self.mesh.ndim, tensor_meta=meta)
 
 
@@ -157,24 +169,31 @@ def _output_metas(node: fx.Node) -> list[torch.Tensor | None]:
 
 def _row(returned: Any, index: int, outs: list, ins: list, what: str) -> dict:
     if not (isinstance(returned, (list, tuple)) and len(returned) == 2):
-        raise ValueError(f"{what}: expected a pair (output placements, input placements), "
-                         f"got {returned!r}")
+        raise ValueError(
+            f"{what}: expected a pair (output placements, input placements), " f"got {returned!r}"
+        )
     out_ps, in_ps = returned
     for name, ps in (("output", out_ps), ("input", in_ps)):
         if not isinstance(ps, (list, tuple)):
             raise ValueError(f"{what}: the {name} placements must be a list, got {ps!r}")
     if type(out_ps) is not type(in_ps):
-        raise ValueError(f"{what}: the output placements are a {type(out_ps).__name__} and the "
-                         f"input placements a {type(in_ps).__name__}; DTensor concatenates them "
-                         "(outputs + inputs), so use lists for both")
+        raise ValueError(
+            f"{what}: the output placements are a {type(out_ps).__name__} and the "
+            f"input placements a {type(in_ps).__name__}; DTensor concatenates them "
+            "(outputs + inputs), so use lists for both"
+        )
     if len(out_ps) != len(outs):
-        raise ValueError(f"{what}: {len(out_ps)} output placement(s), but the op returns "
-                         f"{len(outs)} value(s)")
+        raise ValueError(
+            f"{what}: {len(out_ps)} output placement(s), but the op returns "
+            f"{len(outs)} value(s)"
+        )
     given = [p for p in in_ps if p is not None]
     if len(given) != len(ins):
-        raise ValueError(f"{what}: {len(given)} input placement(s) that are not None, but the "
-                         f"op is called with {len(ins)} tensor(s); give one placement per "
-                         "tensor argument and None for every other argument")
+        raise ValueError(
+            f"{what}: {len(given)} input placement(s) that are not None, but the "
+            f"op is called with {len(ins)} tensor(s); give one placement per "
+            "tensor argument and None for every other argument"
+        )
     out_strs = []
     for k, (p, t) in enumerate(zip(out_ps, outs)):
         if t is None:
@@ -183,8 +202,10 @@ def _row(returned: Any, index: int, outs: list, ins: list, what: str) -> dict:
             raise ValueError(f"{what}: output {k} is a tensor but its placement is None")
         else:
             out_strs.append(_placement_str(p, t, f"{what}: output {k}"))
-    in_strs = [_placement_str(p, t, f"{what}: tensor input {a}")
-               for a, (p, t) in enumerate(zip(given, ins))]
+    in_strs = [
+        _placement_str(p, t, f"{what}: tensor input {a}")
+        for a, (p, t) in enumerate(zip(given, ins))
+    ]
     return {"outputs": out_strs, "inputs": in_strs}
 
 
@@ -197,11 +218,14 @@ def _placement_str(p: Any, tensor: torch.Tensor, what: str) -> str:
     if type(p) is Shard:
         d = p.dim + tensor.ndim if p.dim < 0 else p.dim
         if not 0 <= d < tensor.ndim:
-            raise ValueError(f"{what}: Shard({p.dim}) is out of range for a tensor with "
-                             f"{tensor.ndim} dim(s) (shape {list(tensor.shape)})")
+            raise ValueError(
+                f"{what}: Shard({p.dim}) is out of range for a tensor with "
+                f"{tensor.ndim} dim(s) (shape {list(tensor.shape)})"
+            )
         return placement_to_str(Shard(d))
-    if type(p) is Replicate or (type(p) is Partial
-                                and p.reduce_op in ("sum", "avg", "max", "min")):
+    if type(p) is Replicate or (type(p) is Partial and p.reduce_op in ("sum", "avg", "max", "min")):
         return placement_to_str(p)
-    raise ValueError(f"{what}: {p!r} is not supported by autoshard (only Shard(d), Replicate() "
-                     "and Partial with sum, avg, max or min)")
+    raise ValueError(
+        f"{what}: {p!r} is not supported by autoshard (only Shard(d), Replicate() "
+        "and Partial with sum, avg, max or min)"
+    )

@@ -19,8 +19,9 @@ DIST_DIR = Path(__file__).parent / "dist"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_torchrun(script: str, config: list, tmp_path: Path, nproc: int = 4,
-                 timeout: float = 240.0) -> list[list[dict]]:
+def run_torchrun(
+    script: str, config: list, tmp_path: Path, nproc: int = 4, timeout: float = 240.0
+) -> list[list[dict]]:
     """Runs ``script CONFIG OUT`` under torchrun (--standalone picks a free port) and
     returns each rank's result list. Fails the test with the workers' output on error.
 
@@ -40,14 +41,24 @@ def run_torchrun(script: str, config: list, tmp_path: Path, nproc: int = 4,
     for attempt in (1, 2):
         out = tmp_path / f"out{attempt}"
         out.mkdir()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", str(DIST_DIR / script), str(cfg), str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            str(DIST_DIR / script),
+            str(cfg),
+            str(out),
+        ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode == 0:
             return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
         written = sorted(p.name for p in out.iterdir())
-        report = (f"torchrun failed ({proc.returncode}); result files written: {written}\n"
-                  f"{proc.stdout[-4000:]}\n{proc.stderr[-12000:]}")
+        report = (
+            f"torchrun failed ({proc.returncode}); result files written: {written}\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-12000:]}"
+        )
         if attempt == 1 and _SIGNAL_DEATH.search(proc.stderr):
             warnings.warn(f"{script}: a worker died by a signal; running once more.\n{report}")
             continue

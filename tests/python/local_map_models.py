@@ -69,19 +69,44 @@ def regions(mesh) -> dict:
         s_grad = (P,)
     lm = autoshard.local_map
     return {
-        "matmul_allreduce": lm(_matmul_allreduce, out_placements=rep,
-                               in_placements=(cols, w_rows), in_grad_placements=(cols, w_grad),
-                               redistribute_inputs=True, device_mesh=mesh),
-        "gate": lm(_gate, out_placements=rows, in_placements=(rows, w_rep),
-                   in_grad_placements=(rows, s_grad), redistribute_inputs=True,
-                   device_mesh=mesh),
-        "swap": lm(_swap, out_placements=cols, in_placements=(rows,), redistribute_inputs=True,
-                   device_mesh=mesh),
-        "matmul_scatter": lm(_matmul_scatter, out_placements=rows, in_placements=(cols, w_rows),
-                             in_grad_placements=(cols, w_grad), redistribute_inputs=True,
-                             device_mesh=mesh),
-        "gather": lm(_gather, out_placements=rep, in_placements=(rows,),
-                     redistribute_inputs=True, device_mesh=mesh),
+        "matmul_allreduce": lm(
+            _matmul_allreduce,
+            out_placements=rep,
+            in_placements=(cols, w_rows),
+            in_grad_placements=(cols, w_grad),
+            redistribute_inputs=True,
+            device_mesh=mesh,
+        ),
+        "gate": lm(
+            _gate,
+            out_placements=rows,
+            in_placements=(rows, w_rep),
+            in_grad_placements=(rows, s_grad),
+            redistribute_inputs=True,
+            device_mesh=mesh,
+        ),
+        "swap": lm(
+            _swap,
+            out_placements=cols,
+            in_placements=(rows,),
+            redistribute_inputs=True,
+            device_mesh=mesh,
+        ),
+        "matmul_scatter": lm(
+            _matmul_scatter,
+            out_placements=rows,
+            in_placements=(cols, w_rows),
+            in_grad_placements=(cols, w_grad),
+            redistribute_inputs=True,
+            device_mesh=mesh,
+        ),
+        "gather": lm(
+            _gather,
+            out_placements=rep,
+            in_placements=(rows,),
+            redistribute_inputs=True,
+            device_mesh=mesh,
+        ),
     }
 
 

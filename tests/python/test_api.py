@@ -15,8 +15,9 @@ from autoshard.fake_pg import fake_world
 from autoshard.testing.models import MLP
 from autoshard.trace import trace_training_step
 
-needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                   reason="the C++ planner (_core.plan_graph) is not built")
+needs_planner = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 @pytest.fixture
@@ -65,8 +66,11 @@ def test_constraint_errors_name_the_problem(mesh4):
 
 def test_parameter_budget_below_one_shard_is_refused(mesh4):
     with AutoParallel(_mlp(), _inputs, mesh4) as autop:
-        with pytest.raises(ValueError, match=r"high=0.1 is below 1/mesh.size\(\) = 1/4 = 0.25, "
-                                             r"the least any plan can store per GPU"):
+        with pytest.raises(
+            ValueError,
+            match=r"high=0.1 is below 1/mesh.size\(\) = 1/4 = 0.25, "
+            r"the least any plan can store per GPU",
+        ):
             autop.add_parameter_memory_constraint(high=0.1)
         with pytest.raises(ValueError, match="low <= high <= 1"):
             autop.add_parameter_memory_constraint(low=-0.5)
@@ -80,8 +84,9 @@ def test_planner_errors_reach_the_user_as_value_errors(mesh4, monkeypatch):
 
     with AutoParallel(_mlp(), _inputs, mesh4, time_limit_s=1.0) as autop:
         monkeypatch.setattr(_core, "plan_graph", refuse)
-        with pytest.raises(ValueError, match=r"^autoshard planner: parameter memory budget") \
-                as info:
+        with pytest.raises(
+            ValueError, match=r"^autoshard planner: parameter memory budget"
+        ) as info:
             autop.optimize_placement()
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
@@ -95,8 +100,9 @@ def test_unknown_mixed_precision_policy_is_refused_clearly(mesh4):
     with pytest.raises(TypeError, match="MixedPrecisionPolicy"):
         AutoParallel(_mlp(), _inputs, mesh4, mp_policy=object())
     with pytest.raises(ValueError, match="param_dtype must be a floating"):
-        AutoParallel(_mlp(), _inputs, mesh4,
-                     mp_policy=MixedPrecisionPolicy(param_dtype=torch.int32))
+        AutoParallel(
+            _mlp(), _inputs, mesh4, mp_policy=MixedPrecisionPolicy(param_dtype=torch.int32)
+        )
 
 
 def test_runtime_input_validation_names_argument_and_local_shape(mesh4):
@@ -109,9 +115,12 @@ def test_runtime_input_validation_names_argument_and_local_shape(mesh4):
     par.to_empty(device="cpu")
     with pytest.raises(TypeError, match=r"missing a required argument: 'target'"):
         par(torch.zeros(2, 16))
-    with pytest.raises(ValueError, match=r"input 0 \(x\) has shape \[8, 16\] but this rank "
-                                         r"expects the local shape \[2, 16\] \(global "
-                                         r"\[8, 16\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"input 0 \(x\) has shape \[8, 16\] but this rank "
+        r"expects the local shape \[2, 16\] \(global "
+        r"\[8, 16\]",
+    ):
         par(torch.zeros(8, 16), torch.zeros(2, 16))
     with pytest.raises(ValueError, match=r"input 1 \(target\) has dtype torch.float64"):
         par(torch.zeros(2, 16), torch.zeros(2, 16, dtype=torch.float64))
@@ -165,8 +174,20 @@ def test_verbose_plan_logs_nodes_and_totals(mesh4, caplog):
 def test_demo_plans_a_small_llama_quickly(capsys):
     from autoshard.demo import main
 
-    rc = main(["--layers", "1", "--mesh", "2x2", "--seq", "64", "--batch-per-dp", "2",
-               "--time-limit", "10"])
+    rc = main(
+        [
+            "--layers",
+            "1",
+            "--mesh",
+            "2x2",
+            "--seq",
+            "64",
+            "--batch-per-dp",
+            "2",
+            "--time-limit",
+            "10",
+        ]
+    )
     out = capsys.readouterr().out
     print(out)
     assert rc == 0
@@ -215,8 +236,14 @@ def test_compiled_module_plans_no_grad_and_eval_steps_on_first_use():
     with fake_world((1,), device_type="cpu") as mesh:
         with torch.device("meta"):
             model = _DropoutNet()
-        with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh, hardware="CPU",
-                          capture="direct", plan_cache=False) as autop:
+        with AutoParallel(
+            model,
+            lambda: (torch.empty(8, 16),),
+            mesh,
+            hardware="CPU",
+            capture="direct",
+            plan_cache=False,
+        ) as autop:
             autop.add_input_constraints([(Shard(0),)])
             autop.add_output_constraints([(Shard(0),)])
             par = autop.apply_placement(autop.optimize_placement())
@@ -238,7 +265,10 @@ def test_compiled_module_plans_no_grad_and_eval_steps_on_first_use():
         par.train()
         compiled(x).sum().backward()  # the planned training step
         assert set(par._autoshard_variants) == {
-            ((False,) * 4, False), ((True,) * 4, False), ((False,) * 4, True)}
+            ((False,) * 4, False),
+            ((True,) * 4, False),
+            ((False,) * 4, True),
+        }
         torch._dynamo.config.error_on_recompile = True
         try:
             for _ in range(2):
@@ -258,8 +288,15 @@ def test_dynamic_new_local_shapes_are_planned_at_their_global_shapes():
     with fake_world((2,), device_type="cpu") as mesh:
         with torch.device("meta"):
             model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
-        with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh, hardware="CPU",
-                          capture="direct", dynamic=True, plan_cache=False) as autop:
+        with AutoParallel(
+            model,
+            lambda: (torch.empty(8, 16),),
+            mesh,
+            hardware="CPU",
+            capture="direct",
+            dynamic=True,
+            plan_cache=False,
+        ) as autop:
             autop.add_input_constraints([(Shard(0),)])
             autop.add_output_constraints([(Shard(0),)])
             par = autop.apply_placement(autop.optimize_placement())

@@ -11,16 +11,18 @@ import pytest
 from autoshard import _core
 from conftest import ok_on_every_rank, run_torchrun
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 SCENARIOS = [{"name": "rope_training"}, {"name": "free_output"}, {"name": "dcp_reshard"}]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_torchrun("compat_worker.py", SCENARIOS, tmp_path_factory.mktemp("compat"),
-                        timeout=900)
+    return run_torchrun(
+        "compat_worker.py", SCENARIOS, tmp_path_factory.mktemp("compat"), timeout=900
+    )
 
 
 def test_complex_rope_and_flatten_after_attention_train_like_the_reference(results):

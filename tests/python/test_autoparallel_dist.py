@@ -9,45 +9,101 @@ import pytest
 from autoshard import _core
 from conftest import by_name, ok_on_every_rank, run_torchrun
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 SCENARIOS = [
     {"name": "mlp_default_budget", "model": "mlp", "mesh": [4], "plan": "auto"},
-    {"name": "mlp_replicated_budget", "model": "mlp", "mesh": [4], "plan": "auto",
-     "param_memory": [1.0, 1.0]},
+    {
+        "name": "mlp_replicated_budget",
+        "model": "mlp",
+        "mesh": [4],
+        "plan": "auto",
+        "param_memory": [1.0, 1.0],
+    },
     {"name": "llama_default_budget", "model": "llama", "mesh": [4], "plan": "auto"},
-    {"name": "llama_dp_tp", "model": "llama", "mesh": [2, 2], "dim_names": ["dp", "tp"],
-     "plan": "auto"},
-    {"name": "mlp_auto_parallel_call", "model": "mlp", "mesh": [2, 2], "plan": "auto_parallel",
-     "param_memory": [0.0, 0.5]},
+    {
+        "name": "llama_dp_tp",
+        "model": "llama",
+        "mesh": [2, 2],
+        "dim_names": ["dp", "tp"],
+        "plan": "auto",
+    },
+    {
+        "name": "mlp_auto_parallel_call",
+        "model": "mlp",
+        "mesh": [2, 2],
+        "plan": "auto_parallel",
+        "param_memory": [0.0, 0.5],
+    },
     # the same plans through the reference interpreter, and compiled with inductor
-    {"name": "llama_dp_tp_interpreted", "model": "llama", "mesh": [2, 2],
-     "dim_names": ["dp", "tp"], "plan": "auto", "runtime": "interpret"},
-    {"name": "mlp_dp_tp_compiled", "model": "mlp", "mesh": [2, 2], "dim_names": ["dp", "tp"],
-     "plan": "auto", "compile": True},
-    {"name": "mlp_default_budget_compiled", "model": "mlp", "mesh": [4], "plan": "auto",
-     "compile": True},
-    {"name": "llama_dp_tp_compiled", "model": "llama", "mesh": [2, 2],
-     "dim_names": ["dp", "tp"], "plan": "auto", "compile": True},
-    {"name": "classifier_ddp_compiled", "model": "classifier", "mesh": [4], "plan": "auto",
-     "param_memory": [1.0, 1.0], "hardware": "CPU", "compile": True},
+    {
+        "name": "llama_dp_tp_interpreted",
+        "model": "llama",
+        "mesh": [2, 2],
+        "dim_names": ["dp", "tp"],
+        "plan": "auto",
+        "runtime": "interpret",
+    },
+    {
+        "name": "mlp_dp_tp_compiled",
+        "model": "mlp",
+        "mesh": [2, 2],
+        "dim_names": ["dp", "tp"],
+        "plan": "auto",
+        "compile": True,
+    },
+    {
+        "name": "mlp_default_budget_compiled",
+        "model": "mlp",
+        "mesh": [4],
+        "plan": "auto",
+        "compile": True,
+    },
+    {
+        "name": "llama_dp_tp_compiled",
+        "model": "llama",
+        "mesh": [2, 2],
+        "dim_names": ["dp", "tp"],
+        "plan": "auto",
+        "compile": True,
+    },
+    {
+        "name": "classifier_ddp_compiled",
+        "model": "classifier",
+        "mesh": [4],
+        "plan": "auto",
+        "param_memory": [1.0, 1.0],
+        "hardware": "CPU",
+        "compile": True,
+    },
     # plans costed for the CPU ranks they run on (the default on a gloo mesh)
     # 6 layers traced as 3 and 4, the rest extrapolated: the built graph runs and trains
-    {"name": "llama_deep_extrapolated", "model": "llama_deep", "mesh": [2, 2],
-     "dim_names": ["dp", "tp"], "plan": "auto", "capture": "dynamo"},
-    {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto",
-     "hardware": "CPU"},
+    {
+        "name": "llama_deep_extrapolated",
+        "model": "llama_deep",
+        "mesh": [2, 2],
+        "dim_names": ["dp", "tp"],
+        "plan": "auto",
+        "capture": "dynamo",
+    },
+    {"name": "llama_cpu_profile", "model": "llama", "mesh": [4], "plan": "auto", "hardware": "CPU"},
     # identical layers planned once and tied (docs/repeated_layers.md)
-    {"name": "llama_deep_tied", "model": "llama_deep", "mesh": [2, 2],
-     "dim_names": ["dp", "tp"], "plan": "auto", "repeated_layers": "tie"},
+    {
+        "name": "llama_deep_tied",
+        "model": "llama_deep",
+        "mesh": [2, 2],
+        "dim_names": ["dp", "tp"],
+        "plan": "auto",
+        "repeated_layers": "tie",
+    },
 ]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_torchrun("train_worker.py", SCENARIOS, tmp_path_factory.mktemp("ap"),
-                        timeout=900)
+    return run_torchrun("train_worker.py", SCENARIOS, tmp_path_factory.mktemp("ap"), timeout=900)
 
 
 def _ok(results, name):
@@ -55,9 +111,11 @@ def _ok(results, name):
         r = by_name(res)[name]
         assert r["ok"], f"rank {rank}: {r.get('traceback', r.get('error'))}"
     r0 = by_name(results[0])[name]
-    print(f"\n== {name}: plan ==\n{r0.get('report', '')}\nlayouts: {r0['layouts']}\n"
-          f"parameter fraction per rank: {r0['param_fraction']:.4f}; "
-          f"plan time {r0['plan_seconds']:.2f} s; warnings {r0['warnings']}")
+    print(
+        f"\n== {name}: plan ==\n{r0.get('report', '')}\nlayouts: {r0['layouts']}\n"
+        f"parameter fraction per rank: {r0['param_fraction']:.4f}; "
+        f"plan time {r0['plan_seconds']:.2f} s; warnings {r0['warnings']}"
+    )
     return r0
 
 
@@ -69,8 +127,9 @@ def test_planned_module_trains_like_single_process(results, name):
         assert r["isinstance"] and r["state_dict_keys_match"]
         for i, s in enumerate(r["steps"]):
             assert s["loss_close"], f"rank {rank} step {i}: loss {s['loss']} vs {s['ref_loss']}"
-            assert s["params_close"], (f"rank {rank} step {i}: {s['worst']} differs by "
-                                       f"{s['max_param_err']}")
+            assert s["params_close"], (
+                f"rank {rank} step {i}: {s['worst']} differs by " f"{s['max_param_err']}"
+            )
             assert s["grad_types"] == ["DTensor"] and s["grad_layouts_ok"]
 
 
@@ -94,8 +153,11 @@ def test_low_high_one_is_ddp_like(results):
 
 def test_dp_tp_mesh_shards_linear_weights_on_tp(results):
     r = _ok(results, "llama_dp_tp")
-    linears = {k: v for k, v in r["layouts"].items()
-               if any(s in k for s in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"))}
+    linears = {
+        k: v
+        for k, v in r["layouts"].items()
+        if any(s in k for s in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"))
+    }
     assert linears
     for fqn, layout in linears.items():
         assert layout[1].startswith("S("), f"{fqn} is {layout}, not sharded on tp"

@@ -16,8 +16,9 @@ from autoshard import AutoParallel, _core, auto_parallel
 from autoshard.fake_pg import fake_world
 from autoshard.sharding_optimizer import ShardingOptimizer
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 class Net(nn.Module):
@@ -50,8 +51,13 @@ def _x():
 
 
 def test_public_names_import():
-    from autoshard import (AutoParallel, ForwardInputs, auto_parallel,  # noqa: F401
-                           autoparallel_backend, with_sharding_constraint)
+    from autoshard import (
+        AutoParallel,
+        ForwardInputs,
+        auto_parallel,  # noqa: F401
+        autoparallel_backend,
+        with_sharding_constraint,
+    )
 
     backend = autoparallel_backend()
     assert callable(backend)
@@ -62,8 +68,15 @@ def test_public_names_import():
 
 def test_constructor_keywords_accepted_or_refused_with_reason(mesh22):
     AutoParallel(_net(), _x, mesh22, None, False, False, "nccl", True)  # AP's positional order
-    AutoParallel(_net(), _x, mesh22, reshard_after_forward=False, dynamic=False,
-                 cost_model="nccl", repeated_subgraphs=False)
+    AutoParallel(
+        _net(),
+        _x,
+        mesh22,
+        reshard_after_forward=False,
+        dynamic=False,
+        cost_model="nccl",
+        repeated_subgraphs=False,
+    )
     AutoParallel(_net(), _x, mesh22, dynamic=True)  # new input shapes: steps of their own
     with pytest.raises(TypeError, match="dynamic must be True or False"):
         AutoParallel(_net(), _x, mesh22, dynamic="batch")
@@ -88,12 +101,16 @@ def test_optimize_placement_returns_node_keyed_specs_and_the_plan(mesh22):
         assert isinstance(spec, OpSpec)
         specs = spec.output_specs if isinstance(spec.output_specs, tuple) else (spec.output_specs,)
         assert all(s is None or len(s.placements) == 2 for s in specs)
-    x = next(n for n in autop.gm.graph.nodes if n.op == "placeholder"
-             and n.name == autop.step.input_nodes[0])
+    x = next(
+        n
+        for n in autop.gm.graph.nodes
+        if n.op == "placeholder" and n.name == autop.step.input_nodes[0]
+    )
     assert placement[x].output_specs.placements == (Shard(0), Replicate())
     # autoshard's plan JSON stays reachable
     assert placement.plan is autop.plan and set(placement["nodes"]) <= {
-        n.name for n in autop.gm.graph.nodes}
+        n.name for n in autop.gm.graph.nodes
+    }
     assert "summary" in placement and placement.get("summary")["total_us"] > 0
     json.dumps(placement.plan)
     assert isinstance(parallel, Net)
@@ -101,7 +118,8 @@ def test_optimize_placement_returns_node_keyed_specs_and_the_plan(mesh22):
     # (as AutoParallel's do), not Dynamo's flattened L__self___a_weight
     assert autop.gm is not None
     assert list(autop.joint_with_descriptors.params_spec) == [
-        name for name, _ in _net().named_parameters()]
+        name for name, _ in _net().named_parameters()
+    ]
 
 
 def test_hand_edited_placement_is_applied(mesh22):
@@ -110,8 +128,11 @@ def test_hand_edited_placement_is_applied(mesh22):
         placement = autop.optimize_placement()
         w = next(n for n in autop.gm.graph.nodes if autop.step.param_fqns.get(n.name) == "a.weight")
         old = placement[w]
-        spec = type(old.output_specs)(old.output_specs.mesh, (Replicate(), Replicate()),
-                                      tensor_meta=old.output_specs.tensor_meta)
+        spec = type(old.output_specs)(
+            old.output_specs.mesh,
+            (Replicate(), Replicate()),
+            tensor_meta=old.output_specs.tensor_meta,
+        )
         placement[w] = OpSpec(spec, [spec])
         parallel = autop.apply_placement(placement)
     assert tuple(parallel.a.weight.placements) == (Replicate(), Replicate())
@@ -142,7 +163,8 @@ def test_sharding_optimizer_constraints_json_and_files(mesh22, tmp_path):
         assert placement[w].output_specs.placements == (Replicate(), Shard(1))
         info = opt.get_json()
         assert {"nodes", "edges", "mesh"} <= set(info) and any(
-            n["name"] == w.name and n["outputs"] == [["R", "S(1)"]] for n in info["nodes"])
+            n["name"] == w.name and n["outputs"] == [["R", "S(1)"]] for n in info["nodes"]
+        )
         opt.remove_constraints(["b_tp"])
         assert w.name not in autop.options()["node_constraints"]
         opt.save(tmp_path / "opt.json")
@@ -176,8 +198,13 @@ def test_diff_solutions_and_explain_placement(mesh22, capsys):
         opt.remove_constraints([f"node_constraint_{w.name}"])
         opt.get_solution()
         rows = opt.explain_placement((Replicate(), Replicate()), max_nodes=4)
-    assert rows and {r["status"] for r in rows} <= {"CHOSEN", "TIE", "CHOSEN CHEAPER",
-                                                      "TARGET CHEAPER", "UNAVAILABLE"}
+    assert rows and {r["status"] for r in rows} <= {
+        "CHOSEN",
+        "TIE",
+        "CHOSEN CHEAPER",
+        "TARGET CHEAPER",
+        "UNAVAILABLE",
+    }
     for r in rows:
         assert (r["status"] == "CHOSEN") == (r["chosen"] == ["R", "R"])
         # an activation pinned elsewhere never beats the proven optimum (a pinned parameter
@@ -198,8 +225,11 @@ def test_print_costs_for_node(mesh22, capsys):
     assert m["rows"] and m["cols"] and len(m["costs_us"]) == len(m["rows"])
     assert all(len(r) == len(m["cols"]) for r in m["costs_us"])
     # staying in the same layout is free; a gather (S -> R) costs something
-    pairs = [(row, col, c) for row, costs in zip(m["rows"], m["costs_us"])
-             for col, c in zip(m["cols"], costs)]
+    pairs = [
+        (row, col, c)
+        for row, costs in zip(m["rows"], m["costs_us"])
+        for col, c in zip(m["cols"], costs)
+    ]
     assert all(c == 0 for row, col, c in pairs if row == col)
     assert any(c > 0 for row, col, c in pairs if "S(0)" in col and row == ["R", "R"])
     assert m["producer"] in capsys.readouterr().out
@@ -228,8 +258,11 @@ def test_node_constraint_on_an_ops_output_pins_the_op_or_says_why_not(mesh22):
     with torch.device("meta"):
         net = MaxNet()
     with AutoParallel(net, _x, mesh22) as autop:
-        gets = [n for n in autop.gm.graph.nodes if n.target is operator.getitem
-                and str(n.args[0].target) == "aten.max.dim"]
+        gets = [
+            n
+            for n in autop.gm.graph.nodes
+            if n.target is operator.getitem and str(n.args[0].target) == "aten.max.dim"
+        ]
         first, second = sorted(gets, key=lambda n: n.args[1])
         autop.add_node_constraint(first, (Shard(0), Replicate()))
         assert autop.options()["node_constraints"] == {first.args[0].name: ["S(0)", "R"]}
@@ -291,8 +324,11 @@ def test_complex_rotary_ops_have_rules(mesh22):
         autop.add_input_constraints([(Shard(0), Replicate())])
         placement = autop.optimize_placement()
     ops = {str(n.target) for n in placement}
-    assert {"aten.view_as_complex.default", "aten.view_as_real.default",
-            "aten._conj.default"} <= ops
+    assert {
+        "aten.view_as_complex.default",
+        "aten.view_as_real.default",
+        "aten._conj.default",
+    } <= ops
 
 
 def test_parallel_gm_before_and_after_materialising(mesh22):
@@ -334,12 +370,16 @@ def test_parallel_gm_carries_user_annotations(mesh22):
     joint = autop.parallel_gm  # forward + backward, as AutoParallel's
     mms = [n for n in joint.graph.nodes if n.target == torch.ops.aten.mm.default]
     fwd = [n.meta["custom"].get("stage") for n in mms if "partitioner_tag" not in n.meta]
-    bwd = [n.meta["custom"].get("stage") for n in mms
-           if n.meta.get("partitioner_tag") == "is_backward"]
+    bwd = [
+        n.meta["custom"].get("stage") for n in mms if n.meta.get("partitioner_tag") == "is_backward"
+    ]
     assert fwd == ["first", "second"]
     assert set(bwd) == {"first", "second"}
-    assert [n.meta["custom"].get("stage") for n in parallel.parallel_bwd_gm.graph.nodes
-            if n.target == torch.ops.aten.mm.default] == bwd
+    assert [
+        n.meta["custom"].get("stage")
+        for n in parallel.parallel_bwd_gm.graph.nodes
+        if n.target == torch.ops.aten.mm.default
+    ] == bwd
 
 
 def test_parallel_gm_is_the_joint_of_the_graphs_the_module_runs(mesh22):
@@ -375,8 +415,9 @@ def test_parallel_gm_without_gradients_is_the_forward_alone(mesh22):
         autop.add_input_constraints([(Shard(0), Replicate())])
         parallel = autop.apply_placement(autop.optimize_placement())
     joint = autop.parallel_gm
-    assert [n.name for n in joint.graph.nodes if n.op == "placeholder"] == \
-        [n.name for n in parallel.parallel_gm.graph.nodes if n.op == "placeholder"]
+    assert [n.name for n in joint.graph.nodes if n.op == "placeholder"] == [
+        n.name for n in parallel.parallel_gm.graph.nodes if n.op == "placeholder"
+    ]
     assert not any(n.meta.get("partitioner_tag") == "is_backward" for n in joint.graph.nodes)
 
 
@@ -396,8 +437,11 @@ def test_sharding_optimizer_graph_and_named_constraints(mesh22):
         solution = opt.resolve()
         assert solution[params[0]].output_specs.placements == (Replicate(), Replicate())
         opt.remove_constraints(names + ["memory_constraint_high", "memory_constraint_low"])
-        assert not set(opt.prob.constraints) & {*names, "memory_constraint_high",
-                                                "memory_constraint_low"}
+        assert not set(opt.prob.constraints) & {
+            *names,
+            "memory_constraint_high",
+            "memory_constraint_low",
+        }
         opt.resolve()
     # reading still works after the block; planning again does not
     assert opt.graph is autop.gm.graph and isinstance(opt.prob.constraints, dict)

@@ -18,9 +18,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "tests" / "cpp" / "data" / "linear_fwd.json"
 
-PROBLEM = {"problem": {"nodes": {"costs": [[1, 2], [3, 1]], "usages": [[1, 1], [1, 1]],
-                                 "intervals": [[0, 1], [0, 1]]},
-                       "edges": {"nodes": [[0, 1]], "costs": [[0, 1, 1, 0]]}, "usage_limit": 10}}
+PROBLEM = {
+    "problem": {
+        "nodes": {
+            "costs": [[1, 2], [3, 1]],
+            "usages": [[1, 1], [1, 1]],
+            "intervals": [[0, 1], [0, 1]],
+        },
+        "edges": {"nodes": [[0, 1]], "costs": [[0, 1, 1, 0]]},
+        "usage_limit": 10,
+    }
+}
 
 
 def script(args, timeout=120):
@@ -45,9 +53,11 @@ def test_console_script_reads_or_names_bad_bytes_without_a_traceback(tmp_path):
     odd_name = os.fsencode(tmp_path) + b"/\xff.json"
     with open(odd_name, "wb") as f:
         f.write(b"{")
-    for path, rc, expected in [(bom, 0, b"proven optimal"),
-                               (latin, 1, b"byte 0xE9 in a string is not valid UTF-8"),
-                               (odd_name, 1, b"\\xff.json")]:
+    for path, rc, expected in [
+        (bom, 0, b"proven optimal"),
+        (latin, 1, b"byte 0xE9 in a string is not valid UTF-8"),
+        (odd_name, 1, b"\\xff.json"),
+    ]:
         proc = script(["solve", path])
         assert b"Traceback" not in proc.stderr, proc.stderr
         assert proc.returncode == rc, proc.stderr
@@ -81,13 +91,16 @@ def test_out_path_equal_to_the_input_is_refused(tmp_path):
     assert problem.read_bytes() == before and graph.read_bytes() == GRAPH.read_bytes()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--param-memory", "0,0"], "high=0 is below 0.25 = 1/4"),
-    (["--param-memory", "0,1e-9"], "high=1e-09 is below 0.25 = 1/4"),
-    (["--memory-limit", "-1"], "--memory-limit (leave it out for no limit): must be > 0 bytes"),
-    (["--time-limit", "0"], "--time-limit must be a finite number of seconds > 0, got 0"),
-    (["--time-limit", "inf"], "--time-limit must be a finite number of seconds > 0, got inf"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--param-memory", "0,0"], "high=0 is below 0.25 = 1/4"),
+        (["--param-memory", "0,1e-9"], "high=1e-09 is below 0.25 = 1/4"),
+        (["--memory-limit", "-1"], "--memory-limit (leave it out for no limit): must be > 0 bytes"),
+        (["--time-limit", "0"], "--time-limit must be a finite number of seconds > 0, got 0"),
+        (["--time-limit", "inf"], "--time-limit must be a finite number of seconds > 0, got inf"),
+    ],
+)
 def test_plan_options_are_checked(args, expected):
     rc, out, err = core(["plan", str(GRAPH), "--mesh", "4"] + args)
     assert rc == 1 and expected in err, err
@@ -100,7 +113,9 @@ def test_options_json_from_the_python_api_is_checked():
 
     graph = GRAPH.read_text()
     base = {"mesh": {"shape": [4]}}
-    with pytest.raises(ValueError, match=r"high=0.1 is below 0.25 = 1/4.*add_parameter_memory_constraint"):
+    with pytest.raises(
+        ValueError, match=r"high=0.1 is below 0.25 = 1/4.*add_parameter_memory_constraint"
+    ):
         _core.plan_graph(graph, json.dumps({**base, "parameter_memory": {"low": 0.0, "high": 0.1}}))
     with pytest.raises(ValueError, match=r'"time_limit_s": NaN and Infinity are not JSON numbers'):
         _core.plan_graph(graph, json.dumps({**base, "time_limit_s": float("inf")}))
@@ -112,11 +127,15 @@ def test_options_json_from_the_python_api_is_checked():
 
 def test_costs_are_exact_or_refused(tmp_path):
     path = tmp_path / "big.json"
-    path.write_text('{"problem": {"nodes": {"costs": [[999999999999999999, 5], [0]]},'
-                    ' "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}}')
+    path.write_text(
+        '{"problem": {"nodes": {"costs": [[999999999999999999, 5], [0]]},'
+        ' "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}}'
+    )
     rc, out, err = core(["solve", str(path)])
     assert rc == 1 and "cost 999999999999999999 cannot be represented exactly" in err, err
-    path.write_text('{"problem": {"nodes": {"costs": [[123456789012346, 123456789012345], [0]]},'
-                    ' "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}}')
+    path.write_text(
+        '{"problem": {"nodes": {"costs": [[123456789012346, 123456789012345], [0]]},'
+        ' "edges": {"nodes": [[0, 1]], "costs": [[0, 0]]}}}'
+    )
     rc, out, err = core(["solve", str(path)])
     assert rc == 0 and "cost: 123456789012345\n" in out, out

@@ -3,7 +3,8 @@ module issues exactly the collectives its plan lists - in particular the gradien
 replicated weight used as ``x @ w.t()`` with a batch-sharded ``x`` is all-reduced exactly once,
 where the plan says, also when the plan keeps it Partial through a transpose (the value
 reduced is then a non-contiguous view). Checked for the lowered program (its graphs' collectives
-are the plan's, and exactly those run) and for the reference interpreter. Worker: tests/python/dist/comm_count_worker.py."""
+are the plan's, and exactly those run) and for the reference interpreter. Worker: tests/python/dist/comm_count_worker.py.
+"""
 
 import math
 from collections import Counter
@@ -13,8 +14,9 @@ import pytest
 from autoshard import _core
 from conftest import ok_on_every_rank, run_torchrun
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 SCENARIOS = [
     {"name": "planner_choice", "mesh": [4]},
@@ -23,28 +25,40 @@ SCENARIOS = [
     {"name": "cross_entropy", "mesh": [4], "loss": "cross_entropy"},
     # logits large enough that the count's all-reduce is issued at the top of the forward
     # on its own (not merged with the loss sum's), with ignored targets on two ranks
-    {"name": "cross_entropy_wide", "mesh": [4], "loss": "cross_entropy", "classes": 1024,
-     "ignored": [1, 6]},
-    {"name": "cross_entropy_interpreted", "mesh": [4], "loss": "cross_entropy",
-     "runtime": "interpret"},
+    {
+        "name": "cross_entropy_wide",
+        "mesh": [4],
+        "loss": "cross_entropy",
+        "classes": 1024,
+        "ignored": [1, 6],
+    },
+    {
+        "name": "cross_entropy_interpreted",
+        "mesh": [4],
+        "loss": "cross_entropy",
+        "runtime": "interpret",
+    },
 ]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_torchrun("comm_count_worker.py", SCENARIOS, tmp_path_factory.mktemp("comm"),
-                        timeout=300)
+    return run_torchrun(
+        "comm_count_worker.py", SCENARIOS, tmp_path_factory.mktemp("comm"), timeout=300
+    )
 
 
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
 def test_collectives_issued_are_exactly_the_planned_redistributions(results, name):
     for rank, r in enumerate(ok_on_every_rank(results, name)):
         # a fused collective (fuse_reductions.py) stands for the planned ones it replaced
-        issued = Counter((m, c["kind"]) for c in r["collectives"]
-                         for m in c.get("members", [c["where"]]))
+        issued = Counter(
+            (m, c["kind"]) for c in r["collectives"] for m in c.get("members", [c["where"]])
+        )
         planned = Counter((p["where"], p["kind"]) for p in r["planned"])
-        assert issued == planned, (f"rank {rank}: issued {r['collectives']}\nplanned "
-                                   f"{r['planned']}\n{r['report']}")
+        assert issued == planned, (
+            f"rank {rank}: issued {r['collectives']}\nplanned " f"{r['planned']}\n{r['report']}"
+        )
         assert r["executed_as_listed"], f"rank {rank}: the program ran other collectives"
         assert r["loss_close"] and r["grad_close"], f"rank {rank}: wrong numerics"
         assert r["param_layout"] == ["R"] and r["grad_placements"] == ["R"]
@@ -56,8 +70,9 @@ def test_the_backward_reuses_the_loss_normaliser_the_forward_reduced(results):
     again (a blocking round trip at the start of the backward)."""
     for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy")):
         scalars = [c for c in r["collectives"] if c["numel"] <= 2]
-        assert scalars and all(c["phase"] == "forward" for c in scalars), \
-            f"rank {rank}: {r['collectives']}"
+        assert scalars and all(
+            c["phase"] == "forward" for c in scalars
+        ), f"rank {rank}: {r['collectives']}"
 
 
 def test_the_loss_sum_and_its_normaliser_are_reduced_in_one_round_trip(results):
@@ -65,8 +80,7 @@ def test_the_loss_sum_and_its_normaliser_are_reduced_in_one_round_trip(results):
     (fuse_reductions.py): one blocking scalar collective per step instead of two."""
     for rank, r in enumerate(ok_on_every_rank(results, "cross_entropy")):
         scalars = [c for c in r["collectives"] if c["numel"] <= 2]
-        assert len(scalars) == 1 and scalars[0]["numel"] == 2, \
-            f"rank {rank}: {r['collectives']}"
+        assert len(scalars) == 1 and scalars[0]["numel"] == 2, f"rank {rank}: {r['collectives']}"
         assert len(scalars[0]["members"]) == 2
 
 
@@ -74,13 +88,20 @@ def test_the_loss_sum_and_its_normaliser_are_reduced_in_one_round_trip(results):
 def test_weight_gradient_is_reduced_exactly_once_where_the_plan_says(results, name):
     for rank, r in enumerate(ok_on_every_rank(results, name)):
         w_numel = r["w_numel"]
-        reductions = [c for c in r["collectives"]
-                      if c["kind"] in ("all_reduce", "reduce_scatter") and c["numel"] == w_numel]
-        planned = [p for p in r["planned"] if p["kind"] == "all_reduce"
-                   and math.prod(p["shape"]) == w_numel]
+        reductions = [
+            c
+            for c in r["collectives"]
+            if c["kind"] in ("all_reduce", "reduce_scatter") and c["numel"] == w_numel
+        ]
+        planned = [
+            p
+            for p in r["planned"]
+            if p["kind"] == "all_reduce" and math.prod(p["shape"]) == w_numel
+        ]
         assert len(planned) == 1, r["planned"]
-        assert len(reductions) == 1, f"rank {rank}: gradient reduced {len(reductions)} times: " \
-                                     f"{r['collectives']}"
+        assert len(reductions) == 1, (
+            f"rank {rank}: gradient reduced {len(reductions)} times: " f"{r['collectives']}"
+        )
         assert reductions[0]["where"] == planned[0]["where"]
         if r["pinned"]:  # the Partial went through the pinned transpose before being reduced
             assert planned[0]["where"] != r["pinned"] and planned[0]["src"] == ["P(sum)"]

@@ -1,5 +1,6 @@
 """The cost models as seen from Python (autoshard._core), against hand-computed numbers, and the
 calibration bench's estimate-only mode (no GPU needed)."""
+
 import math
 import os
 import subprocess
@@ -50,8 +51,21 @@ def test_collectives_and_links():
 
 
 def test_calibration_bench_runs_without_gpu():
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "calibrate_compute.py"), "--tp", "8",
-                           "--hardware", "H200", "--seq", "2048"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "calibrate_compute.py"),
+            "--tp",
+            "8",
+            "--hardware",
+            "H200",
+            "--seq",
+            "2048",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "profile H200" in proc.stdout
     lines = [l for l in proc.stdout.splitlines() if l.startswith(("wq", "w2_down", "total"))]

@@ -52,8 +52,10 @@ SAMPLES = _samples()
 
 
 def _aliases(out: torch.Tensor, arg) -> bool:
-    return isinstance(arg, torch.Tensor) and \
-        out.untyped_storage().data_ptr() == arg.untyped_storage().data_ptr()
+    return (
+        isinstance(arg, torch.Tensor)
+        and out.untyped_storage().data_ptr() == arg.untyped_storage().data_ptr()
+    )
 
 
 def test_every_binding_has_samples():

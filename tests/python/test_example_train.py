@@ -13,16 +13,30 @@ import pytest
 
 from conftest import REPO
 
-STEP_LINE = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)\s+tokens/s:\s+(\d+)\s+"
-                       r"mfu:\s+([\d.]+)%\s+memory:\s+([\d.]+) MiB")
+STEP_LINE = re.compile(
+    r"step:\s+(\d+)\s+loss:\s+([\d.]+)\s+tokens/s:\s+(\d+)\s+"
+    r"mfu:\s+([\d.]+)%\s+memory:\s+([\d.]+) MiB"
+)
 
 
 def _train(folder, steps: int) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(REPO / "examples" / "train.py"), "--config",
-           str(REPO / "examples" / "llama_tiny.toml"), "--training.steps", str(steps),
-           "--checkpoint.interval", "2", "--checkpoint.folder", str(folder)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(REPO / "examples" / "train.py"),
+        "--config",
+        str(REPO / "examples" / "llama_tiny.toml"),
+        "--training.steps",
+        str(steps),
+        "--checkpoint.interval",
+        "2",
+        "--checkpoint.folder",
+        str(folder),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:

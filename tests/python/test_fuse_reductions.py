@@ -9,8 +9,11 @@ import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from autoshard.fake_pg import fake_world
-from autoshard.fuse_reductions import (coalesce_small_reductions, count_targets_early,
-                                       split_normalised_reductions)
+from autoshard.fuse_reductions import (
+    coalesce_small_reductions,
+    count_targets_early,
+    split_normalised_reductions,
+)
 from autoshard.program import is_collective
 
 c10d = torch.ops._c10d_functional

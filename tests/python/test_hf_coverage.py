@@ -23,19 +23,23 @@ from autoshard.testing import hf_zoo
 from autoshard.user_frames import Frame, frame_rank, parse_stack_trace, user_frame
 
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the extension was built without the planner")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the extension was built without the planner"
+)
 
 
 @pytest.mark.parametrize("name", list(hf_zoo.FAMILIES))
 def test_family_plans_on_a_virtual_8x8_mesh(name):
     result = hf_zoo.check_family(name, (8, 8), time_limit_s=1.0)
-    print(f"{name}: {result.nodes} nodes, trace {result.trace_s:.1f} s, plan "
-          f"{result.plan_s:.1f} s: {result.status()}")
+    print(
+        f"{name}: {result.nodes} nodes, trace {result.trace_s:.1f} s, plan "
+        f"{result.plan_s:.1f} s: {result.status()}"
+    )
     assert result.ok, f"{name}: {result.status()}"
 
 
 # ----------------------------------------------------------------------------- source lines
+
 
 def test_hugging_face_nodes_name_the_modeling_file():
     """Ops dispatched inside transformers' helpers (MoE experts in integrations/moe.py, the
@@ -47,8 +51,12 @@ def test_hugging_face_nodes_name_the_modeling_file():
     model, input_fn = hf_zoo.build("mixtral")
     graph = export_graph(trace_training_step(model, input_fn))
     sources = {n["op"]: n.get("source", "") for n in graph["nodes"] if n["op"] != "placeholder"}
-    for op in ["aten.histc.default", "transformers.grouped_mm_fallback.default",
-               "aten.constant_pad_nd.default", "aten.nll_loss_forward.default"]:
+    for op in [
+        "aten.histc.default",
+        "transformers.grouped_mm_fallback.default",
+        "aten.constant_pad_nd.default",
+        "aten.nll_loss_forward.default",
+    ]:
         assert sources[op].startswith("modeling_mixtral.py:"), (op, sources[op])
     files = {n.get("source", "").split(":")[0] for n in graph["nodes"] if n["op"] != "placeholder"}
     assert files == {"modeling_mixtral.py"}, files
@@ -79,7 +87,7 @@ def test_missing_rule_message_names_the_model_line_and_the_options():
     print(msg)
     assert "reflection_pad1d" in msg
     here = os.path.basename(__file__)
-    assert f"{here}:" in msg and "F.pad(self.proj(x), (2, 2), mode=\"reflect\")" in msg
+    assert f"{here}:" in msg and 'F.pad(self.proj(x), (2, 2), mode="reflect")' in msg
     assert "functional.py" not in msg and "functional_export.py" not in msg
     assert "open an issue" in msg and "docs/rules.md" in msg
     assert "cpp/src" not in msg  # not something a user can do
@@ -89,23 +97,28 @@ def test_user_frame_ranks_model_helpers_and_torch():
     torch_file = os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py")
     export = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "functional_export.py")
     hf = "/env/site-packages/transformers/"
-    frames = [Frame(export, 232, "forward", "res = self._export_root(*args)"),
-              Frame("/home/me/train.py", 10, "forward", "return self.model(**batch).loss"),
-              Frame(hf + "models/mixtral/modeling_mixtral.py", 127, "forward", "self.experts(h)"),
-              Frame(hf + "integrations/moe.py", 449, "grouped_mm_experts_forward", "histc(ids)"),
-              Frame(torch_file, 5823, "pad", "return torch._C._nn.pad(...)")]
+    frames = [
+        Frame(export, 232, "forward", "res = self._export_root(*args)"),
+        Frame("/home/me/train.py", 10, "forward", "return self.model(**batch).loss"),
+        Frame(hf + "models/mixtral/modeling_mixtral.py", 127, "forward", "self.experts(h)"),
+        Frame(hf + "integrations/moe.py", 449, "grouped_mm_experts_forward", "histc(ids)"),
+        Frame(torch_file, 5823, "pad", "return torch._C._nn.pad(...)"),
+    ]
     assert [frame_rank(f.filename) for f in frames] == [2, 0, 0, 1, 2]
     assert user_frame(frames).lineno == 127  # the innermost model frame
     assert user_frame(frames[:2]).filename == "/home/me/train.py"
     assert user_frame([frames[0], frames[3], frames[4]]).lineno == 449  # a helper beats torch
     assert user_frame([frames[0], frames[4]]) is None  # never a torch frame
-    trace = ('  File "/home/me/model.py", line 9, in forward\n'
-             '    return F.mse_loss(y, t)\n'
-             '           ^^^^^^^^^^^^^^^^\n'
-             '  File "<stdin>", line 3, in f\n')
-    assert parse_stack_trace(trace) == [Frame("/home/me/model.py", 9, "forward",
-                                              "return F.mse_loss(y, t)"),
-                                        Frame("<stdin>", 3, "f", "")]
+    trace = (
+        '  File "/home/me/model.py", line 9, in forward\n'
+        "    return F.mse_loss(y, t)\n"
+        "           ^^^^^^^^^^^^^^^^\n"
+        '  File "<stdin>", line 3, in f\n'
+    )
+    assert parse_stack_trace(trace) == [
+        Frame("/home/me/model.py", 9, "forward", "return F.mse_loss(y, t)"),
+        Frame("<stdin>", 3, "f", ""),
+    ]
 
 
 def test_coverage_script_lists_missing_ops(capsys):
@@ -124,9 +137,24 @@ def test_coverage_script_lists_missing_ops(capsys):
 
 
 def test_missing_ops_are_listed_not_raised():
-    graph = {"version": 1, "nodes": [
-        {"name": "x", "op": "placeholder", "role": "input", "input_index": 0,
-         "outputs": [{"shape": [8, 4], "dtype": "float32"}]},
-        {"name": "y", "op": "aten.frobnicate.default", "args": [{"ref": "x", "index": 0}],
-         "kwargs": {}, "outputs": [{"shape": [8, 4], "dtype": "float32"}]}], "outputs": []}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {
+                "name": "x",
+                "op": "placeholder",
+                "role": "input",
+                "input_index": 0,
+                "outputs": [{"shape": [8, 4], "dtype": "float32"}],
+            },
+            {
+                "name": "y",
+                "op": "aten.frobnicate.default",
+                "args": [{"ref": "x", "index": 0}],
+                "kwargs": {},
+                "outputs": [{"shape": [8, 4], "dtype": "float32"}],
+            },
+        ],
+        "outputs": [],
+    }
     assert hf_zoo.missing_ops(json.dumps(graph)) == ["aten.frobnicate.default"]

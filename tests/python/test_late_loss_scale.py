@@ -25,6 +25,7 @@ def group():
 def _programs(group, backward, x):
     """Forward: (x, local count) -> (loss, saved: reduced count, x); ``backward``: (count,
     x, tangent) -> gradients."""
+
     def forward(x, count):
         total = c10d.wait_tensor(c10d.all_reduce(count, "sum", group))
         return (x.sum() / total, total, x)

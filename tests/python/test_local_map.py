@@ -19,8 +19,9 @@ from autoshard.fake_pg import fake_world
 from conftest import ok_on_every_rank, run_torchrun
 from local_map_models import DIM, RegionNet
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 class Scaled(nn.Module):
@@ -50,18 +51,26 @@ def _nodes(plan, prefix):
     return {k: v for k, v in plan["nodes"].items() if k.startswith(prefix)}
 
 
-@pytest.mark.parametrize("shape,names,layout", [
-    ((4,), ("tp",), (Shard(0),)),
-    ((4,), ("tp",), (Shard(1),)),
-    ((2, 2), ("dp", "tp"), (Shard(0), Shard(1))),
-    ((2, 2), ("dp", "tp"), (Shard(1), Replicate())),
-])
+@pytest.mark.parametrize(
+    "shape,names,layout",
+    [
+        ((4,), ("tp",), (Shard(0),)),
+        ((4,), ("tp",), (Shard(1),)),
+        ((2, 2), ("dp", "tp"), (Shard(0), Shard(1))),
+        ((2, 2), ("dp", "tp"), (Shard(1), Replicate())),
+    ],
+)
 def test_region_is_planned_with_its_declared_placements(shape, names, layout):
     from autoshard.placements import layout_to_strs
 
     with fake_world(shape, names, device_type="cpu") as mesh:
-        region = autoshard.local_map(_softsign, out_placements=layout, in_placements=(layout,),
-                                     redistribute_inputs=True, device_mesh=mesh)
+        region = autoshard.local_map(
+            _softsign,
+            out_placements=layout,
+            in_placements=(layout,),
+            redistribute_inputs=True,
+            device_mesh=mesh,
+        )
         with torch.device("meta"):
             model = Scaled(region)
         graph, plan = _plan(model, mesh)
@@ -81,8 +90,9 @@ def test_region_on_a_3d_mesh_keeps_every_declared_dim():
     tensor dim (the planner, free, would pick fewer splits for this elementwise chain)."""
     with fake_world((2, 2, 2), ("dp", "tp", "cp"), device_type="cpu") as mesh:
         lay = (Shard(0), Shard(1), Shard(2))
-        region = autoshard.local_map(_softsign, out_placements=lay, in_placements=(lay,),
-                                     device_mesh=mesh)
+        region = autoshard.local_map(
+            _softsign, out_placements=lay, in_placements=(lay,), device_mesh=mesh
+        )
 
         class Cube(nn.Module):
             def __init__(self):
@@ -108,8 +118,9 @@ def test_region_with_collectives_plans_on_a_fake_8x8_mesh():
     with fake_world((8, 8), ("dp", "tp"), device_type="cpu") as mesh:
         with torch.device("meta"):
             model = RegionNet(mesh)
-        with AutoParallel(model, lambda: (torch.empty(64, DIM), torch.empty(64, DIM)),
-                          mesh) as autop:
+        with AutoParallel(
+            model, lambda: (torch.empty(64, DIM), torch.empty(64, DIM)), mesh
+        ) as autop:
             lay = (Shard(0), Shard(0))
             autop.add_input_constraints([lay, lay])
             plan = autop.optimize_placement().plan
@@ -122,8 +133,11 @@ def test_region_with_collectives_plans_on_a_fake_8x8_mesh():
     assert nodes["local_map_3"]["outputs"][1] == ["S(0)", "S(0)"]
     assert nodes["local_map_4"]["outputs"][1] == ["S(0)", "R"]
     # backward of gate: grad of s declared Partial on both mesh dims
-    grads = {tuple(map(tuple, v["outputs"][1:])) for k, v in nodes.items()
-             if k.startswith("local_map_backward")}
+    grads = {
+        tuple(map(tuple, v["outputs"][1:]))
+        for k, v in nodes.items()
+        if k.startswith("local_map_backward")
+    }
     assert (("S(0)", "S(0)"), ("P(sum)", "P(sum)")) in grads
     assert (("S(0)", "S(1)"), ("P(sum)", "S(0)")) in grads  # the row-sharded weights
 
@@ -138,8 +152,12 @@ def test_collectives_resolve_axes_and_check_them():
                 C.axis_size("ep")
             return x * 2
 
-        region = autoshard.local_map(body, out_placements=(Shard(0), Replicate()),
-                                     in_placements=((Shard(0), Replicate()),), device_mesh=mesh)
+        region = autoshard.local_map(
+            body,
+            out_placements=(Shard(0), Replicate()),
+            in_placements=((Shard(0), Replicate()),),
+            device_mesh=mesh,
+        )
         assert region(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]  # plain tensors: fn itself
         assert seen == {"tp": 4, "dp": 2, "idx": 0}
 
@@ -168,8 +186,13 @@ def test_eager_dtensor_call_goes_through_torchs_local_map(gloo_mesh1):
     def body(x):
         return C.all_reduce(x * 3, 0)
 
-    region = autoshard.local_map(body, out_placements=(Shard(0),), in_placements=((Shard(0),),),
-                                 redistribute_inputs=True, device_mesh=mesh1)
+    region = autoshard.local_map(
+        body,
+        out_placements=(Shard(0),),
+        in_placements=((Shard(0),),),
+        redistribute_inputs=True,
+        device_mesh=mesh1,
+    )
     x = distribute_tensor(torch.arange(4.0), mesh1, (Replicate(),)).requires_grad_()
     y = region(x)
     assert isinstance(y, DTensor) and y.placements == (Shard(0),)
@@ -181,21 +204,30 @@ def test_eager_dtensor_call_goes_through_torchs_local_map(gloo_mesh1):
 def test_region_errors_name_the_region():
     with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
         with pytest.raises(ValueError, match="expected 2 placement"):
-            autoshard.local_map(_softsign, out_placements=(Shard(0), Shard(0), Shard(0)),
-                                in_placements=((Shard(0), Shard(1)),), device_mesh=mesh)
+            autoshard.local_map(
+                _softsign,
+                out_placements=(Shard(0), Shard(0), Shard(0)),
+                in_placements=((Shard(0), Shard(1)),),
+                device_mesh=mesh,
+            )
 
         def two(h):
             return h, h * 2
 
-        region = autoshard.local_map(two, out_placements=(Shard(0), Shard(1)),
-                                     in_placements=((Shard(0), Shard(1)),), device_mesh=mesh)
+        region = autoshard.local_map(
+            two,
+            out_placements=(Shard(0), Shard(1)),
+            in_placements=((Shard(0), Shard(1)),),
+            device_mesh=mesh,
+        )
         with torch.device("meta"):
             model = Scaled(region)
         with pytest.raises(Exception, match="two.*declares one output"):
             _plan(model, mesh)
     with fake_world((4,), ("tp",), device_type="cpu") as other:
-        region = autoshard.local_map(_softsign, out_placements=(Shard(0),),
-                                     in_placements=((Shard(0),),), device_mesh=other)
+        region = autoshard.local_map(
+            _softsign, out_placements=(Shard(0),), in_placements=((Shard(0),),), device_mesh=other
+        )
     with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
         with torch.device("meta"):
             model = Scaled(region)
@@ -213,8 +245,9 @@ class SoftsignInForward(nn.Module):
         self.layout = layout
 
     def forward(self, x):
-        region = autoshard.local_map(_softsign, out_placements=self.layout,
-                                     in_placements=(self.layout,))
+        region = autoshard.local_map(
+            _softsign, out_placements=self.layout, in_placements=(self.layout,)
+        )
         return region(x @ self.w1).sum()
 
 
@@ -253,8 +286,15 @@ def test_exported_names():
     from autoshard import local_map_region
 
     assert autoshard.local_map is local_map_region.local_map
-    for name in ("axis_size", "axis_index", "all_gather", "reduce_scatter", "all_reduce",
-                 "all_to_all", "grad_all_reduce"):
+    for name in (
+        "axis_size",
+        "axis_index",
+        "all_gather",
+        "reduce_scatter",
+        "all_reduce",
+        "all_to_all",
+        "grad_all_reduce",
+    ):
         assert callable(getattr(autoshard.collectives, name))
     assert "local_map" in autoshard.__all__
 
@@ -268,8 +308,7 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_torchrun("local_map_worker.py", SCENARIOS, tmp_path_factory.mktemp("lm"),
-                        nproc=4)
+    return run_torchrun("local_map_worker.py", SCENARIOS, tmp_path_factory.mktemp("lm"), nproc=4)
 
 
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
@@ -278,13 +317,15 @@ def test_regions_train_like_single_process(results, name):
         for i, s in enumerate(r["steps"]):
             assert s["loss"] == pytest.approx(s["ref_loss"], rel=1e-5, abs=1e-6), f"step {i}"
             for p, (got, want) in s["params"].items():
-                assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-5,
-                                      atol=1e-6), f"step {i}: parameter {p}"
+                assert torch.allclose(
+                    torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6
+                ), f"step {i}: parameter {p}"
         planned = r["planned"]
         two_d = len(next(iter(planned.values()))["outputs"][1]) == 2
         # matmul_allreduce: declared inputs, Replicate output on "tp"
         assert planned["local_map"]["inputs"] == (
-            [["S(0)", "S(1)"], ["R", "S(0)"]] if two_d else [["S(1)"], ["S(0)"]])
+            [["S(0)", "S(1)"], ["R", "S(0)"]] if two_d else [["S(1)"], ["S(0)"]]
+        )
         assert planned["local_map"]["outputs"][1] == (["S(0)", "R"] if two_d else ["R"])
         # all regions ran on local shards through their local twins
         assert r["warnings"].get("local:autoshard.local_map.default", 0) > 0

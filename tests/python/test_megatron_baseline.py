@@ -12,20 +12,34 @@ import math
 import pytest
 
 from autoshard import _core
-from autoshard.testing.baselines import (BaselineError, compare_with_megatron, megatron_pins,
-                                 parameter_bytes, trace_llama)
+from autoshard.testing.baselines import (
+    BaselineError,
+    compare_with_megatron,
+    megatron_pins,
+    parameter_bytes,
+    trace_llama,
+)
 from autoshard.testing.models import LlamaConfig, llama3_8b_config
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 H100_MEMORY = 80 * 10**9
 TOLERANCE = 1e-6  # relative: the two runs price plans with the same code, so ties are exact
 
 
 def _tiny_cfg(layers=2):
-    return LlamaConfig(dim=64, n_layers=layers, n_heads=4, n_kv_heads=2, vocab_size=128,
-                       ffn_dim=128, max_seq_len=16, attention="sdpa")
+    return LlamaConfig(
+        dim=64,
+        n_layers=layers,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=128,
+        ffn_dim=128,
+        max_seq_len=16,
+        attention="sdpa",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +51,17 @@ def tiny_graph():
 
 # Weight layouts of the recipe on a (dp, tp) mesh, by the module that owns the weight.
 EXPECTED_WEIGHTS = {
-    "wq": ["S(1)", "S(0)"], "wk": ["S(1)", "S(0)"], "wv": ["S(1)", "S(0)"],
-    "w1": ["S(1)", "S(0)"], "w3": ["S(1)", "S(0)"], "output": ["S(1)", "S(0)"],
-    "wo": ["S(0)", "S(1)"], "w2": ["S(0)", "S(1)"],
-    "attention_norm": ["S(0)", "R"], "ffn_norm": ["S(0)", "R"], "norm": ["S(0)", "R"],
+    "wq": ["S(1)", "S(0)"],
+    "wk": ["S(1)", "S(0)"],
+    "wv": ["S(1)", "S(0)"],
+    "w1": ["S(1)", "S(0)"],
+    "w3": ["S(1)", "S(0)"],
+    "output": ["S(1)", "S(0)"],
+    "wo": ["S(0)", "S(1)"],
+    "w2": ["S(0)", "S(1)"],
+    "attention_norm": ["S(0)", "R"],
+    "ffn_norm": ["S(0)", "R"],
+    "norm": ["S(0)", "R"],
     "tok_embeddings": ["S(0)", "S(1)"],
 }
 
@@ -61,8 +82,11 @@ def test_pins_follow_the_recipe(tiny_graph):
         return sorted(name for name, why in pins.reasons.items() if why.startswith(kind))
 
     fwd_mm = [n for n in g["nodes"] if n["op"] == "aten.mm.default" and n["phase"] == "forward"]
-    column = [n["name"] for n in fwd_mm if n["module"].split(".")[-1] in
-              ("wq", "wk", "wv", "w1", "w3", "output")]
+    column = [
+        n["name"]
+        for n in fwd_mm
+        if n["module"].split(".")[-1] in ("wq", "wk", "wv", "w1", "w3", "output")
+    ]
     row = [n["name"] for n in fwd_mm if n["module"].split(".")[-1] in ("wo", "w2")]
     assert len(column) == 2 * 5 + 1 and len(row) == 2 * 2
     assert pinned("column") == sorted(column)
@@ -128,8 +152,9 @@ def test_tiny_megatron_plan_keeps_its_pins(tiny_graph):
     assert c.megatron.total_us == min(v.total_us for v in c.variants.values())
     for label, sp_dim in (("sp=seq", 1), ("sp=batch", 0)):
         plan = c.variants[label].plan
-        for name, layout in megatron_pins(tiny_graph.graph_json, sp_dim=sp_dim) \
-                .node_constraints.items():
+        for name, layout in megatron_pins(
+            tiny_graph.graph_json, sp_dim=sp_dim
+        ).node_constraints.items():
             assert plan["nodes"][name]["outputs"][0] == layout, (label, name)
     # Parameter bytes per GPU by hand: 2-d weights split 4 ways, norm weights 2 ways (dp).
     g = json.loads(tiny_graph.graph_json)
@@ -146,17 +171,26 @@ def test_tiny_megatron_plan_keeps_its_pins(tiny_graph):
 
 # ---- Llama-3-8B dims, 2 layers ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mesh_shape", [(8, 8), (2, 4)], ids=["dp8xtp8", "dp2xtp4"])
 def test_autoshard_never_worse_than_megatron(mesh_shape):
     dp, tp = mesh_shape
-    traced = trace_llama(llama3_8b_config(n_layers=2, seq_len=2048), mesh_shape,
-                         batch_per_dp=8)
-    c = compare_with_megatron(traced.graph_json, mesh_shape, hardware="H100",
-                              memory_limit_bytes=H100_MEMORY, time_limit_s=3.0)
-    print(f"\nLlama-3-8B dims, 2 layers, batch {8 * dp} x 2048, (dp={dp}, tp={tp}) H100 "
-          f"(traced in {traced.trace_seconds:.1f} s):\n{c.report()}")
+    traced = trace_llama(llama3_8b_config(n_layers=2, seq_len=2048), mesh_shape, batch_per_dp=8)
+    c = compare_with_megatron(
+        traced.graph_json,
+        mesh_shape,
+        hardware="H100",
+        memory_limit_bytes=H100_MEMORY,
+        time_limit_s=3.0,
+    )
+    print(
+        f"\nLlama-3-8B dims, 2 layers, batch {8 * dp} x 2048, (dp={dp}, tp={tp}) H100 "
+        f"(traced in {traced.trace_seconds:.1f} s):\n{c.report()}"
+    )
     assert c.megatron.total_us > 0 and c.autoshard.total_us > 0
     # equal memory: autoshard was held to the Megatron plan's parameter bytes
-    assert c.autoshard.parameter_bytes_per_gpu <= c.megatron.parameter_bytes_per_gpu * (1 + TOLERANCE)
+    assert c.autoshard.parameter_bytes_per_gpu <= c.megatron.parameter_bytes_per_gpu * (
+        1 + TOLERANCE
+    )
     for label, figures in c.variants.items():
         assert c.autoshard.total_us <= figures.total_us * (1 + TOLERANCE), (label, c.report())

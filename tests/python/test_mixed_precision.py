@@ -42,18 +42,30 @@ def _producer_layout(plan, step, node_name):
 def test_collectives_sit_on_the_policy_side_of_the_casts():
     with fake_world((4,), device_type="cpu") as mesh:
         # large enough that compute, not collective latency, decides: data parallel
-        with AutoParallel(_meta_net(1024, 4096), lambda: torch.empty(16384, 1024), mesh,
-                          mp_policy=BF16_FP32, time_limit_s=5) as autop:
+        with AutoParallel(
+            _meta_net(1024, 4096),
+            lambda: torch.empty(16384, 1024),
+            mesh,
+            mp_policy=BF16_FP32,
+            time_limit_s=5,
+        ) as autop:
             autop.add_input_constraints([(Shard(0),)])
             plan = autop.optimize_placement()
             step = autop.step
     assert step.local_inputs, "the policy must mark the casts"
-    casts = {n.name: n for n in step.gm.graph.nodes
-             if n.op == "call_function" and n.target == torch.ops.aten._to_copy.default}
+    casts = {
+        n.name: n
+        for n in step.gm.graph.nodes
+        if n.op == "call_function" and n.target == torch.ops.aten._to_copy.default
+    }
     down = [n for n in casts.values() if n.all_input_nodes[0].name in step.param_fqns]
-    up = [n for n in casts.values() if n.meta["val"].dtype == torch.float32
-          and n.all_input_nodes[0].meta["val"].dtype == torch.bfloat16
-          and n.name in step.local_inputs]
+    up = [
+        n
+        for n in casts.values()
+        if n.meta["val"].dtype == torch.float32
+        and n.all_input_nodes[0].meta["val"].dtype == torch.bfloat16
+        and n.name in step.local_inputs
+    ]
     assert len(down) == 4 and len(up) == 4  # two weights and two biases
     for name in step.local_inputs:
         # no collective on a marked edge: the input arrives in its producer's layout
@@ -70,10 +82,12 @@ def test_reduce_in_param_dtype_leaves_the_reduction_free():
     step = trace_training_step(_meta_net(), lambda: torch.empty(32, 64), mp_policy=mp)
     marked = {n.name for n in step.gm.graph.nodes if n.name in step.local_inputs}
     # only the forward casts (and nothing on the gradient side) are marked
-    assert marked and all(n.all_input_nodes[0].name in step.param_fqns
-                          for n in step.gm.graph.nodes if n.name in marked)
-    assert all(e.get("local_inputs") in (None, [0])
-               for e in json.loads(graph_json(step))["nodes"])
+    assert marked and all(
+        n.all_input_nodes[0].name in step.param_fqns
+        for n in step.gm.graph.nodes
+        if n.name in marked
+    )
+    assert all(e.get("local_inputs") in (None, [0]) for e in json.loads(graph_json(step))["nodes"])
 
 
 def test_policy_is_canonicalised():
@@ -86,8 +100,12 @@ def test_one_rank_step_matches_eager_bf16(mesh1):
     torch.manual_seed(0)
     ref = Net()
     step = trace_training_step(_meta_net(), lambda: torch.empty(16, 64), mp_policy=BF16_FP32)
-    plan = json.loads(_core.plan_graph(graph_json(step), json.dumps(
-        {"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2})))
+    plan = json.loads(
+        _core.plan_graph(
+            graph_json(step),
+            json.dumps({"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2}),
+        )
+    )
     par = build_parallel_module(_meta_net(), step, plan, mesh1, strict=True)
     par.to_empty(device="cpu")
     load_full_state_dict(par, ref.state_dict())
@@ -97,8 +115,11 @@ def test_one_rank_step_matches_eager_bf16(mesh1):
     rloss = eager(x)
     # the matmuls run in bf16 (the trace splits addmm into mm + add, so roundings differ
     # from eager's fused addmm by bf16 epsilons)
-    assert all(n.meta["val"].dtype == torch.bfloat16 for n in step.gm.graph.nodes
-               if n.op == "call_function" and n.target == torch.ops.aten.mm.default)
+    assert all(
+        n.meta["val"].dtype == torch.bfloat16
+        for n in step.gm.graph.nodes
+        if n.op == "call_function" and n.target == torch.ops.aten.mm.default
+    )
     torch.testing.assert_close(loss, rloss.detach(), rtol=1e-2, atol=1e-4)
     loss.backward()
     rloss.backward()

@@ -18,8 +18,9 @@ from torch.distributed.tensor import Replicate, Shard
 
 from autoshard import _core
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 EXPERT_WEIGHTS = ("w1", "w3", "w2")
 
@@ -57,9 +58,18 @@ def planned_collectives(step, plan: dict) -> list[dict]:
             for d, (s, t) in enumerate(zip(src, want)):
                 kind = _kind(s, t)
                 if kind:
-                    out.append({"node": n.name, "op": str(n.target), "input": ref.name,
-                                "mesh_dim": d, "kind": kind, "src": src, "dst": want,
-                                "shape": tuple(ref.meta["val"].shape)})
+                    out.append(
+                        {
+                            "node": n.name,
+                            "op": str(n.target),
+                            "input": ref.name,
+                            "mesh_dim": d,
+                            "kind": kind,
+                            "src": src,
+                            "dst": want,
+                            "shape": tuple(ref.meta["val"].shape),
+                        }
+                    )
     return out
 
 
@@ -73,18 +83,26 @@ def _plan(mesh_shape, model_kwargs, batch, seq, pin_token_sharded_experts=False)
         model = DeepSeekMoEBlock(**model_kwargs)
     dim = model_kwargs["dim"]
     with fake_world(mesh_shape, ("dp", "ep")) as mesh:
-        with AutoParallel(model, lambda: (torch.empty(batch, seq, dim),
-                                          torch.empty(batch, seq, dim)), mesh,
-                          capture="direct", hardware="H100", time_limit_s=30.0,
-                          plan_cache=False) as autop:
+        with AutoParallel(
+            model,
+            lambda: (torch.empty(batch, seq, dim), torch.empty(batch, seq, dim)),
+            mesh,
+            capture="direct",
+            hardware="H100",
+            time_limit_s=30.0,
+            plan_cache=False,
+        ) as autop:
             autop.add_input_constraints([(Shard(0), Replicate())] * 2)
             autop.add_parameter_memory_constraint()  # default: 1 / mesh size per rank
             step = autop.step
             if pin_token_sharded_experts:
                 # the alternative to expert parallelism: expert matmuls on token-sharded
                 # rows [E, G*C, H] (S(1) everywhere), so the expert weights are gathered
-                w = {ph for ph, fqn in step.param_fqns.items()
-                     if fqn.rsplit(".", 1)[-1] in ("w1", "w3")}
+                w = {
+                    ph
+                    for ph, fqn in step.param_fqns.items()
+                    if fqn.rsplit(".", 1)[-1] in ("w1", "w3")
+                }
                 for n in step.gm.graph.nodes:
                     if n.target is torch.ops.aten.bmm.default and n.args[1].name in w:
                         autop.add_node_constraint(n.name, [Shard(1), Shard(1)])
@@ -125,12 +143,19 @@ def test_tokens_move_between_group_and_expert_major_by_all_to_all(planned):
     # the expert-major [E, G, C, D] and group-major [G, E, C, D] token tensors: the
     # transposes between them (and the views next to them) exchange tokens over ep
     e, dim = REALISTIC["n_experts"], REALISTIC["dim"]
-    token_a2a = [c for c in a2a if c["mesh_dim"] == 1 and len(c["shape"]) >= 3
-                 and c["shape"][-1] == dim and e in c["shape"][:2]]
+    token_a2a = [
+        c
+        for c in a2a
+        if c["mesh_dim"] == 1
+        and len(c["shape"]) >= 3
+        and c["shape"][-1] == dim
+        and e in c["shape"][:2]
+    ]
     assert token_a2a, f"{name}: no all-to-all of tokens over ep: {a2a}\n{plan['report']}"
     # and never an all-gather of an expert weight over ep
-    weights = {ph for ph, fqn in step.param_fqns.items()
-               if fqn.rsplit(".", 1)[-1] in EXPERT_WEIGHTS}
+    weights = {
+        ph for ph, fqn in step.param_fqns.items() if fqn.rsplit(".", 1)[-1] in EXPERT_WEIGHTS
+    }
     gathered = [c for c in colls if c["input"] in weights and c["mesh_dim"] == 1]
     assert not gathered, gathered
 
@@ -148,6 +173,7 @@ def test_expert_parallelism_is_cheaper_than_gathering_the_expert_weights():
 
 
 # ----------------------------------------------------------------------------- the model
+
 
 def test_capacity_dispatch_equals_dense_top_k_routing_when_nothing_is_dropped():
     """With room for every token, the grouped dispatch/combine einsums compute exactly the
@@ -171,8 +197,9 @@ def test_capacity_dispatch_equals_dense_top_k_routing_when_nothing_is_dropped():
         for t in range(h.shape[0]):
             for j in range(2):
                 e = idx[t, j]
-                ref[t] += w[t, j] * ((F.silu(h[t] @ layer.w1[e]) * (h[t] @ layer.w3[e]))
-                                     @ layer.w2[e])
+                ref[t] += w[t, j] * (
+                    (F.silu(h[t] @ layer.w1[e]) * (h[t] @ layer.w3[e])) @ layer.w2[e]
+                )
         torch.testing.assert_close(y, x + ref.reshape(x.shape), rtol=1e-5, atol=1e-5)
     tight = DeepSeekMoELayer(16, 8, 8, 2, 16, capacity_factor=0.5)
     tight.load_state_dict(layer.state_dict())
@@ -190,8 +217,7 @@ def test_every_rule_the_block_needs_validates(mesh):
     dropped tokens."""
     from autoshard.testing import validate as V
 
-    report = V.validate_all(V.standard_captures(("deepseek_moe", "deepseek_moe_sigmoid")),
-                            [mesh])
+    report = V.validate_all(V.standard_captures(("deepseek_moe", "deepseek_moe_sigmoid")), [mesh])
     print("\n" + report.summary())
     assert not report.unsupported, report.unsupported
     assert not report.failures, report.summary()

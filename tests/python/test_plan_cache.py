@@ -17,8 +17,9 @@ from autoshard.fake_pg import fake_world
 from autoshard.testing.models import MLP
 from autoshard.plan_cache import ENV_DIR, PlanCache, default_directory, plan_key
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 @pytest.fixture
@@ -87,8 +88,12 @@ def test_hit_returns_the_stored_plan_without_solving(mesh2, counted, caplog):
 def test_changed_options_miss(mesh2, counted):
     base = _plan(mesh2)
     keys = {base["plan_cache"]["key"]}
-    for kw in ({"time_limit_s": 5.0}, {"gap_tolerance": 0.0}, {"high": 1.0},
-               {"memory_limit_bytes": 10**9}):
+    for kw in (
+        {"time_limit_s": 5.0},
+        {"gap_tolerance": 0.0},
+        {"high": 1.0},
+        {"memory_limit_bytes": 10**9},
+    ):
         plan = _plan(mesh2, **kw)
         assert plan["plan_cache"]["hit"] is False, kw
         keys.add(plan["plan_cache"]["key"])
@@ -100,9 +105,14 @@ def test_changed_options_miss(mesh2, counted):
 
 
 def test_key_covers_graph_mesh_and_constraints():
-    opts = {"mesh": {"shape": [2], "dim_names": None}, "hardware": "H100",
-            "input_constraints": {"x": ["S(0)"]}, "output_constraints": {},
-            "node_constraints": {}, "verbose": False}
+    opts = {
+        "mesh": {"shape": [2], "dim_names": None},
+        "hardware": "H100",
+        "input_constraints": {"x": ["S(0)"]},
+        "output_constraints": {},
+        "node_constraints": {},
+        "verbose": False,
+    }
     k = plan_key('{"nodes": []}', opts)
     assert k == plan_key('{"nodes": []}', dict(opts, verbose=True))  # verbose: same plan
     assert k != plan_key('{"nodes": [], "x": 1}', opts)
@@ -112,8 +122,10 @@ def test_key_covers_graph_mesh_and_constraints():
     assert k != plan_key('{"nodes": []}', dict(opts, hardware={"base": "CPU"}))
 
 
-@pytest.mark.parametrize("damage", ["not json {", '{"format": 1}', "[]",
-                                    '{"format": 999, "key": "K", "plan": {"nodes": {}}}'])
+@pytest.mark.parametrize(
+    "damage",
+    ["not json {", '{"format": 1}', "[]", '{"format": 999, "key": "K", "plan": {"nodes": {}}}'],
+)
 def test_corrupt_entry_warns_and_plans_again(mesh2, counted, damage):
     first = _plan(mesh2)
     key = first["plan_cache"]["key"]

@@ -8,15 +8,17 @@ import pytest
 from autoshard import _core
 from conftest import ok_on_every_rank, run_torchrun
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     base = tmp_path_factory.mktemp("plan_cache_dist")
-    return run_torchrun("plan_cache_worker.py", {"cache_dir": str(base / "cache")}, base,
-                        nproc=2, timeout=300)
+    return run_torchrun(
+        "plan_cache_worker.py", {"cache_dir": str(base / "cache")}, base, nproc=2, timeout=300
+    )
 
 
 def test_first_plan_is_made_on_rank_0_and_broadcast(results):

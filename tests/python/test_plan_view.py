@@ -23,8 +23,24 @@ LAYERS = ["tok_embeddings", "layers.0", "norm", "output"]
 def demo_plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("demo")
     plan, graph = d / "plan.json", d / "graph.json"
-    assert autoshard(["demo", "--layers", "1", "--seq", "256", "--time-limit", "1",
-                      "--plan-out", str(plan), "--graph-out", str(graph)]) == 0
+    assert (
+        autoshard(
+            [
+                "demo",
+                "--layers",
+                "1",
+                "--seq",
+                "256",
+                "--time-limit",
+                "1",
+                "--plan-out",
+                str(plan),
+                "--graph-out",
+                str(graph),
+            ]
+        )
+        == 0
+    )
     return plan, graph
 
 
@@ -61,18 +77,25 @@ def test_view_writes_html_and_png(demo_plan, tmp_path, capsys):
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.skip("chromium not installed (scripts/setup.sh installs it): HTML checked "
-                    "by parsing only")
-    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--window-size=1280,1600"]
-    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True,
-                         text=True, timeout=60).stdout
+        pytest.skip(
+            "chromium not installed (scripts/setup.sh installs it): HTML checked " "by parsing only"
+        )
+    flags = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--window-size=1280,1600",
+    ]
+    dom = subprocess.run(
+        flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=60
+    ).stdout
     rendered = Rows()
     rendered.feed(dom)
     assert [l for l in rendered.layers if l != "(graph)"] == LAYERS
     shot = tmp_path / "screenshot.png"
-    subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
-                   timeout=60)
+    subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=60)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     with capsys.disabled():
         print(f"\nheadless chromium screenshot of the plan view: {shot}")
@@ -91,8 +114,22 @@ def test_diff_and_explain(demo_plan, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "(+1.000 ms)" in out and f"{mm} [layers.0]" in out and "1 nodes changed" in out
 
-    assert autoshard(["explain", str(plan_path), mm, "--graph", str(graph_path),
-                      "--time-limit", "0.5", "--max-alternatives", "2"]) == 0
+    assert (
+        autoshard(
+            [
+                "explain",
+                str(plan_path),
+                mm,
+                "--graph",
+                str(graph_path),
+                "--time-limit",
+                "0.5",
+                "--max-alternatives",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "<- chosen" in out and out.count(" ms") >= 4
     assert autoshard(["explain", str(plan_path), "no_such_node"]) == 1
@@ -101,8 +138,14 @@ def test_diff_and_explain(demo_plan, tmp_path, capsys):
 def test_progress_logs_stages_and_solver_result(caplog):
     from autoshard import progress
 
-    plan = {"summary": {"total_us": 200.0, "lower_bound_us": 150.0,
-                        "solver_status": "time limit", "solve_time_s": 0.1}}
+    plan = {
+        "summary": {
+            "total_us": 200.0,
+            "lower_bound_us": 150.0,
+            "solver_status": "time limit",
+            "solve_time_s": 0.1,
+        }
+    }
     with caplog.at_level(logging.INFO, logger="autoshard.progress"):
         with progress.stage("plan", expected_s=0.3, bar=True):  # bar on a non-TTY too
             pass

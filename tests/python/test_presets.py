@@ -25,13 +25,16 @@ def test_constraints_per_preset():
     assert resolve(None, [4], None) is None
 
 
-@pytest.mark.parametrize("name,shape,names,needle", [
-    ("zero3", [4], None, "unknown preset 'zero3'; choose one of ddp, fsdp, hsdp, tp, fsdp+tp"),
-    ("ddp", [2, 2], ["dp", "tp"], "has a 'tp' dim; use preset 'tp' or 'fsdp+tp'"),
-    ("hsdp", [8], ["dp"], "needs a 2-D (replicate, shard) mesh"),
-    ("tp", [2, 2], None, "needs a mesh dim named 'tp'"),
-    ("fsdp+tp", [4], ["tp"], "needs a data-parallel dim besides 'tp'"),
-])
+@pytest.mark.parametrize(
+    "name,shape,names,needle",
+    [
+        ("zero3", [4], None, "unknown preset 'zero3'; choose one of ddp, fsdp, hsdp, tp, fsdp+tp"),
+        ("ddp", [2, 2], ["dp", "tp"], "has a 'tp' dim; use preset 'tp' or 'fsdp+tp'"),
+        ("hsdp", [8], ["dp"], "needs a 2-D (replicate, shard) mesh"),
+        ("tp", [2, 2], None, "needs a mesh dim named 'tp'"),
+        ("fsdp+tp", [4], ["tp"], "needs a data-parallel dim besides 'tp'"),
+    ],
+)
 def test_errors_name_the_misfit(name, shape, names, needle):
     with pytest.raises(PresetError) as e:
         resolve(name, shape, names)
@@ -46,33 +49,58 @@ def mlp_graph(tmp_path_factory):
 
     with torch.device("meta"):
         model = MLP(dim=32, hidden=64, layers=2)
-    step = trace_training_step(model, lambda: (torch.empty(16, 32), torch.empty(16, 32)),
-                               torch.device("cpu"))
+    step = trace_training_step(
+        model, lambda: (torch.empty(16, 32), torch.empty(16, 32)), torch.device("cpu")
+    )
     path = tmp_path_factory.mktemp("graph") / "mlp.json"
     path.write_text(graph_json(step))
     return path
 
 
-@pytest.mark.parametrize("preset,mesh,names,share", [
-    ("ddp", "4", "dp", 1.0), ("fsdp", "4", "dp", 0.25), ("hsdp", "2x2", "r,s", 0.5),
-    ("tp", "2x2", "dp,tp", 0.5), ("fsdp+tp", "2x2", "dp,tp", 0.25)])
+@pytest.mark.parametrize(
+    "preset,mesh,names,share",
+    [
+        ("ddp", "4", "dp", 1.0),
+        ("fsdp", "4", "dp", 0.25),
+        ("hsdp", "2x2", "r,s", 0.5),
+        ("tp", "2x2", "dp,tp", 0.5),
+        ("fsdp+tp", "2x2", "dp,tp", 0.25),
+    ],
+)
 def test_cli_plan_with_preset(mlp_graph, tmp_path, capsys, preset, mesh, names, share):
     from autoshard.cli import main
 
     out = tmp_path / "plan.json"
-    rc = main(["plan", str(mlp_graph), "--mesh", mesh, "--dim-names", names, "--preset", preset,
-               "--time-limit", "1", "--out", str(out)])
+    rc = main(
+        [
+            "plan",
+            str(mlp_graph),
+            "--mesh",
+            mesh,
+            "--dim-names",
+            names,
+            "--preset",
+            preset,
+            "--time-limit",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     plan = json.loads(out.read_text())
     assert plan["preset"] == preset and "node_info" in plan
     graph = json.loads(mlp_graph.read_text())
-    total = sum(4 * math.prod(n["outputs"][0]["shape"])  # float32 parameters
-                for n in graph["nodes"] if n.get("role") == "parameter")
+    total = sum(
+        4 * math.prod(n["outputs"][0]["shape"])  # float32 parameters
+        for n in graph["nodes"]
+        if n.get("role") == "parameter"
+    )
     frac = plan["summary"]["parameter_bytes_per_gpu"] / total
     assert share - 1e-9 <= frac <= share * 1.02 + 1e-9
-    for name, layout in graph_options(resolve(preset, [int(x) for x in mesh.split("x")],
-                                              names.split(",")), graph)[
-            "input_constraints"].items():
+    for name, layout in graph_options(
+        resolve(preset, [int(x) for x in mesh.split("x")], names.split(",")), graph
+    )["input_constraints"].items():
         assert plan["nodes"][name]["outputs"][0] == layout
 
 

@@ -20,8 +20,9 @@ from autoshard.overlap import _reads_an_input, block_of, schedule_collectives
 from autoshard.program import divide_in_place, is_collective, is_wait, op_name
 from autoshard.trace import trace_training_step
 
-needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                   reason="the C++ planner (_core.plan_graph) is not built")
+needs_planner = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0, budget=None, dim=16):
@@ -30,8 +31,14 @@ def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0, budget=None, dim=16)
     gradients reduce-scattered); ``budget=(1, 1)`` and a larger ``dim``: DDP."""
     with torch.device("meta"):
         model = MLP(dim=dim, hidden=2 * dim, layers=3)
-    with AutoParallel(model, lambda: (torch.empty(4096, dim), torch.empty(4096, dim)), mesh,
-                      hardware="CPU", capture="direct", time_limit_s=5.0) as autop:
+    with AutoParallel(
+        model,
+        lambda: (torch.empty(4096, dim), torch.empty(4096, dim)),
+        mesh,
+        hardware="CPU",
+        capture="direct",
+        time_limit_s=5.0,
+    ) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         autop.add_parameter_memory_constraint(*(budget or ()))
         par = autop.apply_placement(autop.optimize_placement())
@@ -69,13 +76,19 @@ def test_graphs_hold_only_local_aten_and_functional_collectives(mlp_program):
     colls = par._autoshard_program.collectives()
     # FSDP-like: the sharded weights are gathered in forward and their gradients reduced
     sharded = [n for n, p in par.named_parameters() if p.to_local().numel() < p.numel()]
-    fwd_gathers = [c for c in colls if c["phase"] == "forward"
-                   and c["op"] == "all_gather_into_tensor"]
-    bwd_reductions = [c for c in colls if c["phase"] == "backward"
-                      and c["op"] in ("reduce_scatter_tensor", "all_reduce")]
+    fwd_gathers = [
+        c for c in colls if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"
+    ]
+    bwd_reductions = [
+        c
+        for c in colls
+        if c["phase"] == "backward" and c["op"] in ("reduce_scatter_tensor", "all_reduce")
+    ]
+
     def members(c):  # a bucket gathers several tensors
         where = c["where"]
         return len(where.split(", ")) if where.startswith("bucket of ") else 1
+
     assert len(sharded) >= 6 and sum(members(c) for c in fwd_gathers) >= len(sharded)
     assert len(bwd_reductions) >= 1
     assert all(c["where"] for c in colls)
@@ -101,9 +114,10 @@ def test_waits_sit_right_before_first_use(mlp_program):
         for n in nodes:
             if is_wait(n):
                 first_use = min(order[u] for u in n.users)
-                between = nodes[order[n] + 1:first_use]
-                assert all(is_wait(b) or is_collective(b) for b in between), \
-                    f"{n.name} waited {len(between)} ops before its use"
+                between = nodes[order[n] + 1 : first_use]
+                assert all(
+                    is_wait(b) or is_collective(b) for b in between
+                ), f"{n.name} waited {len(between)} ops before its use"
 
 
 def test_next_block_weights_are_gathered_before_this_block_computes(mlp_program):
@@ -117,8 +131,13 @@ def test_next_block_weights_are_gathered_before_this_block_computes(mlp_program)
         w = next(iter(c.users))
         return min(w.users, key=order.__getitem__)
 
-    gathers = [n for n in fwd.graph.nodes if is_collective(n) and "all_gather" in str(n.target)
-               and (_reads_an_input(n.args[0]) or op_name(n.args[0]) == "cat")]
+    gathers = [
+        n
+        for n in fwd.graph.nodes
+        if is_collective(n)
+        and "all_gather" in str(n.target)
+        and (_reads_an_input(n.args[0]) or op_name(n.args[0]) == "cat")
+    ]
     uses = sorted((order[consumer(c)], c) for c in gathers)
     assert len(uses) >= 3  # one per block, or one per weight
     for (use_a, _), (use_b, c_b) in zip(uses, uses[1:]):
@@ -137,7 +156,8 @@ def test_prefetch_budget_bounds_bytes_in_flight():
                 w = next(iter(n.users))
                 assert order[w] == order[n] + 1 or all(
                     is_collective(x) or is_wait(x)
-                    for x in list(fwd.graph.nodes)[order[n] + 1:order[w]])
+                    for x in list(fwd.graph.nodes)[order[n] + 1 : order[w]]
+                )
         report = par._autoshard_program.info["forward_schedule"]
         assert report["deferred_by_budget"] > 0
 
@@ -152,13 +172,17 @@ def test_parameter_gathers_and_gradient_reductions_are_bucketed():
         par, _ = _fsdp_module(mesh, bucket_bytes=None, dim=512)
         par.parallel_gm
     info = par._autoshard_program.info
-    blocks = {block_of(n) for n, p in par.named_parameters()
-              if p.to_local().numel() < p.numel()}
+    blocks = {block_of(n) for n, p in par.named_parameters() if p.to_local().numel() < p.numel()}
     assert len(blocks) == 3  # layers.0, layers.1, layers.2
     assert info["forward_gather_buckets"]["buckets"] == len(blocks)
     colls = par._autoshard_program.collectives()
-    buckets = [c for c in colls if c["phase"] == "forward"
-               and c["op"] == "all_gather_into_tensor" and c["where"].startswith("bucket of ")]
+    buckets = [
+        c
+        for c in colls
+        if c["phase"] == "forward"
+        and c["op"] == "all_gather_into_tensor"
+        and c["where"].startswith("bucket of ")
+    ]
     held = sum(p.to_local().numel() for p in par.parameters() if p.to_local().numel() < p.numel())
     assert len(buckets) == len(blocks) and 0 < sum(c["numel"] for c in buckets) <= held
 
@@ -172,8 +196,11 @@ def test_small_blocks_share_a_bucket():
         par, _ = _fsdp_module(mesh, bucket_bytes=None, dim=16)
         par.parallel_gm
     assert par._autoshard_program.info["forward_gather_buckets"]["buckets"] == 1
-    gathers = [c for c in par._autoshard_program.collectives()
-               if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"]
+    gathers = [
+        c
+        for c in par._autoshard_program.collectives()
+        if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"
+    ]
     assert len(gathers) == 1 and gathers[0]["where"].startswith("bucket of ")
 
 
@@ -188,17 +215,28 @@ def test_gathers_of_cast_weight_shards_are_bucketed_per_block():
     with fake_world((4,), device_type="cpu") as mesh:
         with torch.device("meta"):  # bf16 weights of 2 MiB per block: a bucket each
             model = MLP(dim=512, hidden=1024, layers=3)
-        with AutoParallel(model, lambda: (torch.empty(4096, 512), torch.empty(4096, 512)), mesh,
-                          hardware="CPU", capture="direct", time_limit_s=5.0,
-                          mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)) as autop:
+        with AutoParallel(
+            model,
+            lambda: (torch.empty(4096, 512), torch.empty(4096, 512)),
+            mesh,
+            hardware="CPU",
+            capture="direct",
+            time_limit_s=5.0,
+            mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16),
+        ) as autop:
             autop.add_input_constraints([(Shard(0),), (Shard(0),)])
             autop.add_parameter_memory_constraint()
             par = autop.apply_placement(autop.optimize_placement())
         par.to_empty(device="cpu")
         fwd = par.parallel_gm
     assert par._autoshard_program.info["forward_gather_buckets"]["buckets"] == 3
-    buckets = [n for n in fwd.graph.nodes if is_collective(n) and "all_gather" in str(n.target)
-               and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")]
+    buckets = [
+        n
+        for n in fwd.graph.nodes
+        if is_collective(n)
+        and "all_gather" in str(n.target)
+        and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")
+    ]
     assert len(buckets) == 3
     assert all(n.args[0].meta["val"].dtype == torch.bfloat16 for n in buckets)
     order = _order(fwd)
@@ -217,8 +255,13 @@ def test_gradient_all_reduces_are_bucketed_per_block():
     # only when there are no blocks)
     assert par._autoshard_program.info["backward_reduction_buckets"]["buckets"] == 3
     order = _order(bwd)
-    buckets = [n for n in bwd.graph.nodes if is_collective(n) and op_name(n) == "all_reduce"
-               and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")]
+    buckets = [
+        n
+        for n in bwd.graph.nodes
+        if is_collective(n)
+        and op_name(n) == "all_reduce"
+        and (n.meta.get("custom") or {}).get("autoshard_node", "").startswith("bucket")
+    ]
     mms = [order[n] for n in bwd.graph.nodes if op_name(n) in ("mm", "addmm")]
     # what runs: each bucket's concatenation is a fresh buffer read by nothing else, reduced
     # in place (reduce_in_place) without the copy the functional all_reduce makes first
@@ -243,8 +286,7 @@ def test_collectives_keep_their_traced_issue_order(mlp_program):
     par, step, fwd, bwd = mlp_program
     for phase, gm in (("forward", fwd), ("backward", bwd)):
         issued = [n.name for n in gm.graph.nodes if is_collective(n)]
-        traced = [c["node"] for c in par._autoshard_program.collectives()
-                  if c["phase"] == phase]
+        traced = [c["node"] for c in par._autoshard_program.collectives() if c["phase"] == phase]
         assert issued == traced
         # scheduling again changes nothing
         before = [n.name for n in gm.graph.nodes]
@@ -277,8 +319,9 @@ def _tiny_mlp():
     """A one-block MLP on the meta device and its traced step."""
     with torch.device("meta"):
         model = MLP(dim=8, hidden=8, layers=1)
-    step = trace_training_step(model, lambda: (torch.empty(4, 8), torch.empty(4, 8)),
-                               capture="direct")
+    step = trace_training_step(
+        model, lambda: (torch.empty(4, 8), torch.empty(4, 8)), capture="direct"
+    )
     return model, step
 
 
@@ -297,8 +340,9 @@ def test_unknown_runtime_and_compile_with_interpreter_are_refused():
         with pytest.raises(ValueError, match="runtime must be one of"):
             build_parallel_module(model, step, {"nodes": {}}, mesh, runtime="eager")
         with pytest.raises(ValueError, match="compile=True compiles the lowered program"):
-            build_parallel_module(model, step, {"nodes": {}}, mesh, runtime="interpret",
-                                  compile=True)
+            build_parallel_module(
+                model, step, {"nodes": {}}, mesh, runtime="interpret", compile=True
+            )
 
 
 class _DTensorOut(torch.nn.Module):
@@ -321,11 +365,18 @@ def test_torch_compile_fullgraph_of_the_module_with_dtensor_output(program_compi
     compiled (compile=True)."""
     with fake_world((2,), device_type="cpu") as mesh:
         with torch.device("meta"):
-            model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                        torch.nn.Linear(32, 16))
-        with AutoParallel(model, lambda: (torch.empty(64, 16),), mesh, hardware="CPU",
-                          capture="direct", time_limit_s=5.0,
-                          compile=program_compiled) as autop:
+            model = torch.nn.Sequential(
+                torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16)
+            )
+        with AutoParallel(
+            model,
+            lambda: (torch.empty(64, 16),),
+            mesh,
+            hardware="CPU",
+            capture="direct",
+            time_limit_s=5.0,
+            compile=program_compiled,
+        ) as autop:
             autop.add_input_constraints([(Shard(0),)])
             autop.add_output_constraints([(Shard(0),)])
             autop.add_parameter_memory_constraint()
@@ -336,8 +387,10 @@ def test_torch_compile_fullgraph_of_the_module_with_dtensor_output(program_compi
             torch.nn.init.normal_(p.to_local())
         x = torch.randn(32, 16)
         grads = []
-        for wrapped in (_DTensorOut(par, mesh),
-                        torch.compile(_DTensorOut(par, mesh), fullgraph=True)):
+        for wrapped in (
+            _DTensorOut(par, mesh),
+            torch.compile(_DTensorOut(par, mesh), fullgraph=True),
+        ):
             out = wrapped(x)
             assert isinstance(out, DTensor)
             (out * out).sum().backward()  # a DTensor tangent
@@ -373,8 +426,7 @@ def _reduced_then_divided(extra_reader: bool) -> fx.GraphModule:
     wait = g.call_function(c10d.wait_tensor.default, (red,))
     wait.meta["val"] = torch.ones(5)
     div = g.call_function(torch.ops.aten.div.Tensor, (wait, count))
-    outs = [div, g.call_function(torch.ops.aten.mul.Tensor, (wait, 2))] if extra_reader \
-        else [div]
+    outs = [div, g.call_function(torch.ops.aten.mul.Tensor, (wait, 2))] if extra_reader else [div]
     g.output(tuple(outs))
     return fx.GraphModule(torch.nn.Module(), g)
 

@@ -8,8 +8,9 @@ import pytest
 from autoshard import _core
 from conftest import by_name, run_torchrun
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 SCENARIOS = [
     {"name": "same", "kind": "same", "timeout_s": 30.0},
@@ -25,8 +26,9 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_torchrun("rank_check_worker.py", SCENARIOS, tmp_path_factory.mktemp("rc"),
-                        timeout=300)
+    return run_torchrun(
+        "rank_check_worker.py", SCENARIOS, tmp_path_factory.mktemp("rc"), timeout=300
+    )
 
 
 def _each_rank(results, name):

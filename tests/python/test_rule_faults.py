@@ -15,17 +15,22 @@ from autoshard.testing import validate as V
 
 def plant(node_name: str, *strategies: tuple[list, list]):
     """A hook adding (input layouts, output layouts) strategies to the node ``node_name``."""
+
     def hook(node, offered):
         if node["name"] != node_name:
             return []
         return [{"inputs": list(i), "outputs": list(o)} for i, o in strategies]
+
     return hook
 
 
 def node_named(cap: V.CapturedGraph, op: str, dtype: str | None = None) -> str:
     """The single node of ``op`` (with output dtype ``dtype``) in the captured graph."""
-    found = [n["name"] for n in cap.graph["nodes"] if n["op"] == op
-             and (dtype is None or n["outputs"][0]["dtype"] == dtype)]
+    found = [
+        n["name"]
+        for n in cap.graph["nodes"]
+        if n["op"] == op and (dtype is None or n["outputs"][0]["dtype"] == dtype)
+    ]
     assert len(found) == 1, (op, dtype, found)
     return found[0]
 
@@ -48,11 +53,13 @@ def failed(report: V.ValidationReport, node: str) -> set[str]:
 
 # ----------------------------------------------------------------------------- (i) casts
 
+
 @pytest.fixture(scope="module")
 def casts():
     def f(x):
         r = torch.relu(x)  # exact zeros: a sum split of 0 has non-zero terms
         return r.to(torch.int32), r.to(torch.bool), x.to(torch.float64), x.to(torch.float16)
+
     x = torch.randn(8, 6, generator=torch.Generator().manual_seed(0)) * 4
     return V.capture_function("casts", f, x)
 
@@ -79,9 +86,14 @@ def test_float_to_float_casts_keep_partial_sum_and_validate(casts):
     for mesh in [(2,), (4,), (2, 2)]:
         report = V.validate(casts, mesh)
         assert report.ok(), report.summary()
-        assert (casts.name, mesh, node_named(casts, "aten._to_copy.default", "float64"),
-                V.strategy_str({"inputs": [["P(sum)"] * len(mesh)],
-                                "outputs": [["P(sum)"] * len(mesh)]})) in report.passed
+        assert (
+            casts.name,
+            mesh,
+            node_named(casts, "aten._to_copy.default", "float64"),
+            V.strategy_str(
+                {"inputs": [["P(sum)"] * len(mesh)], "outputs": [["P(sum)"] * len(mesh)]}
+            ),
+        ) in report.passed
 
 
 def test_partial_max_min_survive_a_monotone_cast(casts):
@@ -94,11 +106,18 @@ def test_partial_max_min_survive_a_monotone_cast(casts):
 
 # ----------------------------------------------------------------------------- (ii) new_*
 
+
 @pytest.fixture(scope="module")
 def factories():
     def f(x):
-        return (x.new_zeros(x.shape), x.new_ones(x.shape), x.new_full(x.shape, 3.0),
-                x.new_empty(x.shape), x.new_empty_strided(x.shape, x.stride()))
+        return (
+            x.new_zeros(x.shape),
+            x.new_ones(x.shape),
+            x.new_full(x.shape, 3.0),
+            x.new_empty(x.shape),
+            x.new_empty_strided(x.shape, x.stride()),
+        )
+
     return V.capture_function("new_factories", f, torch.randn(8, 6))
 
 
@@ -114,17 +133,23 @@ def test_new_empty_inheriting_partial_is_fine(factories, op):
 @pytest.mark.parametrize("op", ["aten.new_ones.default", "aten.new_full.default"])
 def test_new_ones_or_full_inheriting_partial_sum_fails(factories, op):
     node = node_named(factories, op)
-    report = V.validate(factories, (2,), ops={op},
-                        extra_strategies=plant(node, ([["P(sum)"]], [["P(sum)"]])))
+    report = V.validate(
+        factories, (2,), ops={op}, extra_strategies=plant(node, ([["P(sum)"]], [["P(sum)"]]))
+    )
     assert failed(report, node) == {"P(sum) -> P(sum)"}, report.summary()
-    report = V.validate(factories, (2, 2), ops={op},
-                        extra_strategies=plant(node, ([["R", "P(sum)"]], [["R", "P(sum)"]])))
+    report = V.validate(
+        factories,
+        (2, 2),
+        ops={op},
+        extra_strategies=plant(node, ([["R", "P(sum)"]], [["R", "P(sum)"]])),
+    )
     assert failed(report, node) == {"RP(sum) -> RP(sum)"}, report.summary()
     assert all("differs from the unsharded op" in f.message for f in report.failures)
 
 
-@pytest.mark.parametrize("op", ["aten.new_zeros.default", "aten.new_ones.default",
-                                "aten.new_full.default"])
+@pytest.mark.parametrize(
+    "op", ["aten.new_zeros.default", "aten.new_ones.default", "aten.new_full.default"]
+)
 def test_rules_never_give_new_constants_a_partial_output(factories, op):
     node = node_named(factories, op)
     for mesh in [(2,), (2, 2)]:
@@ -146,14 +171,17 @@ def test_new_zeros_partial_sum_is_numerically_exact(factories):
 
 # ----------------------------------------------------------------------------- (iii) uneven
 
+
 @pytest.fixture(scope="module")
 def uneven():
     def f(x, y):
         a = torch.relu(x) * y + 1.0
         return a.to(torch.bfloat16), torch.exp(a), a.neg()
+
     gen = torch.Generator().manual_seed(3)
-    return V.capture_function("uneven", f, torch.randn(3, 8, generator=gen),
-                              torch.randn(3, 8, generator=gen))
+    return V.capture_function(
+        "uneven", f, torch.randn(3, 8, generator=gen), torch.randn(3, 8, generator=gen)
+    )
 
 
 @pytest.mark.parametrize("mesh", [(4,), (2, 2)], ids=["4", "2x2"])
@@ -166,7 +194,8 @@ def test_uneven_shard_is_kept_through_pointwise_and_dtype_ops(uneven, mesh):
         want = V.strategy_str({"inputs": [shard] * n_in, "outputs": [shard]})
         assert want in offered(uneven, n["name"], mesh), (
             f"{n['op']} ({n['name']}) on mesh {list(mesh)}: an input sharded unevenly "
-            f"(3 rows over 4 ranks) must keep its sharding ({want}), not be forced to Replicate")
+            f"(3 rows over 4 ranks) must keep its sharding ({want}), not be forced to Replicate"
+        )
     report = V.validate(uneven, mesh)
     assert report.ok(), report.summary()
     assert sum(1 for k in report.passed if "".join(shard) in k[3]) >= 5
@@ -177,35 +206,46 @@ def test_uneven_shards_validate_even_when_planted(uneven):
     def hook(node, offered_):
         n_in = sum(1 for a in node["args"] if isinstance(a, dict) and "ref" in a)
         return [{"inputs": [["S(0)"]] * n_in, "outputs": [["S(0)"]]}]
+
     report = V.validate(uneven, (4,), extra_strategies=hook)
     assert report.ok(), report.summary()
 
 
 # ----------------------------------------------------------------------------- the validator bites
 
+
 @pytest.fixture(scope="module")
 def mixed():
     def f(a, b, c):
-        m = a @ b                              # [6, 5]
+        m = a @ b  # [6, 5]
         s = torch.softmax(m, dim=1)
         r = m.sum(dim=1)
         v = m.view(30)
         return torch.exp(m), s, r, v, m + c
+
     gen = torch.Generator().manual_seed(4)
-    return V.capture_function("mixed", f, torch.randn(6, 4, generator=gen),
-                              torch.randn(4, 5, generator=gen), torch.randn(6, 5, generator=gen))
+    return V.capture_function(
+        "mixed",
+        f,
+        torch.randn(6, 4, generator=gen),
+        torch.randn(4, 5, generator=gen),
+        torch.randn(6, 5, generator=gen),
+    )
 
 
-@pytest.mark.parametrize("op,inputs,outputs", [
-    ("aten.mm.default", [["P(sum)"], ["P(sum)"]], [["P(sum)"]]),    # product of two sums
-    ("aten.mm.default", [["S(0)"], ["R"]], [["R"]]),                 # ranks hold different rows
-    ("aten.mm.default", [["S(1)"], ["R"]], [["S(1)"]]),              # contraction dim sharded
-    ("aten._softmax.default", [["S(1)"]], [["S(1)"]]),               # normalised over a shard
-    ("aten.sum.dim_IntList", [["S(1)"]], [["S(0)"]]),                # reduced dim is a sum
-    ("aten.view.default", [["S(1)"]], [["S(0)"]]),                   # column shard != row block
-    ("aten.exp.default", [["P(sum)"]], [["P(sum)"]]),                # non-linear of a sum
-    ("aten.add.Tensor", [["P(sum)"], ["R"]], [["P(sum)"]]),          # R added on every rank
-])
+@pytest.mark.parametrize(
+    "op,inputs,outputs",
+    [
+        ("aten.mm.default", [["P(sum)"], ["P(sum)"]], [["P(sum)"]]),  # product of two sums
+        ("aten.mm.default", [["S(0)"], ["R"]], [["R"]]),  # ranks hold different rows
+        ("aten.mm.default", [["S(1)"], ["R"]], [["S(1)"]]),  # contraction dim sharded
+        ("aten._softmax.default", [["S(1)"]], [["S(1)"]]),  # normalised over a shard
+        ("aten.sum.dim_IntList", [["S(1)"]], [["S(0)"]]),  # reduced dim is a sum
+        ("aten.view.default", [["S(1)"]], [["S(0)"]]),  # column shard != row block
+        ("aten.exp.default", [["P(sum)"]], [["P(sum)"]]),  # non-linear of a sum
+        ("aten.add.Tensor", [["P(sum)"], ["R"]], [["P(sum)"]]),  # R added on every rank
+    ],
+)
 def test_known_wrong_rules_fail(mixed, op, inputs, outputs):
     node = node_named(mixed, op)
     planted = plant(node, (inputs, outputs))
@@ -224,11 +264,14 @@ def test_rules_of_the_mixed_graph_validate(mixed):
 
 # ----------------------------------------------------------------------------- (vi) issue 14
 
+
 @pytest.fixture(scope="module")
 def cases():
     pytest.importorskip("transformers")  # the grouped_mm case runs transformers' custom op
-    return {c.name: c for c in V.standard_captures(("convolutions", "losses_raw", "histograms",
-                                                     "grouped_mm"))}
+    return {
+        c.name: c
+        for c in V.standard_captures(("convolutions", "losses_raw", "histograms", "grouped_mm"))
+    }
 
 
 def node_where(cap: V.CapturedGraph, op: str, test) -> str:
@@ -253,19 +296,24 @@ def test_convolution_shards_the_rules_leave_out_fail(cases, fault):
         planted = ([["R"], ["S(0)"]], [["S(1)"]])
     text = V.strategy_str({"inputs": planted[0], "outputs": planted[1]})
     assert text not in offered(cap, node, (2,))
-    report = V.validate(cap, (2,), ops={"aten.convolution.default"},
-                        extra_strategies=plant(node, planted))
+    report = V.validate(
+        cap, (2,), ops={"aten.convolution.default"}, extra_strategies=plant(node, planted)
+    )
     assert failed(report, node) == {text}, report.summary()
 
 
 def test_grouped_rows_split_with_global_offsets_fail(cases):
     cap = cases["grouped_mm"]
-    node = node_where(cap, "aten._grouped_mm.default",  # [M,K] x [G,K,N]
-                      lambda n: [len(input_shape(cap, n, k)) for k in (0, 1)] == [2, 3])
+    node = node_where(
+        cap,
+        "aten._grouped_mm.default",  # [M,K] x [G,K,N]
+        lambda n: [len(input_shape(cap, n, k)) for k in (0, 1)] == [2, 3],
+    )
     planted = ([["S(0)"], ["R"], ["R"]], [["S(0)"]])  # rows split, offs still global
     assert "S(0),R,R -> S(0)" not in offered(cap, node, (2,))
-    report = V.validate(cap, (2,), ops={"aten._grouped_mm.default"},
-                        extra_strategies=plant(node, planted))
+    report = V.validate(
+        cap, (2,), ops={"aten._grouped_mm.default"}, extra_strategies=plant(node, planted)
+    )
     assert failed(report, node) == {"S(0),R,R -> S(0)"}, report.summary()
 
 
@@ -277,10 +325,15 @@ def test_histc_and_its_int_offsets_keep_partial_sums_only_where_exact(cases):
     assert "S(0) -> P(sum)" in offered(cap, ranged, (2,))
     assert "S(0) -> P(sum)" not in offered(cap, data_range, (2,))
     assert "P(sum) -> P(sum)" not in offered(cap, cumsum, (2,))  # float counts -> int32
-    report = V.validate(cap, (2,), ops={"aten.histc.default", "aten.cumsum.default"},
-                        extra_strategies=lambda node, _: (
-                            plant(data_range, ([["S(0)"]], [["P(sum)"]]))(node, _)
-                            + plant(cumsum, ([["P(sum)"]], [["P(sum)"]]))(node, _)))
+    report = V.validate(
+        cap,
+        (2,),
+        ops={"aten.histc.default", "aten.cumsum.default"},
+        extra_strategies=lambda node, _: (
+            plant(data_range, ([["S(0)"]], [["P(sum)"]]))(node, _)
+            + plant(cumsum, ([["P(sum)"]], [["P(sum)"]]))(node, _)
+        ),
+    )
     print(report.summary())
     assert failed(report, data_range) == {"S(0) -> P(sum)"}
     assert failed(report, cumsum) == {"P(sum) -> P(sum)"}
@@ -292,6 +345,10 @@ def test_sharded_mean_loss_backward_fails(cases):
     cap = cases["losses_raw"]
     node = node_where(cap, "aten.mse_loss_backward.default", lambda n: n["args"][3] == 1)
     assert "R,S(0),S(0) -> S(0)" not in offered(cap, node, (2,))
-    report = V.validate(cap, (2,), ops={"aten.mse_loss_backward.default"},
-                        extra_strategies=plant(node, ([["R"], ["S(0)"], ["S(0)"]], [["S(0)"]])))
+    report = V.validate(
+        cap,
+        (2,),
+        ops={"aten.mse_loss_backward.default"},
+        extra_strategies=plant(node, ([["R"], ["S(0)"], ["S(0)"]], [["S(0)"]])),
+    )
     assert failed(report, node) == {"R,S(0),S(0) -> S(0)"}, report.summary()

@@ -25,8 +25,8 @@ import torch
 from autoshard import _core
 from autoshard.testing import validate as V
 
-
 # ----------------------------------------------------------------------------- the models
+
 
 @pytest.fixture(scope="module")
 def captures():
@@ -35,9 +35,9 @@ def captures():
 
 def _check(report: V.ValidationReport):
     print("\n" + report.summary())
-    assert not report.unsupported, (
-        "ops without a sharding rule (op, model): "
-        + ", ".join(sorted({f"{u[1]} ({u[0]})" for u in report.unsupported})))
+    assert not report.unsupported, "ops without a sharding rule (op, model): " + ", ".join(
+        sorted({f"{u[1]} ({u[0]})" for u in report.unsupported})
+    )
     assert not report.failures, report.summary()
 
 
@@ -62,14 +62,25 @@ def test_three_dim_mesh_sampled(captures):
 
 def test_models_cover_the_op_families(captures):
     ops = {n["op"] for c in captures for n in c.graph["nodes"]}
-    for op in ["aten._scaled_dot_product_flash_attention_for_cpu.default",
-               "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
-               "aten.embedding.default", "aten.embedding_dense_backward.default",
-               "aten.nll_loss_forward.default", "aten._log_softmax.default",
-               "aten.native_layer_norm.default", "aten.native_layer_norm_backward.default",
-               "aten.topk.default", "aten.scatter.src", "aten.gather.default",
-               "aten.index_select.default", "aten.index_add.default", "aten.rsqrt.default",
-               "aten.silu.default", "aten.bmm.default", "aten.mm.default"]:
+    for op in [
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+        "aten.embedding.default",
+        "aten.embedding_dense_backward.default",
+        "aten.nll_loss_forward.default",
+        "aten._log_softmax.default",
+        "aten.native_layer_norm.default",
+        "aten.native_layer_norm_backward.default",
+        "aten.topk.default",
+        "aten.scatter.src",
+        "aten.gather.default",
+        "aten.index_select.default",
+        "aten.index_add.default",
+        "aten.rsqrt.default",
+        "aten.silu.default",
+        "aten.bmm.default",
+        "aten.mm.default",
+    ]:
         assert op in ops, op
 
 
@@ -79,15 +90,27 @@ def test_models_cover_the_op_families(captures):
 # the elementwise losses, select/slice_scatter, fill.Tensor), in targeted graphs
 # (python/autoshard/testing/op_cases.py) and in the tiny Hugging Face models of hf_zoo.py.
 OP_CASES = ("convolutions", "losses_raw", "losses", "histograms", "scatters", "grouped_mm")
-NEW_OPS = {"aten.convolution.default", "aten.convolution_backward.default",
-           "aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
-           "transformers.grouped_mm_fallback_backward.default", "aten.histc.default",
-           "aten.bincount.default", "aten.mse_loss.default", "aten.mse_loss_backward.default",
-           "aten.smooth_l1_loss.default", "aten.smooth_l1_loss_backward.default",
-           "aten.huber_loss.default", "aten.huber_loss_backward.default",
-           "aten.binary_cross_entropy.default", "aten.binary_cross_entropy_backward.default",
-           "aten.binary_cross_entropy_with_logits.default", "aten.select_scatter.default",
-           "aten.slice_scatter.default", "aten.fill.Tensor"}
+NEW_OPS = {
+    "aten.convolution.default",
+    "aten.convolution_backward.default",
+    "aten._grouped_mm.default",
+    "transformers.grouped_mm_fallback.default",
+    "transformers.grouped_mm_fallback_backward.default",
+    "aten.histc.default",
+    "aten.bincount.default",
+    "aten.mse_loss.default",
+    "aten.mse_loss_backward.default",
+    "aten.smooth_l1_loss.default",
+    "aten.smooth_l1_loss_backward.default",
+    "aten.huber_loss.default",
+    "aten.huber_loss_backward.default",
+    "aten.binary_cross_entropy.default",
+    "aten.binary_cross_entropy_backward.default",
+    "aten.binary_cross_entropy_with_logits.default",
+    "aten.select_scatter.default",
+    "aten.slice_scatter.default",
+    "aten.fill.Tensor",
+}
 
 
 @pytest.fixture(scope="module")
@@ -123,12 +146,16 @@ def test_new_op_families_really_shard(op_cases):
 
     assert passed("convolutions", "aten.convolution.default", "S(2),R,R -> S(2)")  # patches
     assert passed("convolutions", "aten.convolution.default", "R,S(0),S(0) -> S(1)")
-    assert passed("convolutions", "aten.convolution_backward.default",
-                  "S(0),S(0),R -> S(0),P(sum),P(sum)")
+    assert passed(
+        "convolutions", "aten.convolution_backward.default", "S(0),S(0),R -> S(0),P(sum),P(sum)"
+    )
     assert passed("histograms", "aten.histc.default", "S(0) -> P(sum)")
     assert passed("grouped_mm", "aten._grouped_mm.default", "S(1),S(1),R -> P(sum)")
-    assert passed("grouped_mm", "transformers.grouped_mm_fallback_backward.default",
-                  "R,S(2),R,S(1) -> P(sum),S(2)")
+    assert passed(
+        "grouped_mm",
+        "transformers.grouped_mm_fallback_backward.default",
+        "R,S(2),R,S(1) -> P(sum),S(2)",
+    )
     assert passed("losses_raw", "aten.mse_loss.default", "S(0),S(0) -> P(avg)")
     assert passed("losses", "aten.mse_loss_backward.default", "R,S(1),S(1) -> S(1)")
 
@@ -136,8 +163,18 @@ def test_new_op_families_really_shard(op_cases):
 # Families whose graphs brought new ops are validated whole by default; the others (ops all
 # covered by the models above) with AUTOSHARD_VALIDATE_ALL_HF=1 (about 10 s each).
 HF_NEW = ("vit", "t5", "mixtral", "mixtral_bf16", "deepseek_v3", "losses")
-HF_OTHERS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gpt2", "bert",
-             "clip")
+HF_OTHERS = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "gpt2",
+    "bert",
+    "clip",
+)
 
 
 @pytest.mark.parametrize("family", HF_NEW + HF_OTHERS)
@@ -157,16 +194,36 @@ def test_hugging_face_family_graph(family):
 
 # ----------------------------------------------------------------------------- the binding
 
+
 def _tiny_graph(op: str = "aten.relu.default") -> str:
-    return json.dumps({"version": 1, "nodes": [
-        {"name": "x", "op": "placeholder", "role": "input", "input_index": 0,
-         "outputs": [{"shape": [8, 4], "dtype": "float32"}]},
-        {"name": "y", "op": op, "args": [{"ref": "x", "index": 0}], "kwargs": {},
-         "outputs": [{"shape": [8, 4], "dtype": "float32"}]}], "outputs": []})
+    return json.dumps(
+        {
+            "version": 1,
+            "nodes": [
+                {
+                    "name": "x",
+                    "op": "placeholder",
+                    "role": "input",
+                    "input_index": 0,
+                    "outputs": [{"shape": [8, 4], "dtype": "float32"}],
+                },
+                {
+                    "name": "y",
+                    "op": op,
+                    "args": [{"ref": "x", "index": 0}],
+                    "kwargs": {},
+                    "outputs": [{"shape": [8, 4], "dtype": "float32"}],
+                },
+            ],
+            "outputs": [],
+        }
+    )
 
 
 def test_binding_lists_strategies_per_node():
-    out = json.loads(_core.enumerate_strategies(_tiny_graph(), json.dumps({"mesh": {"shape": [2]}})))
+    out = json.loads(
+        _core.enumerate_strategies(_tiny_graph(), json.dumps({"mesh": {"shape": [2]}}))
+    )
     assert out["mesh"] == {"shape": [2]} and out["unsupported"] == []
     assert [s["outputs"] for s in out["nodes"]["x"]] == [[["R"]], [["S(0)"]], [["S(1)"]]]
     relu = {V.strategy_str(s) for s in out["nodes"]["y"]}
@@ -178,17 +235,23 @@ def test_binding_lists_strategies_per_node():
 
 def test_binding_raises_value_error_naming_unsupported_ops():
     with pytest.raises(ValueError, match="aten.frobnicate.default"):
-        _core.enumerate_strategies(_tiny_graph("aten.frobnicate.default"),
-                                   json.dumps({"mesh": {"shape": [2]}}))
-    out = json.loads(_core.enumerate_strategies(_tiny_graph("aten.frobnicate.default"),
-                                                json.dumps({"mesh": {"shape": [2]}}),
-                                                allow_unsupported=True))
+        _core.enumerate_strategies(
+            _tiny_graph("aten.frobnicate.default"), json.dumps({"mesh": {"shape": [2]}})
+        )
+    out = json.loads(
+        _core.enumerate_strategies(
+            _tiny_graph("aten.frobnicate.default"),
+            json.dumps({"mesh": {"shape": [2]}}),
+            allow_unsupported=True,
+        )
+    )
     assert [(u["node"], u["op"]) for u in out["unsupported"]] == [("y", "aten.frobnicate.default")]
     with pytest.raises(ValueError, match="mesh"):
         _core.enumerate_strategies(_tiny_graph(), json.dumps({}))
 
 
 # ----------------------------------------------------------------------------- the simulation
+
 
 def test_chunk_bounds_follow_torch_chunk_with_empty_trailing_shards():
     for size in range(0, 12):
@@ -198,8 +261,17 @@ def test_chunk_bounds_follow_torch_chunk_with_empty_trailing_shards():
             assert got == want + [0] * (parts - len(want)), (size, parts)
 
 
-@pytest.mark.parametrize("layout", [["S(0)", "S(0)"], ["S(1)", "P(sum)"], ["P(avg)", "S(0)"],
-                                    ["P(max)", "R"], ["R", "P(min)"], ["P(sum)", "P(sum)"]])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["S(0)", "S(0)"],
+        ["S(1)", "P(sum)"],
+        ["P(avg)", "S(0)"],
+        ["P(max)", "R"],
+        ["R", "P(min)"],
+        ["P(sum)", "P(sum)"],
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_split_then_combine_gives_back_the_value(layout, dtype):
     gen = torch.Generator().manual_seed(1)
@@ -242,5 +314,6 @@ def test_lifted_constants_are_exported_as_buffers(captures):
     for n in consts:
         entry = by_name[n.name]
         assert entry["op"] == "placeholder" and entry["role"] == "buffer"
-        assert entry["outputs"] == [{"shape": list(getattr(gpt2.gm, n.target).shape),
-                                     "dtype": "float32"}]
+        assert entry["outputs"] == [
+            {"shape": list(getattr(gpt2.gm, n.target).shape), "dtype": "float32"}
+        ]

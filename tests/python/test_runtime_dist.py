@@ -9,11 +9,16 @@ SCENARIOS = [
     {"name": "mlp_replicate", "model": "mlp", "mesh": [4], "plan": "replicate"},
     {"name": "mlp_ddp", "model": "mlp", "mesh": [4], "plan": "ddp"},
     {"name": "mlp_fsdp", "model": "mlp", "mesh": [4], "plan": "fsdp"},
-    {"name": "mlp_fsdp_strict", "model": "mlp", "mesh": [4], "plan": "fsdp",
-     "record_strict": True},
+    {"name": "mlp_fsdp_strict", "model": "mlp", "mesh": [4], "plan": "fsdp", "record_strict": True},
     {"name": "llama_fsdp", "model": "llama", "mesh": [4], "plan": "fsdp"},
-    {"name": "llama_dp_tp", "model": "llama", "mesh": [2, 2], "plan": "tp",
-     "dim_names": ["dp", "tp"], "record_strict": True},
+    {
+        "name": "llama_dp_tp",
+        "model": "llama",
+        "mesh": [2, 2],
+        "plan": "tp",
+        "dim_names": ["dp", "tp"],
+        "record_strict": True,
+    },
 ]
 
 

@@ -59,10 +59,14 @@ def test_conv_on_one_rank_runs_locally_per_plan(mesh1, runtime):
 
 
 def test_hf_runtime_paths_on_two_ranks(tmp_path):
-    scenarios = ["custom", "conv", "cache_cat"] + (["transformers"] if _has_transformers_op()
-                                                   else [])
-    config = [{"name": f"{s}/{rt}", "scenario": s, "runtime": rt, "mesh": [2]}
-              for s in scenarios for rt in ("program", "interpret")]
+    scenarios = ["custom", "conv", "cache_cat"] + (
+        ["transformers"] if _has_transformers_op() else []
+    )
+    config = [
+        {"name": f"{s}/{rt}", "scenario": s, "runtime": rt, "mesh": [2]}
+        for s in scenarios
+        for rt in ("program", "interpret")
+    ]
     results = run_torchrun("hf_runtime_worker.py", config, tmp_path, nproc=2)
     for sc in config:
         per_rank = ok_on_every_rank(results, sc["name"])

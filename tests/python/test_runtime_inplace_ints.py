@@ -52,8 +52,9 @@ def relative_buckets(rel: torch.Tensor, bidirectional: bool) -> torch.Tensor:
         rel = -torch.min(rel, torch.zeros_like(rel))
     exact = n // 2
     small = rel < exact
-    large = exact + (torch.log(rel.float() / exact) / math.log(MAX_DIST / exact)
-                     * (n - exact)).to(torch.long)
+    large = exact + (torch.log(rel.float() / exact) / math.log(MAX_DIST / exact) * (n - exact)).to(
+        torch.long
+    )
     large = torch.min(large, torch.full_like(large, n - 1))
     return buckets + torch.where(small, rel, large)
 
@@ -83,10 +84,12 @@ class ShiftRightDecoder(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
 
 
-def _compare(ref: nn.Module, meta: nn.Module, inputs: tuple, mesh, runtime: str,
-             seed: int | None = None) -> dict:
-    with AutoParallel(meta, lambda: inputs, mesh, runtime=runtime, time_limit_s=5.0,
-                      plan_cache=False) as autop:
+def _compare(
+    ref: nn.Module, meta: nn.Module, inputs: tuple, mesh, runtime: str, seed: int | None = None
+) -> dict:
+    with AutoParallel(
+        meta, lambda: inputs, mesh, runtime=runtime, time_limit_s=5.0, plan_cache=False
+    ) as autop:
         par = autop.apply_placement(autop.optimize_placement())
         step = autop.step
     par.to_empty(device="cpu")
@@ -109,8 +112,7 @@ def _compare(ref: nn.Module, meta: nn.Module, inputs: tuple, mesh, runtime: str,
         r = ref_grads[n].grad
         assert (g is None) == (r is None), n
         if r is not None:
-            assert torch.allclose(g, r, rtol=1e-5, atol=1e-6), \
-                (n, float((g - r).abs().max()))
+            assert torch.allclose(g, r, rtol=1e-5, atol=1e-6), (n, float((g - r).abs().max()))
     return {"step": step, "warnings": dict(par._autoshard_runner.warnings)}
 
 
@@ -128,8 +130,13 @@ def test_shift_right_and_relative_buckets_match_eager(mesh1, runtime):
     res = _compare(ref, meta, (labels, mask), mesh1, runtime)
     targets = {str(n.target) for n in res["step"].gm.graph.nodes}
     # the functionalised in-place writes are in the graph this test is about
-    for op in ("aten.copy.default", "aten.slice_scatter.default",
-               "aten.select_scatter.default", "aten.fill.Tensor", "aten.masked_fill.Scalar"):
+    for op in (
+        "aten.copy.default",
+        "aten.slice_scatter.default",
+        "aten.select_scatter.default",
+        "aten.fill.Tensor",
+        "aten.masked_fill.Scalar",
+    ):
         assert op in targets, (op, sorted(targets))
 
 
@@ -138,15 +145,24 @@ def _t5(dropout: float):
 
     transformers = pytest.importorskip("transformers")
     cfg = transformers.T5Config(
-        vocab_size=hf_zoo.VOCAB, d_model=hf_zoo.HIDDEN, d_kv=hf_zoo.HIDDEN // hf_zoo.HEADS,
-        d_ff=hf_zoo.FFN, num_layers=hf_zoo.LAYERS, num_decoder_layers=hf_zoo.LAYERS,
-        num_heads=hf_zoo.HEADS, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
-        dropout_rate=dropout)
+        vocab_size=hf_zoo.VOCAB,
+        d_model=hf_zoo.HIDDEN,
+        d_kv=hf_zoo.HIDDEN // hf_zoo.HEADS,
+        d_ff=hf_zoo.FFN,
+        num_layers=hf_zoo.LAYERS,
+        num_decoder_layers=hf_zoo.LAYERS,
+        num_heads=hf_zoo.HEADS,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+        dropout_rate=dropout,
+    )
     return hf_zoo.LossOf(transformers.T5ForConditionalGeneration(cfg), ("input_ids", "labels"))
 
 
-@pytest.mark.parametrize("runtime,dropout", [("program", 0.0), ("interpret", 0.0),
-                                             ("program", 0.1)])
+@pytest.mark.parametrize(
+    "runtime,dropout", [("program", 0.0), ("interpret", 0.0), ("program", 0.1)]
+)
 def test_t5_matches_eager_on_one_rank(mesh1, runtime, dropout):
     pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -25,8 +25,10 @@ class WithBuffer(nn.Module):
 
 
 def _trace(model_meta):
-    return trace_training_step(model_meta, lambda: ForwardInputs(
-        args=(torch.empty(4, 6),), kwargs={"shift": torch.empty(6)}))
+    return trace_training_step(
+        model_meta,
+        lambda: ForwardInputs(args=(torch.empty(4, 6),), kwargs={"shift": torch.empty(6)}),
+    )
 
 
 def test_buffers_kwargs_and_several_outputs(mesh1):
@@ -57,8 +59,12 @@ def test_input_gradients_reach_local_inputs(mesh1):
     with torch.device("meta"):
         meta = WithBuffer()
     x0 = torch.randn(4, 6)
-    step = trace_training_step(meta, lambda: ForwardInputs(
-        args=(torch.empty(4, 6).requires_grad_(),), kwargs={"shift": torch.empty(6)}))
+    step = trace_training_step(
+        meta,
+        lambda: ForwardInputs(
+            args=(torch.empty(4, 6).requires_grad_(),), kwargs={"shift": torch.empty(6)}
+        ),
+    )
     par = build_parallel_module(meta, step, {"nodes": {}}, mesh1)
     par.to_empty(device="cpu")
     load_full_state_dict(par, ref.state_dict())
@@ -82,8 +88,11 @@ def test_recorded_plan_replays_strictly_and_strict_catches_wrong_plans(mesh1):
     x, shift = torch.randn(4, 6), torch.randn(6)
     par(x, shift=shift)[0].backward()
     plan = par._autoshard_runner.recorded_plan()
-    ops = [n.name for n in step.gm.graph.nodes if n.op == "call_function"
-           and n.target is not __import__("operator").getitem]
+    ops = [
+        n.name
+        for n in step.gm.graph.nodes
+        if n.op == "call_function" and n.target is not __import__("operator").getitem
+    ]
     assert set(ops) <= set(plan["nodes"])
     strict = build_parallel_module(meta, step, plan, mesh1, strict=True)
     strict.to_empty(device="cpu")
@@ -96,8 +105,10 @@ def test_recorded_plan_replays_strictly_and_strict_catches_wrong_plans(mesh1):
     wrong = build_parallel_module(meta, step, bad, mesh1, strict=True)
     # the program is lowered as soon as the state is materialised (to_empty), so that is
     # where the plan is found wrong; at the latest the first call would be
-    with pytest.raises(PlanMismatchError, match=r"node tanh.*produced output 0 as \['R'\] "
-                                                r"but the plan says \['P\(sum\)'\]"):
+    with pytest.raises(
+        PlanMismatchError,
+        match=r"node tanh.*produced output 0 as \['R'\] " r"but the plan says \['P\(sum\)'\]",
+    ):
         wrong.to_empty(device="cpu")
         load_full_state_dict(wrong, ref.state_dict())
         wrong(x, shift=shift)
@@ -112,8 +123,15 @@ def test_gpt2_tensor_constants_are_planned_and_fed(mesh1):
     from autoshard import _core
     from autoshard.graph_export import graph_json
 
-    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64,
-                                  n_positions=16, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        vocab_size=64,
+        n_positions=16,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     assert cfg.tie_word_embeddings  # GPT-2's default: one weight for input and output
 
     class LM(nn.Module):
@@ -134,8 +152,12 @@ def test_gpt2_tensor_constants_are_planned_and_fed(mesh1):
     graph = json.loads(graph_json(step))
     exported = {n["name"]: n for n in graph["nodes"]}
     assert all(exported[c]["role"] == "buffer" for c in consts)
-    plan = json.loads(_core.plan_graph(graph_json(step), json.dumps(
-        {"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2})))
+    plan = json.loads(
+        _core.plan_graph(
+            graph_json(step),
+            json.dumps({"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2}),
+        )
+    )
     par = build_parallel_module(meta, step, plan, mesh1, strict=True)
     par.to_empty(device="cpu")
     load_full_state_dict(par, ref.state_dict())
@@ -178,8 +200,12 @@ def test_tied_weight_is_one_parameter_with_the_summed_gradient(mesh1):
     # one placeholder and one gradient output for the one tensor
     assert list(step.param_fqns.values()) == ["emb.weight"]
     assert [o.grad_of for o in step.outputs if o.role == "grad"] == list(step.param_fqns)
-    plan = json.loads(_core.plan_graph(graph_json(step), json.dumps(
-        {"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2})))
+    plan = json.loads(
+        _core.plan_graph(
+            graph_json(step),
+            json.dumps({"mesh": {"shape": [1], "dim_names": ["dp"]}, "time_limit_s": 2}),
+        )
+    )
     par = build_parallel_module(meta, step, plan, mesh1, strict=True)
     par.to_empty(device="cpu")
     load_full_state_dict(par, ref.state_dict())
@@ -190,8 +216,9 @@ def test_tied_weight_is_one_parameter_with_the_summed_gradient(mesh1):
     loss.backward()
     rloss.backward()
     # both uses contribute: the lookup's rows and the projection's full matrix
-    torch.testing.assert_close(par.emb.weight.grad.full_tensor(), ref.emb.weight.grad,
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        par.emb.weight.grad.full_tensor(), ref.emb.weight.grad, rtol=1e-5, atol=1e-6
+    )
 
 
 class FlattenAfterTranspose(nn.Module):
@@ -245,8 +272,15 @@ def _dynamic_module(mesh, dynamic=True):
 
     with torch.device("meta"):
         meta = SeqNet()
-    with AutoParallel(meta, lambda: (torch.empty(4, 6, 8),), mesh, hardware="CPU",
-                      capture="direct", dynamic=dynamic, plan_cache=False) as autop:
+    with AutoParallel(
+        meta,
+        lambda: (torch.empty(4, 6, 8),),
+        mesh,
+        hardware="CPU",
+        capture="direct",
+        dynamic=dynamic,
+        plan_cache=False,
+    ) as autop:
         autop.add_input_constraints([(Shard(0),)])
         autop.add_output_constraints([(Shard(0),)])
         par = autop.apply_placement(autop.optimize_placement())
@@ -285,7 +319,10 @@ def test_dynamic_true_runs_new_input_shapes_like_single_device(mesh1):
     shaped = [k for k in par._autoshard_variants if len(k) == 3]
     # three new shapes, each as an eval step, an eval forward and a training step
     assert len(shaped) == 9 and {k[2] for k in shaped} == {
-        ((2, 6, 8),), ((4, 3, 8),), ((7, 11, 8),)}
+        ((2, 6, 8),),
+        ((4, 3, 8),),
+        ((7, 11, 8),),
+    }
     with pytest.raises(ValueError, match="traced with 3.*number of dims"):
         par(torch.randn(4, 8))
     with pytest.raises(ValueError, match="dtype"):

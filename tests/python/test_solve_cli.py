@@ -22,7 +22,9 @@ def autoshard_cmd() -> list[str]:
 
 def run_script(args, timeout=300):
     """The real console script in a subprocess (slow to start: it imports torch)."""
-    return subprocess.run(autoshard_cmd() + list(args), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        autoshard_cmd() + list(args), capture_output=True, text=True, timeout=timeout
+    )
 
 
 class _Result:
@@ -53,10 +55,14 @@ def random_problem(seed: int) -> dict:
         u = rng.randint(0, v - 1)
         enodes.append([u, v])
         ecosts.append([rng.randint(0, 40) for _ in range(len(costs[u]) * len(costs[v]))])
-    return {"problem": {"name": f"rand{seed}",
-                        "nodes": {"costs": costs, "usages": usages, "intervals": intervals},
-                        "edges": {"nodes": enodes, "costs": ecosts},
-                        "usage_limit": 22}}
+    return {
+        "problem": {
+            "name": f"rand{seed}",
+            "nodes": {"costs": costs, "usages": usages, "intervals": intervals},
+            "edges": {"nodes": enodes, "costs": ecosts},
+            "usage_limit": 22,
+        }
+    }
 
 
 def plan_cost(p: dict, plan) -> int | None:
@@ -72,8 +78,11 @@ def plan_cost(p: dict, plan) -> int | None:
         return None
     horizon = max(b for _, b in nodes["intervals"]) + 1
     for t in range(horizon):
-        live = sum(nodes["usages"][i][s] for i, s in enumerate(plan)
-                   if nodes["intervals"][i][0] <= t < nodes["intervals"][i][1])
+        live = sum(
+            nodes["usages"][i][s]
+            for i, s in enumerate(plan)
+            if nodes["intervals"][i][0] <= t < nodes["intervals"][i][1]
+        )
         if live > p["usage_limit"]:
             return None
     return total
@@ -111,8 +120,13 @@ def test_printed_cost_matches_brute_force(tmp_path, seed):
 
 
 def test_infeasible_problem_exits_nonzero(tmp_path):
-    doc = {"problem": {"nodes": {"costs": [[1, 2]], "usages": [[5, 6]], "intervals": [[0, 1]]},
-                       "edges": {"nodes": [], "costs": []}, "usage_limit": 4}}
+    doc = {
+        "problem": {
+            "nodes": {"costs": [[1, 2]], "usages": [[5, 6]], "intervals": [[0, 1]]},
+            "edges": {"nodes": [], "costs": []},
+            "usage_limit": 4,
+        }
+    }
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
     proc = run(["solve", str(path), "--time-limit", "5"])
@@ -120,19 +134,38 @@ def test_infeasible_problem_exits_nonzero(tmp_path):
     assert "no valid plan found" in proc.stdout
 
 
-@pytest.mark.parametrize("text, expected", [
-    ('{"problem": {\n "nodes": [1,,]}}', "line 2"),
-    ('{"problem": {"nodes": {"costs": [[1, 2], [3]]}, "edges": {"nodes": [[0, 1]], "costs": [[1, 2, 3]]}}}',
-     "problem.edges.costs[0]: edge 0 (0 -> 1) has 3 costs but needs |S_u| x |S_v| = 2 x 1 = 2"),
-    ('{"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 3]], "costs": [[1]]}}}',
-     "problem.edges.nodes[0][1]: node id 3 is out of range"),
-    ('{"problem": {"nodes": {"costs": [[1]], "usages": [[1]], "intervals": [[5, 2]]}, '
-     '"edges": {"nodes": [], "costs": []}, "usage_limit": 3}}', "interval end 2 is before its start 5"),
-    ('{"problem": {"nodes": {"costs": [[1]], "usages": [[-1]], "intervals": [[0, 2]]}, '
-     '"edges": {"nodes": [], "costs": []}, "usage_limit": 3}}', "problem.nodes.usages[0][0]: negative usage -1"),
-    ('{"problem": {"nodes": {"costs": [[]]}, "edges": {"nodes": [], "costs": []}}}', "node 0 has no strategies"),
-    ('{"problem": {"nodes": {}, "edges": {"nodes": [], "costs": []}}}', 'problem.nodes: missing key "costs"'),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"problem": {\n "nodes": [1,,]}}', "line 2"),
+        (
+            '{"problem": {"nodes": {"costs": [[1, 2], [3]]}, "edges": {"nodes": [[0, 1]], "costs": [[1, 2, 3]]}}}',
+            "problem.edges.costs[0]: edge 0 (0 -> 1) has 3 costs but needs |S_u| x |S_v| = 2 x 1 = 2",
+        ),
+        (
+            '{"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 3]], "costs": [[1]]}}}',
+            "problem.edges.nodes[0][1]: node id 3 is out of range",
+        ),
+        (
+            '{"problem": {"nodes": {"costs": [[1]], "usages": [[1]], "intervals": [[5, 2]]}, '
+            '"edges": {"nodes": [], "costs": []}, "usage_limit": 3}}',
+            "interval end 2 is before its start 5",
+        ),
+        (
+            '{"problem": {"nodes": {"costs": [[1]], "usages": [[-1]], "intervals": [[0, 2]]}, '
+            '"edges": {"nodes": [], "costs": []}, "usage_limit": 3}}',
+            "problem.nodes.usages[0][0]: negative usage -1",
+        ),
+        (
+            '{"problem": {"nodes": {"costs": [[]]}, "edges": {"nodes": [], "costs": []}}}',
+            "node 0 has no strategies",
+        ),
+        (
+            '{"problem": {"nodes": {}, "edges": {"nodes": [], "costs": []}}}',
+            'problem.nodes: missing key "costs"',
+        ),
+    ],
+)
 def test_malformed_files_are_reported(tmp_path, text, expected):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -151,7 +184,9 @@ def test_console_script_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"cost: {best}\n" in proc.stdout
     bad = tmp_path / "bad.json"
-    bad.write_text('{"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 3]], "costs": [[1]]}}}')
+    bad.write_text(
+        '{"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [[0, 3]], "costs": [[1]]}}}'
+    )
     proc = run_script(["solve", str(bad)])
     assert proc.returncode == 1
     assert "problem.edges.nodes[0][1]: node id 3 is out of range" in proc.stderr

@@ -8,8 +8,7 @@ from torch.distributed.tensor import Replicate, Shard
 
 from autoshard.graph_export import encode_arg, graph_dict, graph_json
 from autoshard.testing.models import MLP, Llama, LlamaConfig
-from autoshard.placements import (layout_from_strs, layout_to_strs, local_shape,
-                                  placement_from_str)
+from autoshard.placements import layout_from_strs, layout_to_strs, local_shape, placement_from_str
 from autoshard.trace import trace_training_step
 
 
@@ -23,10 +22,12 @@ def mlp_step():
 @pytest.fixture(scope="module")
 def llama_step():
     with torch.device("meta"):
-        model = Llama(LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
-                                  ffn_dim=64))
-    return trace_training_step(model, lambda: (torch.zeros(4, 8, dtype=torch.long),
-                                               torch.zeros(4, 8, dtype=torch.long)))
+        model = Llama(
+            LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64, ffn_dim=64)
+        )
+    return trace_training_step(
+        model, lambda: (torch.zeros(4, 8, dtype=torch.long), torch.zeros(4, 8, dtype=torch.long))
+    )
 
 
 def test_roles_and_original_parameter_names(mlp_step):
@@ -52,8 +53,10 @@ def test_outputs_are_loss_then_one_grad_per_parameter(mlp_step):
     assert sorted(o["grad_of"] for o in grads) == sorted(params)
     by_name = {n["name"]: n for n in g["nodes"]}
     for o in grads:  # each gradient has its parameter's shape
-        assert (by_name[o["ref"]]["outputs"][o["index"]]["shape"]
-                == params[o["grad_of"]]["outputs"][0]["shape"])
+        assert (
+            by_name[o["ref"]]["outputs"][o["index"]]["shape"]
+            == params[o["grad_of"]]["outputs"][0]["shape"]
+        )
 
 
 def test_every_reference_names_an_earlier_node_and_getitem_is_folded(llama_step):
@@ -100,8 +103,9 @@ def test_phases_sources_and_modules(llama_step):
     assert wq[0]["source"].startswith("models.py:")
     assert "self.wq(x)" in wq[0]["source"]
     # backward nodes carry the forward module too (fwd_nn_module_stack)
-    assert any(n.get("module") == "layers.1.feed_forward.w2" for n in ops
-               if n["phase"] == "backward")
+    assert any(
+        n.get("module") == "layers.1.feed_forward.w2" for n in ops if n["phase"] == "backward"
+    )
 
 
 def test_remembered_source_lines_are_the_parsed_ones(llama_step):

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from autoshard import _core
 from autoshard.testing.models import MLP, Llama, LlamaConfig
 from autoshard.trace import trace_training_step
-from autoshard.trace_blocks import MIN_LAYERS, describe_step, find_layer_container, \
-    first_difference
+from autoshard.trace_blocks import MIN_LAYERS, describe_step, find_layer_container, first_difference
 
-needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                   reason="the C++ planner (_core.plan_graph) is not built")
+needs_planner = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 def _long(*shape):
@@ -46,8 +46,9 @@ def _both(model, inputs, caplog, **kw):
     with caplog.at_level(logging.INFO, logger="autoshard"):
         caplog.clear()
         fast = trace_training_step(model, inputs, **kw)
-        extrapolated = any(r.getMessage().startswith("autoshard: traced 3 and 4 of")
-                           for r in caplog.records)
+        extrapolated = any(
+            r.getMessage().startswith("autoshard: traced 3 and 4 of") for r in caplog.records
+        )
     full = trace_training_step(model, inputs, **{**kw, "extrapolate_layers": False})
     return fast, full, extrapolated
 
@@ -62,8 +63,9 @@ def _assert_same(a, b):
 def test_llama_extrapolated_equals_full_trace(n_layers, caplog):
     fast, full, extrapolated = _both(_llama(n_layers), _llama_inputs, caplog)
     assert extrapolated
-    assert any(f"traced 3 and 4 of {n_layers} layers of layers" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        f"traced 3 and 4 of {n_layers} layers of layers" in r.getMessage() for r in caplog.records
+    )
     _assert_same(fast, full)
     assert fast.param_fqns == full.param_fqns
     assert f"layers.{n_layers - 1}.feed_forward.w3.weight" in fast.param_fqns.values()
@@ -232,9 +234,14 @@ def test_transformers_llama_extrapolated_equals_full_trace(mixed_precision, capl
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                                   num_attention_heads=4, num_key_value_heads=2,
-                                   vocab_size=128)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(cfg)
 
@@ -247,22 +254,37 @@ def test_transformers_llama_extrapolated_equals_full_trace(mixed_precision, capl
             return self.m(input_ids=ids).logits.float().pow(2).mean()
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    fast, full, extrapolated = _both(Loss(), lambda: (torch.randint(0, 128, (2, 16)),), caplog,
-                                     **({"mp_policy": mp} if mixed_precision else {}))
+    fast, full, extrapolated = _both(
+        Loss(),
+        lambda: (torch.randint(0, 128, (2, 16)),),
+        caplog,
+        **({"mp_policy": mp} if mixed_precision else {}),
+    )
     assert extrapolated
     _assert_same(fast, full)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: _Stack([_WideBlock(32) for _ in range(6)] + [_WideBlock(48)]),  # one wider layer
-    lambda: _Stack([_ScaledBlock(i) for i in range(7)]),
-    lambda: _Stack([_IndexBlock(i) for i in range(7)]),
-    lambda: _ConstIndexStack(7),
-    lambda: _Stack([_MiddleIndexBlock(i) for i in range(8)]),
-    lambda: _TruncatedStack([_WideBlock(32) for _ in range(8)]),
-    lambda: _Stack([_ConstantBlock(i, by_index=True) for i in range(7)]),
-], ids=["hidden-size", "attribute", "layer-index-in-forward", "index-constant",
-        "middle-layer-differs", "forward-runs-fewer-layers", "tensor-constant-differs"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _Stack([_WideBlock(32) for _ in range(6)] + [_WideBlock(48)]),  # one wider layer
+        lambda: _Stack([_ScaledBlock(i) for i in range(7)]),
+        lambda: _Stack([_IndexBlock(i) for i in range(7)]),
+        lambda: _ConstIndexStack(7),
+        lambda: _Stack([_MiddleIndexBlock(i) for i in range(8)]),
+        lambda: _TruncatedStack([_WideBlock(32) for _ in range(8)]),
+        lambda: _Stack([_ConstantBlock(i, by_index=True) for i in range(7)]),
+    ],
+    ids=[
+        "hidden-size",
+        "attribute",
+        "layer-index-in-forward",
+        "index-constant",
+        "middle-layer-differs",
+        "forward-runs-fewer-layers",
+        "tensor-constant-differs",
+    ],
+)
 def test_layers_that_differ_fall_back_to_the_full_trace(make, caplog):
     with torch.device("meta"):
         model = make()

@@ -13,8 +13,9 @@ from autoshard import AutoParallel, _core
 from autoshard.apply import build_parallel_module, load_full_state_dict
 from autoshard.trace import UnsupportedModelError, trace_training_step
 
-needs_planner = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                   reason="the C++ planner (_core.plan_graph) is not built")
+needs_planner = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 
 class Regression(nn.Module):
@@ -49,8 +50,13 @@ def _parallel(mesh, cls, *args, example=None, runtime="program", planner=False):
         with AutoParallel(meta, example, mesh, time_limit_s=2.0, runtime=runtime) as autop:
             par = autop.apply_placement(autop.optimize_placement())
     else:
-        par = build_parallel_module(meta, trace_training_step(meta, example, capture="direct"),
-                                    {"nodes": {}}, mesh, runtime=runtime)
+        par = build_parallel_module(
+            meta,
+            trace_training_step(meta, example, capture="direct"),
+            {"nodes": {}},
+            mesh,
+            runtime=runtime,
+        )
     par.to_empty(device="cpu")
     load_full_state_dict(par, ref.state_dict())
     return ref, par
@@ -78,11 +84,15 @@ def test_dict_argument_flattens_by_key(mesh1):
     want = ref({"x": x, "target": t}).item()
     assert par({"target": t, "x": x}).item() == want
     assert par(batch={"target": t, "x": x}).item() == want
-    with pytest.raises(ValueError, match=r"argument 'batch' does not have the structure it "
-                                         r"was traced with \(a dict with keys \['x', 'target'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'batch' does not have the structure it "
+        r"was traced with \(a dict with keys \['x', 'target'\]",
+    ):
         par({"x": x, "y": t})
-    with pytest.raises(TypeError, match=r"argument\(s\) scale were not given when the model "
-                                        r"was traced"):
+    with pytest.raises(
+        TypeError, match=r"argument\(s\) scale were not given when the model " r"was traced"
+    ):
         par({"x": x, "target": t}, scale=2.0)
     assert par({"x": x, "target": t}, scale=1.0).item() == want  # the traced default
     with pytest.raises(TypeError, match="missing a required argument: 'batch'"):
@@ -135,19 +145,24 @@ def test_no_grad_in_training_mode_builds_no_graph(mesh1):
 def test_uninitialised_parameters_warn_once(mesh1):
     with torch.device("meta"):
         meta = Regression()
-    step = trace_training_step(meta, lambda: (torch.empty(4, 6), torch.empty(4, 6)),
-                               capture="direct")
+    step = trace_training_step(
+        meta, lambda: (torch.empty(4, 6), torch.empty(4, 6)), capture="direct"
+    )
     par = build_parallel_module(meta, step, {"nodes": {}}, mesh1)
     par.to_empty(device="cpu")
     x, t = _data()
-    with pytest.warns(UserWarning, match=r"lin.weight, lin.bias were materialised by "
-                                         r"to_empty\(\) and never written since"):
+    with pytest.warns(
+        UserWarning,
+        match=r"lin.weight, lin.bias were materialised by " r"to_empty\(\) and never written since",
+    ):
         par(x, t)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="autoshard")
         par(x, t)  # once
-        for init in (lambda m: m.lin.reset_parameters(),
-                     lambda m: m.load_state_dict(Regression().state_dict())):
+        for init in (
+            lambda m: m.lin.reset_parameters(),
+            lambda m: m.load_state_dict(Regression().state_dict()),
+        ):
             par.to_empty(device="cpu")
             init(par)
             par(x, t)  # written since to_empty: no warning
@@ -204,21 +219,29 @@ class WithBatchNorm(nn.Module):
 def test_data_dependent_branch_names_the_line_and_workaround(capture):
     with torch.device("meta"):
         model = DataDependent()
-    with pytest.raises(UnsupportedModelError, match=r"reads a tensor's VALUE while tracing at "
-                                                    r"test_user_errors.py:\d+: `if h.sum\(\) > "
-                                                    r"0:`.*torch.where"):
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"reads a tensor's VALUE while tracing at "
+        r"test_user_errors.py:\d+: `if h.sum\(\) > "
+        r"0:`.*torch.where",
+    ):
         trace_training_step(model, lambda: torch.empty(4, 6), capture=capture)
 
 
 def test_batchnorm_running_stats_name_the_layer_and_workarounds():
     with torch.device("meta"):
         model = WithBatchNorm()
-    with pytest.raises(UnsupportedModelError, match=r"BatchNorm1d 'bn' updates its running "
-                                                    r"statistics.*track_running_stats=False"):
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"BatchNorm1d 'bn' updates its running " r"statistics.*track_running_stats=False",
+    ):
         trace_training_step(model, lambda: torch.empty(4, 6), capture="direct")
     # the workarounds it names trace
-    trace_training_step(WithBatchNorm(track_running_stats=False).to("meta"),
-                        lambda: torch.empty(4, 6), capture="direct")
+    trace_training_step(
+        WithBatchNorm(track_running_stats=False).to("meta"),
+        lambda: torch.empty(4, 6),
+        capture="direct",
+    )
     frozen = WithBatchNorm().to("meta")
     frozen.bn.eval()
     trace_training_step(frozen, lambda: torch.empty(4, 6), capture="direct")
@@ -241,11 +264,15 @@ def test_binder_handles_var_arguments_and_names_tuple_mismatches():
     assert binder.flatten((1, (2, 3)), {"mask": 5, "scale": 4}) == [1, 2, 3, 4, 5]
     with pytest.raises(TypeError, match=r"missing argument 'rest\[0\]'"):
         binder.flatten((1,), {"mask": 5, "scale": 4})
-    with pytest.raises(ValueError, match=r"argument 'rest\[0\]' does not have the structure "
-                                         r"it was traced with \(a tuple of 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'rest\[0\]' does not have the structure "
+        r"it was traced with \(a tuple of 2\)",
+    ):
         binder.flatten((1, (2, 3, 4)), {"mask": 5, "scale": 4})
-    with pytest.raises(TypeError, match=r"extra\['other'\] were not given when the model "
-                                        r"was traced"):
+    with pytest.raises(
+        TypeError, match=r"extra\['other'\] were not given when the model " r"was traced"
+    ):
         binder.flatten((1, (2, 3)), {"mask": 5, "scale": 4, "other": 6})
 
 
@@ -278,8 +305,9 @@ def test_infeasible_request_names_the_conflicting_constraints(mesh1, conflict):
     example = lambda: (torch.empty(1024, 64), torch.empty(1024, 64))
     # x [1024, 64] float32 is 256 KiB unsharded, 64 KiB on each of 4 ranks: the limit holds
     # only with x sharded, and only with the parameters sharded.
-    with AutoParallel(model, example, _virtual_mesh4(), time_limit_s=1.0,
-                      memory_limit_bytes=270_000) as autop:
+    with AutoParallel(
+        model, example, _virtual_mesh4(), time_limit_s=1.0, memory_limit_bytes=270_000
+    ) as autop:
         if conflict == "input":
             autop.add_input_constraints([(Replicate(),), None])
         else:
@@ -288,16 +316,25 @@ def test_infeasible_request_names_the_conflicting_constraints(mesh1, conflict):
             autop.optimize_placement()
     msg = str(info.value)
     assert msg.startswith("autoshard planner: no feasible plan:"), msg
-    assert ("\nCause (proven: with every other constraint removed there is still no plan, and "
-            "removing any one of these gives a plan") in msg, msg
+    assert (
+        "\nCause (proven: with every other constraint removed there is still no plan, and "
+        "removing any one of these gives a plan"
+    ) in msg, msg
     assert "these 2 constraints cannot all hold:" in msg, msg
     assert "\n  - memory limit = 270000 bytes per GPU (memory_limit_bytes" in msg, msg
     if conflict == "input":
-        assert re.search(r"\n  - input constraint on '\w+' = \(Replicate\(\),\) \[\"R\"\]: "
-                         r"forward input 0, placeholder float32\[1024,64\]", msg), msg
-        assert re.search(r"\nFix: remove or relax the input constraint on '\w+' or the memory "
-                         r"limit: the request without any one of them has a plan\.", msg), msg
+        assert re.search(
+            r"\n  - input constraint on '\w+' = \(Replicate\(\),\) \[\"R\"\]: "
+            r"forward input 0, placeholder float32\[1024,64\]",
+            msg,
+        ), msg
+        assert re.search(
+            r"\nFix: remove or relax the input constraint on '\w+' or the memory "
+            r"limit: the request without any one of them has a plan\.",
+            msg,
+        ), msg
     else:
         assert "\n  - parameter memory low bound = 1 (" in msg, msg
-        assert ("\nFix: remove or relax the parameter memory low bound or the memory limit"
-                in msg), msg
+        assert (
+            "\nFix: remove or relax the parameter memory low bound or the memory limit" in msg
+        ), msg

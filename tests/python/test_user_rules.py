@@ -16,8 +16,9 @@ from autoshard.fake_pg import fake_world
 from conftest import ok_on_every_rank, run_torchrun
 from user_rule_ops import RowScaleMLP, rowscale_backward_rule, rowscale_rule
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "plan_graph"),
-                                reason="the C++ planner (_core.plan_graph) is not built")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
 
 aten = torch.ops.aten
 
@@ -25,8 +26,9 @@ aten = torch.ops.aten
 def _plan(mesh, model, batch: int, dim: int, pins=()):
     """Graph JSON and plan of ``model`` with its inputs batch-sharded on every mesh dim."""
     lay = (Shard(0),) * mesh.ndim
-    with AutoParallel(model, lambda: (torch.empty(batch, dim), torch.empty(batch, dim)),
-                      mesh) as autop:
+    with AutoParallel(
+        model, lambda: (torch.empty(batch, dim), torch.empty(batch, dim)), mesh
+    ) as autop:
         autop.add_input_constraints([lay, lay])
         for name in pins:
             autop.add_node_constraint(name, lay)
@@ -41,8 +43,10 @@ def _user_rows(graph: dict, node: str) -> set:
 
 def _per_mesh_dim(planned: dict, mesh_ndim: int) -> list:
     """The planned layouts of a node cut into one (outputs, inputs) row per mesh dim."""
-    return [(tuple(o[i] for o in planned["outputs"]), tuple(a[i] for a in planned["inputs"]))
-            for i in range(mesh_ndim)]
+    return [
+        (tuple(o[i] for o in planned["outputs"]), tuple(a[i] for a in planned["inputs"]))
+        for i in range(mesh_ndim)
+    ]
 
 
 def test_register_sharding_is_exported_and_wraps_torchs():
@@ -50,8 +54,9 @@ def test_register_sharding_is_exported_and_wraps_torchs():
     assert "user rule" in autoshard.register_sharding.__doc__
     # both registration paths are found: autoshard's decorator and torch's own
     assert user_rules.user_rule_of(torch.ops.mylib.rowscale.default) is rowscale_rule
-    assert user_rules.user_rule_of(torch.ops.mylib.rowscale_backward.default) \
-        is rowscale_backward_rule
+    assert (
+        user_rules.user_rule_of(torch.ops.mylib.rowscale_backward.default) is rowscale_backward_rule
+    )
     assert user_rules.user_rule_of(aten.mm.default) is None  # DTensor's built-in rule
 
 
@@ -63,7 +68,9 @@ def test_custom_op_plans_with_a_user_strategy(shape):
         graph, plan = _plan(mesh, model, 4096, 1024)
     assert _user_rows(graph, "rowscale") == {(("R",), ("R", "R")), (("S(0)",), ("S(0)", "R"))}
     assert _user_rows(graph, "rowscale_backward") == {
-        (("R", "R"), ("R", "R", "R")), (("S(0)", "P(sum)"), ("S(0)", "S(0)", "R"))}
+        (("R", "R"), ("R", "R", "R")),
+        (("S(0)", "P(sum)"), ("S(0)", "S(0)", "R")),
+    }
     for node in ("rowscale", "rowscale_backward"):
         planned = plan["nodes"][node]
         assert planned["strategies"] == 2 ** len(shape)  # the rows' product over mesh dims
@@ -98,15 +105,18 @@ def test_user_rule_wins_over_the_cpp_rule(monkeypatch):
     with fake_world((4,), device_type="cpu") as mesh:
         with torch.device("meta"):
             model = Tril()
-        with AutoParallel(model, lambda: (torch.empty(8, 8, 8), torch.empty(8, 8, 8)),
-                          mesh) as autop:
+        with AutoParallel(
+            model, lambda: (torch.empty(8, 8, 8), torch.empty(8, 8, 8)), mesh
+        ) as autop:
             graph = autop.graph_json()
     strategies = json.loads(_core.enumerate_strategies(graph, json.dumps({"mesh": {"shape": [4]}})))
     trils = [n["name"] for n in json.loads(graph)["nodes"] if n["op"] == "aten.tril.default"]
     assert trils  # forward and backward
     for name in trils:
-        got = {(tuple(o[0] for o in s["outputs"]), tuple(i[0] for i in s["inputs"]))
-               for s in strategies["nodes"][name]}
+        got = {
+            (tuple(o[0] for o in s["outputs"]), tuple(i[0] for i in s["inputs"]))
+            for s in strategies["nodes"][name]
+        }
         assert got == {(("R",), ("R",)), (("S(0)",), ("S(0)",))}
 
 
@@ -153,19 +163,31 @@ class BadModel(nn.Module):
         return ((op(x, self.w) - target) ** 2).sum()
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([([Shard(0)], [Shard(0)])],
-     r"strategy 0 for node 'badrule' \(mylib.badrule.default.*\): 1 input placement\(s\) that "
-     r"are not None, but the op is called with 2 tensor\(s\)"),
-    ([([Replicate()], [Replicate(), Replicate()]), ([Shard(2)], [Shard(2), Replicate()])],
-     r"bad_rule registered for mylib.badrule.default, strategy 1 .*: output 0: Shard\(2\) is out "
-     r"of range for a tensor with 2 dim\(s\) \(shape \[4, 8\]\)"),
-    ([([Replicate(), Replicate()], [Replicate(), Replicate()])],
-     r"2 output placement\(s\), but the op returns 1 value"),
-    ([], r"returned no strategy for node 'badrule'"),
-    (ZeroDivisionError("oops"), r"bad_rule registered for mylib.badrule.default raised on node "
-                                r"'badrule'.*ZeroDivisionError: oops"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (
+            [([Shard(0)], [Shard(0)])],
+            r"strategy 0 for node 'badrule' \(mylib.badrule.default.*\): 1 input placement\(s\) that "
+            r"are not None, but the op is called with 2 tensor\(s\)",
+        ),
+        (
+            [([Replicate()], [Replicate(), Replicate()]), ([Shard(2)], [Shard(2), Replicate()])],
+            r"bad_rule registered for mylib.badrule.default, strategy 1 .*: output 0: Shard\(2\) is out "
+            r"of range for a tensor with 2 dim\(s\) \(shape \[4, 8\]\)",
+        ),
+        (
+            [([Replicate(), Replicate()], [Replicate(), Replicate()])],
+            r"2 output placement\(s\), but the op returns 1 value",
+        ),
+        ([], r"returned no strategy for node 'badrule'"),
+        (
+            ZeroDivisionError("oops"),
+            r"bad_rule registered for mylib.badrule.default raised on node "
+            r"'badrule'.*ZeroDivisionError: oops",
+        ),
+    ],
+)
 def test_invalid_user_rule_is_a_clear_error(monkeypatch, rows, message):
     monkeypatch.setitem(_BAD, "rows", rows)
     with fake_world((2,), device_type="cpu") as mesh:
@@ -210,8 +232,7 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_torchrun("user_rule_worker.py", SCENARIOS, tmp_path_factory.mktemp("ur"),
-                        nproc=2)
+    return run_torchrun("user_rule_worker.py", SCENARIOS, tmp_path_factory.mktemp("ur"), nproc=2)
 
 
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])

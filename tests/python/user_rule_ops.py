@@ -32,8 +32,9 @@ def _(x, w):
 
 
 @torch.library.custom_op("mylib::rowscale_backward", mutates_args=())
-def rowscale_backward(grad: torch.Tensor, x: torch.Tensor,
-                      w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rowscale_backward(
+    grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     r = torch.rsqrt((x * x).mean(-1, keepdim=True) + EPS)
     xhat = x * r
     gxhat = grad * w

@@ -62,8 +62,10 @@ class PinSet:
 
     def pin(self, name: str, layout: list[str], why: str) -> None:
         if name in self.node_constraints and self.node_constraints[name] != layout:
-            raise BaselineError(f"node '{name}' would be pinned twice, to "
-                                f"{self.node_constraints[name]} and {layout} ({why})")
+            raise BaselineError(
+                f"node '{name}' would be pinned twice, to "
+                f"{self.node_constraints[name]} and {layout} ({why})"
+            )
         self.node_constraints[name] = layout
         self.reasons[name] = why
 
@@ -83,16 +85,21 @@ def _layout(dp: int, tp: int, dp_p: str, tp_p: str) -> list[str]:
     return layout
 
 
-def _mesh_dims(mesh_dim_names: Sequence[str] | None, mesh_ndim: int,
-               dp_name: str, tp_name: str) -> tuple[int, int]:
+def _mesh_dims(
+    mesh_dim_names: Sequence[str] | None, mesh_ndim: int, dp_name: str, tp_name: str
+) -> tuple[int, int]:
     if mesh_ndim != 2:
-        raise BaselineError(f"the Megatron baseline needs a 2-d (dp, tp) mesh, got {mesh_ndim} "
-                            "dims; for a pure tp or dp mesh use a (1, n) or (n, 1) mesh")
+        raise BaselineError(
+            f"the Megatron baseline needs a 2-d (dp, tp) mesh, got {mesh_ndim} "
+            "dims; for a pure tp or dp mesh use a (1, n) or (n, 1) mesh"
+        )
     names = list(mesh_dim_names) if mesh_dim_names else ["dp", "tp"]
     if dp_name not in names or tp_name not in names:
-        raise BaselineError(f"mesh dims are named {names}; pass dp_name/tp_name naming the "
-                            f"data- and tensor-parallel dims (looked for {dp_name!r}, "
-                            f"{tp_name!r})")
+        raise BaselineError(
+            f"mesh dims are named {names}; pass dp_name/tp_name naming the "
+            f"data- and tensor-parallel dims (looked for {dp_name!r}, "
+            f"{tp_name!r})"
+        )
     dp, tp = names.index(dp_name), names.index(tp_name)
     if dp == tp:
         raise BaselineError("dp_name and tp_name name the same mesh dim")
@@ -103,9 +110,14 @@ def _last(module: str) -> str:
     return module.rsplit(".", 1)[-1]
 
 
-def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
-                  mesh_dim_names: Sequence[str] | None = ("dp", "tp"),
-                  dp_name: str = "dp", tp_name: str = "tp", sp_dim: int = 1) -> PinSet:
+def megatron_pins(
+    graph: dict | str,
+    mesh_ndim: int = 2,
+    mesh_dim_names: Sequence[str] | None = ("dp", "tp"),
+    dp_name: str = "dp",
+    tp_name: str = "tp",
+    sp_dim: int = 1,
+) -> PinSet:
     """The Megatron (TP + SP + FSDP + DP) plan of a Llama-style graph as pins.
 
     ``graph`` is the tensor graph (docs/formats.md section 1) as JSON text or dict, traced
@@ -136,8 +148,10 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
         if role == "input":
             shape = n["outputs"][0]["shape"]
             if not shape:
-                raise BaselineError(f"input '{n['name']}' is a scalar; the baseline shards "
-                                    "the batch dim of every input")
+                raise BaselineError(
+                    f"input '{n['name']}' is a scalar; the baseline shards "
+                    "the batch dim of every input"
+                )
             pins.input_constraints[n["name"]] = _layout(dp, tp, S(0), "R")
             continue
         if role != "parameter":
@@ -166,9 +180,11 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
             layout = _layout(dp, tp, S(0), "R")  # norm weights: replicated on tp
             kind = "weight: norm"
         else:
-            raise BaselineError(f"parameter '{fqn}' (shape {n['outputs'][0]['shape']}) is not "
-                                "part of the Llama recipe (wq/wk/wv/wo/w1/w2/w3, norms, "
-                                "tok_embeddings, output)")
+            raise BaselineError(
+                f"parameter '{fqn}' (shape {n['outputs'][0]['shape']}) is not "
+                "part of the Llama recipe (wq/wk/wv/wo/w1/w2/w3, norms, "
+                "tok_embeddings, output)"
+            )
         if rank != 2 and not kind.startswith("weight: norm"):
             raise BaselineError(f"parameter '{fqn}' has rank {rank}; expected a 2-d weight")
         pins.pin(n["name"], layout, kind)
@@ -203,8 +219,7 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
         # on the embedding dim, the lookup yields the embedding dim sharded and the solver
         # moves it onto the sequence dim where the first block wants it (pinning the
         # lookup's own output sequence-sharded would need the whole table on every GPU).
-        elif op == "aten.add.Tensor" and _BLOCK.match(mod) and \
-                len(n["outputs"][0]["shape"]) == 3:
+        elif op == "aten.add.Tensor" and _BLOCK.match(mod) and len(n["outputs"][0]["shape"]) == 3:
             # residual stream [b, s, dim]: sequence-parallel between the blocks
             pins.pin(name, _layout(dp, tp, S(0), S(sp_dim)), f"residual: {mod} add")
             found["residual"] += 1
@@ -214,20 +229,25 @@ def megatron_pins(graph: dict | str, mesh_ndim: int = 2,
     for mod, name in last_in_module.items():
         shape = by_name[name]["outputs"][0]["shape"]
         if len(shape) != 3:
-            raise BaselineError(f"norm '{mod}': its last forward node '{name}' has shape "
-                                f"{shape}, expected [batch, seq, dim]")
+            raise BaselineError(
+                f"norm '{mod}': its last forward node '{name}' has shape "
+                f"{shape}, expected [batch, seq, dim]"
+            )
         # the all-gathered norm output: the input every column-parallel linear reads
         pins.pin(name, _layout(dp, tp, S(0), "R"), f"norm: {mod} output (gathered)")
         found["norm"] += 1
     missing = [k for k, v in found.items() if v == 0]
     if missing:
-        raise BaselineError(f"graph lacks the Llama layers the recipe pins ({', '.join(missing)}); "
-                            "trace autoshard.testing.models.Llama or a model with its module names "
-                            "(layers.N.attention.wq, ..., layers.N.attention_norm, ...)")
+        raise BaselineError(
+            f"graph lacks the Llama layers the recipe pins ({', '.join(missing)}); "
+            "trace autoshard.testing.models.Llama or a model with its module names "
+            "(layers.N.attention.wq, ..., layers.N.attention_norm, ...)"
+        )
     return pins
 
 
 # ---- evaluation ---------------------------------------------------------------------------
+
 
 @dataclass
 class PlanFigures:
@@ -235,8 +255,8 @@ class PlanFigures:
 
     total_us: float
     compute_us: float
-    comm_us: float              # every collective in full
-    exposed_comm_us: float      # the part not hidden behind compute: total = compute + this
+    comm_us: float  # every collective in full
+    exposed_comm_us: float  # the part not hidden behind compute: total = compute + this
     parameter_bytes_per_gpu: int
     lower_bound_us: float
     plan_seconds: float
@@ -245,17 +265,26 @@ class PlanFigures:
     @classmethod
     def of(cls, plan: dict, seconds: float) -> "PlanFigures":
         s = plan["summary"]
-        return cls(float(s["total_us"]), float(s["compute_us"]), float(s["comm_us"]),
-                   float(s.get("exposed_comm_us", s["comm_us"])), int(s["parameter_bytes_per_gpu"]), float(s.get("lower_bound_us", 0.0)),
-                   seconds, plan)
+        return cls(
+            float(s["total_us"]),
+            float(s["compute_us"]),
+            float(s["comm_us"]),
+            float(s.get("exposed_comm_us", s["comm_us"])),
+            int(s["parameter_bytes_per_gpu"]),
+            float(s.get("lower_bound_us", 0.0)),
+            seconds,
+            plan,
+        )
 
     def line(self, label: str) -> str:
-        return (f"{label:<18} total {self.total_us / 1e3:10.3f} ms = compute "
-                f"{self.compute_us / 1e3:9.3f} ms + exposed comm {self.exposed_comm_us / 1e3:9.3f} ms "
-                f"(of {self.comm_us / 1e3:.3f}); "
-                f"parameters {self.parameter_bytes_per_gpu / 2**20:9.2f} MiB/GPU; "
-                f"lower bound {self.lower_bound_us / 1e3:9.3f} ms; planned in "
-                f"{self.plan_seconds:.1f} s")
+        return (
+            f"{label:<18} total {self.total_us / 1e3:10.3f} ms = compute "
+            f"{self.compute_us / 1e3:9.3f} ms + exposed comm {self.exposed_comm_us / 1e3:9.3f} ms "
+            f"(of {self.comm_us / 1e3:.3f}); "
+            f"parameters {self.parameter_bytes_per_gpu / 2**20:9.2f} MiB/GPU; "
+            f"lower bound {self.lower_bound_us / 1e3:9.3f} ms; planned in "
+            f"{self.plan_seconds:.1f} s"
+        )
 
 
 @dataclass
@@ -274,9 +303,11 @@ class Comparison:
         m, a = self.megatron, self.autoshard
         gain = (m.total_us - a.total_us) / m.total_us * 100 if m.total_us else 0.0
         lines = [v.line(f"megatron[{k}]") for k, v in self.variants.items()]
-        lines += [a.line("autoshard"),
-                  f"autoshard vs best megatron: {gain:+.2f}% faster step "
-                  f"({len(self.pins.node_constraints)} node pins: {self.pins.counts()})"]
+        lines += [
+            a.line("autoshard"),
+            f"autoshard vs best megatron: {gain:+.2f}% faster step "
+            f"({len(self.pins.node_constraints)} node pins: {self.pins.counts()})",
+        ]
         return "\n".join(lines)
 
 
@@ -301,12 +332,17 @@ def parameter_bytes(graph: dict) -> int:
     return total
 
 
-def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
-                          mesh_dim_names: Sequence[str] = ("dp", "tp"),
-                          hardware: str = "H100", memory_limit_bytes: int | None = None,
-                          time_limit_s: float = 20.0, dp_name: str = "dp",
-                          tp_name: str = "tp",
-                          variants: dict[str, int] | None = None) -> Comparison:
+def compare_with_megatron(
+    graph_json: str,
+    mesh_shape: Sequence[int],
+    mesh_dim_names: Sequence[str] = ("dp", "tp"),
+    hardware: str = "H100",
+    memory_limit_bytes: int | None = None,
+    time_limit_s: float = 20.0,
+    dp_name: str = "dp",
+    tp_name: str = "tp",
+    variants: dict[str, int] | None = None,
+) -> Comparison:
     """Plans ``graph_json`` with the Megatron pins (each variant: label -> sp_dim, default
     both SP_VARIANTS) and without them, under the same cost model, mesh, hardware, input
     layouts (batch on dp), memory limit and parameter-memory budget. The budget is the
@@ -323,8 +359,10 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
     variants = dict(variants)
     if not variants:
         raise BaselineError("compare_with_megatron: no Megatron variant to plan")
-    pin_sets = {label: megatron_pins(graph, len(mesh_shape), mesh_dim_names, dp_name,
-                                     tp_name, sp_dim) for label, sp_dim in variants.items()}
+    pin_sets = {
+        label: megatron_pins(graph, len(mesh_shape), mesh_dim_names, dp_name, tp_name, sp_dim)
+        for label, sp_dim in variants.items()
+    }
     first = next(iter(pin_sets.values()))
     common: dict[str, Any] = {
         "mesh": {"shape": list(mesh_shape), "dim_names": list(mesh_dim_names)},
@@ -341,9 +379,10 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
         return PlanFigures.of(json.loads(text), time.perf_counter() - t0)
 
     # The Megatron runs need no budget: their pins fix every weight's layout.
-    figures = {label: plan({**common, "node_constraints": pins.node_constraints,
-                            "parameter_memory": None})
-               for label, pins in pin_sets.items()}
+    figures = {
+        label: plan({**common, "node_constraints": pins.node_constraints, "parameter_memory": None})
+        for label, pins in pin_sets.items()
+    }
     best = min(figures, key=lambda k: figures[k].total_us)
     megatron = figures[best]
     total = parameter_bytes(graph)
@@ -356,16 +395,22 @@ def compare_with_megatron(graph_json: str, mesh_shape: Sequence[int],
 
 # ---- tracing ------------------------------------------------------------------------------
 
+
 @dataclass
 class TracedGraph:
     graph_json: str
     trace_seconds: float  # model build on meta + trace + graph export
-    aten_nodes: int       # call_function nodes of the joint graph (getitem included)
-    parameters: int       # parameter elements
+    aten_nodes: int  # call_function nodes of the joint graph (getitem included)
+    parameters: int  # parameter elements
 
 
-def trace_llama(cfg, mesh_shape: Sequence[int], mesh_dim_names: Sequence[str] = ("dp", "tp"),
-                batch: int | None = None, batch_per_dp: int = 8) -> TracedGraph:
+def trace_llama(
+    cfg,
+    mesh_shape: Sequence[int],
+    mesh_dim_names: Sequence[str] = ("dp", "tp"),
+    batch: int | None = None,
+    batch_per_dp: int = 8,
+) -> TracedGraph:
     """Builds ``autoshard.testing.models.Llama(cfg)`` on the meta device and traces one
     training step on a fake process group of ``mesh_shape`` (no GPU, no collectives).
     ``batch`` is the global batch (default ``batch_per_dp`` sequences per rank of the "dp"
@@ -388,8 +433,10 @@ def trace_llama(cfg, mesh_shape: Sequence[int], mesh_dim_names: Sequence[str] = 
     n_params = sum(p.numel() for p in model.parameters())
 
     def input_fn():
-        return (torch.empty(batch, seq, dtype=torch.long),
-                torch.empty(batch, seq, dtype=torch.long))
+        return (
+            torch.empty(batch, seq, dtype=torch.long),
+            torch.empty(batch, seq, dtype=torch.long),
+        )
 
     with fake_world(tuple(mesh_shape), tuple(names)) as mesh:
         with AutoParallel(model, input_fn, mesh) as autop:

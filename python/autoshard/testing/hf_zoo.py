@@ -58,8 +58,9 @@ class LossZoo(nn.Module):
         self.cls = nn.Linear(dim, classes)
         self.reg = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, target: torch.Tensor, labels: torch.Tensor,
-                multi: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, target: torch.Tensor, labels: torch.Tensor, multi: torch.Tensor
+    ) -> torch.Tensor:
         h = torch.tanh(self.body(x))
         y = self.reg(h)
         logits = self.cls(h)
@@ -69,19 +70,32 @@ class LossZoo(nn.Module):
         loss = loss + F.smooth_l1_loss(y, target, beta=0.5)
         loss = loss + F.huber_loss(y, target, delta=0.5)
         loss = loss + F.binary_cross_entropy_with_logits(logits, multi)
-        loss = loss + F.kl_div(F.log_softmax(logits, -1), F.softmax(y[..., :logits.shape[-1]], -1),
-                               reduction="batchmean")
-        loss = loss + F.cross_entropy(flat, labels.flatten(), label_smoothing=0.1,
-                                      ignore_index=-100)
+        loss = loss + F.kl_div(
+            F.log_softmax(logits, -1),
+            F.softmax(y[..., : logits.shape[-1]], -1),
+            reduction="batchmean",
+        )
+        loss = loss + F.cross_entropy(
+            flat, labels.flatten(), label_smoothing=0.1, ignore_index=-100
+        )
         loss = loss + F.cross_entropy(flat, labels.flatten(), reduction="sum") / 100
         return loss
 
 
 def _decoder_cfg(cfg_cls, **extra):
-    base = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-                num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                max_position_embeddings=4 * SEQ, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                tie_word_embeddings=False)
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=4 * SEQ,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     base.update(extra)
     return cfg_cls(**base)
 
@@ -92,6 +106,7 @@ def _causal_lm(model_cls: str, cfg_cls: str, **extra) -> Callable[[], nn.Module]
 
         cfg = _decoder_cfg(getattr(T, cfg_cls), **extra)
         return LossOf(getattr(T, model_cls)(cfg), ("input_ids", "labels"))
+
     return build
 
 
@@ -106,34 +121,62 @@ def _tokens(batch: int):
 def _gpt2() -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, vocab_size=VOCAB,
-                     n_positions=4 * SEQ, bos_token_id=0, eos_token_id=0)
+    cfg = GPT2Config(
+        n_layer=LAYERS,
+        n_embd=HIDDEN,
+        n_head=HEADS,
+        vocab_size=VOCAB,
+        n_positions=4 * SEQ,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return LossOf(GPT2LMHeadModel(cfg), ("input_ids", "labels"))
 
 
 def _bert() -> nn.Module:
     from transformers import BertConfig, BertForMaskedLM
 
-    cfg = BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                     num_attention_heads=HEADS, intermediate_size=FFN,
-                     max_position_embeddings=4 * SEQ)
+    cfg = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=4 * SEQ,
+    )
     return LossOf(BertForMaskedLM(cfg), ("input_ids", "labels"))
 
 
 def _t5() -> nn.Module:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    cfg = T5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN,
-                   num_layers=LAYERS, num_decoder_layers=LAYERS, num_heads=HEADS,
-                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    cfg = T5Config(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        d_kv=HIDDEN // HEADS,
+        d_ff=FFN,
+        num_layers=LAYERS,
+        num_decoder_layers=LAYERS,
+        num_heads=HEADS,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     return LossOf(T5ForConditionalGeneration(cfg), ("input_ids", "labels"))
 
 
 def _vit() -> nn.Module:
     from transformers import ViTConfig, ViTForImageClassification
 
-    cfg = ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                    intermediate_size=FFN, image_size=IMAGE, patch_size=PATCH, num_labels=16)
+    cfg = ViTConfig(
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        image_size=IMAGE,
+        patch_size=PATCH,
+        num_labels=16,
+    )
     return LossOf(ViTForImageClassification(cfg), ("pixel_values", "labels"))
 
 
@@ -144,13 +187,27 @@ def _vit_inputs(batch: int):
 def _clip() -> nn.Module:
     from transformers import CLIPConfig, CLIPModel
 
-    text = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-                num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                max_position_embeddings=4 * SEQ, projection_dim=32, pad_token_id=0,
-                bos_token_id=1, eos_token_id=2)
-    vision = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
-                  num_attention_heads=HEADS, image_size=IMAGE, patch_size=PATCH,
-                  projection_dim=32)
+    text = dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=4 * SEQ,
+        projection_dim=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    vision = dict(
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        image_size=IMAGE,
+        patch_size=PATCH,
+        projection_dim=32,
+    )
     cfg = CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)
     return LossOf(CLIPModel(cfg), ("input_ids", "pixel_values"), return_loss=True)
 
@@ -160,15 +217,32 @@ def _clip_inputs(batch: int):
 
 
 def _losses_inputs(batch: int):
-    return (torch.randn(batch, SEQ, HIDDEN), torch.randn(batch, SEQ, HIDDEN),
-            torch.randint(0, 32, (batch, SEQ)), torch.rand(batch, SEQ, 32))
+    return (
+        torch.randn(batch, SEQ, HIDDEN),
+        torch.randn(batch, SEQ, HIDDEN),
+        torch.randint(0, 32, (batch, SEQ)),
+        torch.rand(batch, SEQ, 32),
+    )
 
 
 _MOE = dict(num_local_experts=4, num_experts_per_tok=2)
-_DEEPSEEK = dict(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-                 moe_intermediate_size=32, first_k_dense_replace=1, n_group=2, topk_group=1,
-                 kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
-                 v_head_dim=8, head_dim=8, num_key_value_heads=HEADS, rope_interleave=True)
+_DEEPSEEK = dict(
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_shared_experts=1,
+    moe_intermediate_size=32,
+    first_k_dense_replace=1,
+    n_group=2,
+    topk_group=1,
+    kv_lora_rank=16,
+    q_lora_rank=32,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=8,
+    head_dim=8,
+    num_key_value_heads=HEADS,
+    rope_interleave=True,
+)
 
 # name -> (model builder, inputs(batch) builder)
 FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], tuple]]] = {
@@ -179,12 +253,30 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], tuple]]] = {
     "mixtral": (_causal_lm("MixtralForCausalLM", "MixtralConfig", **_MOE), _tokens),
     # bfloat16 experts take torch's grouped matmul (aten._grouped_mm) instead of
     # transformers' float32 fallback op
-    "mixtral_bf16": (_in_dtype(_causal_lm("MixtralForCausalLM", "MixtralConfig", **_MOE),
-                               torch.bfloat16), _tokens),
-    "gemma2": (_causal_lm("Gemma2ForCausalLM", "Gemma2Config", head_dim=HIDDEN // HEADS,
-                          query_pre_attn_scalar=HIDDEN // HEADS, sliding_window=8), _tokens),
-    "gemma3": (_causal_lm("Gemma3ForCausalLM", "Gemma3TextConfig", head_dim=HIDDEN // HEADS,
-                          query_pre_attn_scalar=HIDDEN // HEADS, sliding_window=8), _tokens),
+    "mixtral_bf16": (
+        _in_dtype(_causal_lm("MixtralForCausalLM", "MixtralConfig", **_MOE), torch.bfloat16),
+        _tokens,
+    ),
+    "gemma2": (
+        _causal_lm(
+            "Gemma2ForCausalLM",
+            "Gemma2Config",
+            head_dim=HIDDEN // HEADS,
+            query_pre_attn_scalar=HIDDEN // HEADS,
+            sliding_window=8,
+        ),
+        _tokens,
+    ),
+    "gemma3": (
+        _causal_lm(
+            "Gemma3ForCausalLM",
+            "Gemma3TextConfig",
+            head_dim=HIDDEN // HEADS,
+            query_pre_attn_scalar=HIDDEN // HEADS,
+            sliding_window=8,
+        ),
+        _tokens,
+    ),
     "phi3": (_causal_lm("Phi3ForCausalLM", "Phi3Config"), _tokens),
     "gpt2": (_gpt2, _tokens),
     "bert": (_bert, _tokens),
@@ -230,8 +322,9 @@ def missing_ops(graph: dict | str) -> list[str]:
     return sorted({u["op"] for u in enumerate_strategies(graph, (2,))["unsupported"]})
 
 
-def check_family(name: str, mesh_shape: tuple[int, ...] = (8, 8),
-                 time_limit_s: float = 5.0, plan: bool = True) -> FamilyResult:
+def check_family(
+    name: str, mesh_shape: tuple[int, ...] = (8, 8), time_limit_s: float = 5.0, plan: bool = True
+) -> FamilyResult:
     """Traces ``name``'s training step; lists missing rules; plans it on a virtual mesh."""
     import json
 

@@ -59,9 +59,18 @@ class LlamaConfig:
 
 def llama3_8b_config(n_layers: int = 32, seq_len: int = 2048) -> LlamaConfig:
     """The Llama-3-8B shape (dim 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256)."""
-    return LlamaConfig(dim=4096, n_layers=n_layers, n_heads=32, n_kv_heads=8,
-                       vocab_size=128256, ffn_dim=14336, norm_eps=1e-5,
-                       rope_theta=500000.0, max_seq_len=seq_len, attention="sdpa")
+    return LlamaConfig(
+        dim=4096,
+        n_layers=n_layers,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_dim=14336,
+        norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_seq_len=seq_len,
+        attention="sdpa",
+    )
 
 
 class RMSNorm(nn.Module):
@@ -77,8 +86,9 @@ class RMSNorm(nn.Module):
 
 def rope_tables(head_dim: int, seq_len: int, theta: float, device=None):
     """cos/sin tables [seq, head_dim/2] of rotary embeddings (real arithmetic, no complex)."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device)
-                           / head_dim))
+    inv = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    )
     pos = torch.arange(seq_len, dtype=torch.float32, device=device)
     ang = torch.outer(pos, inv)
     return torch.cos(ang), torch.sin(ang)
@@ -168,8 +178,9 @@ class Llama(nn.Module):
 
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         b, s = tokens.shape
-        cos, sin = rope_tables(self.cfg.dim // self.cfg.n_heads, s, self.cfg.rope_theta,
-                               device=tokens.device)
+        cos, sin = rope_tables(
+            self.cfg.dim // self.cfg.n_heads, s, self.cfg.rope_theta, device=tokens.device
+        )
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h, cos, sin)

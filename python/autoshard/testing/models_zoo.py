@@ -22,21 +22,47 @@ def llama3_small(attention: str = "sdpa") -> Llama:
     """A 2-layer Llama-3-style model: RMSNorm, real-pair rotary embeddings, grouped-query
     attention (4 query heads, 2 KV heads, repeat_interleave), SwiGLU MLP, embedding and
     cross-entropy."""
-    return Llama(LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
-                             ffn_dim=64, max_seq_len=16, attention=attention))
+    return Llama(
+        LlamaConfig(
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=2,
+            vocab_size=64,
+            ffn_dim=64,
+            max_seq_len=16,
+            attention=attention,
+        )
+    )
 
 
 class GPT2LM(nn.Module):
     """``transformers.GPT2LMHeadModel`` with the loss it computes from ``labels`` as output."""
 
-    def __init__(self, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, vocab_size: int = 128,
-                 n_positions: int = 32, dropout: float = 0.1):
+    def __init__(
+        self,
+        n_layer: int = 2,
+        n_embd: int = 64,
+        n_head: int = 4,
+        vocab_size: int = 128,
+        n_positions: int = 32,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab_size,
-                         n_positions=n_positions, resid_pdrop=dropout, embd_pdrop=dropout,
-                         attn_pdrop=dropout, bos_token_id=0, eos_token_id=0)
+        cfg = GPT2Config(
+            n_layer=n_layer,
+            n_embd=n_embd,
+            n_head=n_head,
+            vocab_size=vocab_size,
+            n_positions=n_positions,
+            resid_pdrop=dropout,
+            embd_pdrop=dropout,
+            attn_pdrop=dropout,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
         self.model = GPT2LMHeadModel(cfg)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -57,27 +83,27 @@ class MoEBlock(nn.Module):
         self.n_experts, self.top_k = n_experts, top_k
         self.norm = RMSNorm(dim, 1e-5)
         self.router = nn.Linear(dim, n_experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim ** -0.5)
-        self.w3 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim ** -0.5)
-        self.w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) * hidden ** -0.5)
+        self.w1 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim**-0.5)
+        self.w3 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim**-0.5)
+        self.w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) * hidden**-0.5)
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
         tokens = b * s
         h = self.norm(x).reshape(tokens, d)
-        probs = torch.softmax(self.router(h), dim=-1)                       # [T, E]
-        top_w, top_i = torch.topk(probs, self.top_k, dim=-1)                # [T, k]
+        probs = torch.softmax(self.router(h), dim=-1)  # [T, E]
+        top_w, top_i = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
         top_w = top_w / top_w.sum(dim=-1, keepdim=True)
-        gates = torch.zeros_like(probs).scatter(1, top_i, top_w)            # [T, E]
+        gates = torch.zeros_like(probs).scatter(1, top_i, top_w)  # [T, E]
         token_of_row = torch.arange(tokens, device=x.device).repeat_interleave(self.top_k)
-        expert_of_row = top_i.reshape(-1)                                   # [T*k]
-        rows = h.index_select(0, token_of_row)                              # [T*k, D]
+        expert_of_row = top_i.reshape(-1)  # [T*k]
+        rows = h.index_select(0, token_of_row)  # [T*k, D]
         out_rows = torch.zeros_like(rows)
         for e in range(self.n_experts):
-            mine = (expert_of_row == e).unsqueeze(-1).to(rows.dtype)        # one-hot mask
+            mine = (expert_of_row == e).unsqueeze(-1).to(rows.dtype)  # one-hot mask
             y = (F.silu(rows @ self.w1[e]) * (rows @ self.w3[e])) @ self.w2[e]
             out_rows = out_rows + mine * y
-        row_gates = gates.index_select(0, token_of_row)                     # [T*k, E]
+        row_gates = gates.index_select(0, token_of_row)  # [T*k, E]
         row_gate = torch.gather(row_gates, 1, expert_of_row.unsqueeze(-1))  # [T*k, 1]
         moe = torch.zeros_like(h).index_add(0, token_of_row, out_rows * row_gate)
         y = x + moe.view(b, s, d)
@@ -113,9 +139,18 @@ class DeepSeekMoELayer(nn.Module):
       auxiliary loss.
     """
 
-    def __init__(self, dim: int, hidden: int, n_experts: int, top_k: int, shared_hidden: int,
-                 group_size: int | None = None, capacity_factor: float = 1.25,
-                 score_func: str = "softmax", norm_topk: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        hidden: int,
+        n_experts: int,
+        top_k: int,
+        shared_hidden: int,
+        group_size: int | None = None,
+        capacity_factor: float = 1.25,
+        score_func: str = "softmax",
+        norm_topk: bool = True,
+    ):
         super().__init__()
         if score_func not in ("softmax", "sigmoid"):
             raise ValueError(f"score_func must be 'softmax' or 'sigmoid', got {score_func!r}")
@@ -126,9 +161,9 @@ class DeepSeekMoELayer(nn.Module):
         self.norm_topk = norm_topk
         self.norm = RMSNorm(dim, 1e-5)
         self.router = nn.Linear(dim, n_experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim ** -0.5)
-        self.w3 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim ** -0.5)
-        self.w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) * hidden ** -0.5)
+        self.w1 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim**-0.5)
+        self.w3 = nn.Parameter(torch.randn(n_experts, dim, hidden) * dim**-0.5)
+        self.w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) * hidden**-0.5)
         self.shared_gate = nn.Linear(dim, shared_hidden, bias=False)
         self.shared_up = nn.Linear(dim, shared_hidden, bias=False)
         self.shared_down = nn.Linear(shared_hidden, dim, bias=False)
@@ -145,10 +180,11 @@ class DeepSeekMoELayer(nn.Module):
             raise ValueError(f"{b * t} tokens do not split into groups of {s}")
         g, c = b * t // s, self.capacity(s)
         h = self.norm(x).reshape(g, s, d)
-        logits = self.router(h)                                               # [G, S, E]
-        scores = torch.softmax(logits, dim=-1) if self.score_func == "softmax" \
-            else torch.sigmoid(logits)
-        top_w, top_i = torch.topk(scores, k, dim=-1)                          # [G, S, k]
+        logits = self.router(h)  # [G, S, E]
+        scores = (
+            torch.softmax(logits, dim=-1) if self.score_func == "softmax" else torch.sigmoid(logits)
+        )
+        top_w, top_i = torch.topk(scores, k, dim=-1)  # [G, S, k]
         if self.norm_topk:
             top_w = top_w / top_w.sum(dim=-1, keepdim=True)
         # chosen[g, j, s, e] = 1 where expert e is token s's j-th choice; slot-major order,
@@ -157,14 +193,14 @@ class DeepSeekMoELayer(nn.Module):
         chosen = (top_i.transpose(1, 2).unsqueeze(-1) == experts).to(h.dtype)  # [G, k, S, E]
         flat = chosen.reshape(g, k * s, e)
         position = ((torch.cumsum(flat, dim=1) - 1.0) * flat).reshape(g, k, s, e).sum(1)
-        routed = chosen.sum(1)                                                # [G, S, E] 0/1
-        gate = (chosen * top_w.transpose(1, 2).unsqueeze(-1)).sum(1)          # [G, S, E]
+        routed = chosen.sum(1)  # [G, S, E] 0/1
+        gate = (chosen * top_w.transpose(1, 2).unsqueeze(-1)).sum(1)  # [G, S, E]
         slots = torch.arange(c, device=x.device, dtype=h.dtype)
         # a position >= C matches no slot: that assignment is dropped
         dispatch = (position.unsqueeze(-1) == slots).to(h.dtype) * routed.unsqueeze(-1)
-        combine = dispatch * gate.unsqueeze(-1)                               # [G, S, E, C]
-        dispatched = torch.einsum("gsec,gsd->gecd", dispatch, h)              # [G, E, C, D]
-        expert_in = dispatched.transpose(0, 1).reshape(e, g * c, d)           # expert-major
+        combine = dispatch * gate.unsqueeze(-1)  # [G, S, E, C]
+        dispatched = torch.einsum("gsec,gsd->gecd", dispatch, h)  # [G, E, C, D]
+        expert_in = dispatched.transpose(0, 1).reshape(e, g * c, d)  # expert-major
         act = F.silu(torch.bmm(expert_in, self.w1)) * torch.bmm(expert_in, self.w3)
         expert_out = torch.bmm(act, self.w2).reshape(e, g, c, d).transpose(0, 1)  # [G, E, C, D]
         out = torch.einsum("gsec,gecd->gsd", combine, expert_out)
@@ -189,17 +225,36 @@ class DeepSeekMoEBlock(nn.Module):
     planner can choose; no device-limited / node-limited routing, no auxiliary-loss-free bias
     (V3), no routed scaling factor; no attention (the MoE feed-forward alone)."""
 
-    def __init__(self, dim: int = 32, hidden: int = 16, n_experts: int = 8, top_k: int = 2,
-                 shared_hidden: int | None = None, n_layers: int = 1,
-                 group_size: int | None = None, capacity_factor: float = 1.25,
-                 score_func: str = "softmax", norm_topk: bool = True,
-                 balance_coef: float = 0.01):
+    def __init__(
+        self,
+        dim: int = 32,
+        hidden: int = 16,
+        n_experts: int = 8,
+        top_k: int = 2,
+        shared_hidden: int | None = None,
+        n_layers: int = 1,
+        group_size: int | None = None,
+        capacity_factor: float = 1.25,
+        score_func: str = "softmax",
+        norm_topk: bool = True,
+        balance_coef: float = 0.01,
+    ):
         super().__init__()
         self.balance_coef = balance_coef
         self.layers = nn.ModuleList(
-            DeepSeekMoELayer(dim, hidden, n_experts, top_k, shared_hidden or 2 * hidden,
-                             group_size, capacity_factor, score_func, norm_topk)
-            for _ in range(n_layers))
+            DeepSeekMoELayer(
+                dim,
+                hidden,
+                n_experts,
+                top_k,
+                shared_hidden or 2 * hidden,
+                group_size,
+                capacity_factor,
+                score_func,
+                norm_topk,
+            )
+            for _ in range(n_layers)
+        )
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         balance = x.new_zeros(())

@@ -48,15 +48,27 @@ Coord = tuple
 
 # Ops whose outputs are uninitialised memory: only shape and dtype are compared.
 UNINITIALISED_OPS = {
-    "aten.empty.memory_format", "aten.empty_strided.default", "aten.empty_like.default",
-    "aten.new_empty.default", "aten.new_empty_strided.default",
+    "aten.empty.memory_format",
+    "aten.empty_strided.default",
+    "aten.empty_like.default",
+    "aten.new_empty.default",
+    "aten.new_empty_strided.default",
 }
 # Ops that draw random numbers: a per-rank run cannot reproduce the unsharded draw.
 RANDOM_OPS = {
-    "aten.native_dropout.default", "aten.rand.default", "aten.randn.default",
-    "aten.rand_like.default", "aten.randn_like.default", "aten.bernoulli.default",
-    "aten.bernoulli.p", "aten.randint.default", "aten.randint.low", "aten.randperm.default",
-    "aten.normal.Tensor_float", "aten.uniform.default", "aten.multinomial.default",
+    "aten.native_dropout.default",
+    "aten.rand.default",
+    "aten.randn.default",
+    "aten.rand_like.default",
+    "aten.randn_like.default",
+    "aten.bernoulli.default",
+    "aten.bernoulli.p",
+    "aten.randint.default",
+    "aten.randint.low",
+    "aten.randperm.default",
+    "aten.normal.Tensor_float",
+    "aten.uniform.default",
+    "aten.multinomial.default",
 }
 # CPU kernels that crash the process (SIGFPE) on an empty local block: never run them there.
 CRASH_ON_EMPTY_OPS = {
@@ -65,16 +77,24 @@ CRASH_ON_EMPTY_OPS = {
 }
 # Ops with a positional argument that is the GLOBAL output shape: op -> (size arg, stride arg).
 OUTPUT_SHAPE_ARGS = {
-    "aten.view.default": (1, None), "aten._unsafe_view.default": (1, None),
-    "aten.view_copy.default": (1, None), "aten.reshape.default": (1, None),
-    "aten.expand.default": (1, None), "aten.expand_copy.default": (1, None),
-    "aten.new_zeros.default": (1, None), "aten.new_ones.default": (1, None),
-    "aten.new_empty.default": (1, None), "aten.new_full.default": (1, None),
+    "aten.view.default": (1, None),
+    "aten._unsafe_view.default": (1, None),
+    "aten.view_copy.default": (1, None),
+    "aten.reshape.default": (1, None),
+    "aten.expand.default": (1, None),
+    "aten.expand_copy.default": (1, None),
+    "aten.new_zeros.default": (1, None),
+    "aten.new_ones.default": (1, None),
+    "aten.new_empty.default": (1, None),
+    "aten.new_full.default": (1, None),
     "aten.new_empty_strided.default": (1, 2),
-    "aten.zeros.default": (0, None), "aten.ones.default": (0, None),
-    "aten.empty.memory_format": (0, None), "aten.full.default": (0, None),
+    "aten.zeros.default": (0, None),
+    "aten.ones.default": (0, None),
+    "aten.empty.memory_format": (0, None),
+    "aten.full.default": (0, None),
     "aten.empty_strided.default": (0, 1),
-    "aten.slice_backward.default": (1, None), "aten.select_backward.default": (1, None),
+    "aten.slice_backward.default": (1, None),
+    "aten.select_backward.default": (1, None),
 }
 
 
@@ -83,6 +103,7 @@ class ValidationSetupError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- capture
+
 
 @dataclass
 class CapturedGraph:
@@ -106,8 +127,11 @@ class _RecordingInterpreter(fx.Interpreter):
         value = super().run_node(n)
         # uninitialised memory may hold anything: zeros are one valid run, and a reproducible
         # one (garbage such as 1e30 would swamp the partial terms split from it downstream)
-        if n.op == "call_function" and str(n.target) in UNINITIALISED_OPS \
-                and isinstance(value, torch.Tensor):
+        if (
+            n.op == "call_function"
+            and str(n.target) in UNINITIALISED_OPS
+            and isinstance(value, torch.Tensor)
+        ):
             value.zero_()
         return value
 
@@ -125,9 +149,15 @@ def export_graph(step: TracedStep) -> dict:
     return graph_dict(step)
 
 
-def capture_model(name: str, model: torch.nn.Module, inputs: tuple, *,
-                  seed: int = 0, decompositions: dict | None = None,
-                  capture: str = "direct") -> CapturedGraph:
+def capture_model(
+    name: str,
+    model: torch.nn.Module,
+    inputs: tuple,
+    *,
+    seed: int = 0,
+    decompositions: dict | None = None,
+    capture: str = "direct",
+) -> CapturedGraph:
     """Traces one training step of ``model(*inputs)`` (a scalar loss) with the project's
     tracer, then runs the joint graph eagerly on CPU with the model's real weights and the
     real ``inputs`` (tangent of the loss: 1) and records every node's value.
@@ -167,14 +197,26 @@ def capture_function(name: str, fn: Callable, *args: torch.Tensor) -> CapturedGr
         # (getitem nodes are folded into references; one of a None output has no value)
         if n.op == "call_function" and n.target is not operator.getitem and "val" not in n.meta:
             raise ValidationSetupError(f"node {n.name} has no value metadata")
-    step = TracedStep(gm=gm, fake_mode=None, device=torch.device("cpu"), param_fqns={},
-                      buffer_fqns={}, input_nodes=phs, input_metas=[], input_spec=None,
-                      tangent_of={}, outputs=[], num_forward_outputs=0, output_spec=None,
-                      source_captured=False)
+    step = TracedStep(
+        gm=gm,
+        fake_mode=None,
+        device=torch.device("cpu"),
+        param_fqns={},
+        buffer_fqns={},
+        input_nodes=phs,
+        input_metas=[],
+        input_spec=None,
+        tangent_of={},
+        outputs=[],
+        num_forward_outputs=0,
+        output_spec=None,
+        source_captured=False,
+    )
     return CapturedGraph(name, gm, export_graph(step), _eager_values(gm, args))
 
 
 # ----------------------------------------------------------------------------- layouts
+
 
 def parse_placement(text: str) -> tuple:
     """``"R"`` -> ("R",), ``"S(1)"`` -> ("S", 1), ``"P(sum)"`` -> ("P", "sum")."""
@@ -205,8 +247,9 @@ def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
     return start, max(0, min(size, start + chunk) - start)
 
 
-def local_shape(shape: Sequence[int], layout: Sequence[str], mesh: Sequence[int],
-                coord: Coord) -> list[int]:
+def local_shape(
+    shape: Sequence[int], layout: Sequence[str], mesh: Sequence[int], coord: Coord
+) -> list[int]:
     out = list(shape)
     for i, text in enumerate(layout):
         p = parse_placement(text)
@@ -222,7 +265,11 @@ def _is_float(t: torch.Tensor) -> bool:
 def _finite_abs(t: torch.Tensor) -> torch.Tensor:
     """|t| with non-finite entries as 0, in float64."""
     a = t.abs().double() if not t.is_complex() else t.abs().double()
-    return torch.where(torch.isfinite(a), a, torch.zeros((), dtype=torch.float64)) if _is_float(t) else a
+    return (
+        torch.where(torch.isfinite(a), a, torch.zeros((), dtype=torch.float64))
+        if _is_float(t)
+        else a
+    )
 
 
 def _noise_scale(t: torch.Tensor) -> float:
@@ -248,7 +295,9 @@ def _partial_noise_scale(piece: torch.Tensor, n: int) -> tuple[torch.Tensor, tor
     return torch.minimum(mag.clamp(min=floor), room), room
 
 
-def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -> list[torch.Tensor]:
+def _split_partial(
+    piece: torch.Tensor, op: str, n: int, gen: torch.Generator
+) -> list[torch.Tensor]:
     if n == 1:
         return [piece]
     owner = int(torch.randint(n, (), generator=gen))
@@ -261,11 +310,16 @@ def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -
             # noise of the piece's magnitude, but never pushing a term past the dtype's range
             # (attention masks hold finfo.min: their terms stay at the value)
             scale, room = _partial_noise_scale(piece, n)
-            noise = [(torch.randn(piece.shape, generator=gen, dtype=torch.float64) * scale
-                      ).clamp(-room, room).to(piece.dtype) for _ in range(n)]
+            noise = [
+                (torch.randn(piece.shape, generator=gen, dtype=torch.float64) * scale)
+                .clamp(-room, room)
+                .to(piece.dtype)
+                for _ in range(n)
+            ]
         else:
-            noise = [torch.randint(-5, 6, piece.shape, generator=gen).to(piece.dtype)
-                     for _ in range(n)]
+            noise = [
+                torch.randint(-5, 6, piece.shape, generator=gen).to(piece.dtype) for _ in range(n)
+            ]
         # sum: the noise terms and the rest on the owner; avg: the piece plus noise terms that
         # cancel out (the average is the piece without forming n * piece, which may overflow)
         rest = sum(noise[j] for j in range(n) if j != owner)
@@ -281,7 +335,7 @@ def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -
         if piece.dtype == torch.bool:
             other = torch.zeros_like(piece) if op == "max" else torch.ones_like(piece)
         elif _is_float(piece):
-            delta = (torch.rand(piece.shape, generator=gen, dtype=torch.float64) + 0.1)
+            delta = torch.rand(piece.shape, generator=gen, dtype=torch.float64) + 0.1
             other = (piece.double() + sign * delta * _noise_scale(piece)).to(piece.dtype)
         else:
             other = piece + sign * torch.randint(1, 4, piece.shape, generator=gen).to(piece.dtype)
@@ -289,8 +343,9 @@ def _split_partial(piece: torch.Tensor, op: str, n: int, gen: torch.Generator) -
     return terms
 
 
-def split_value(value: torch.Tensor, layout: Sequence[str], mesh: Sequence[int],
-                gen: torch.Generator) -> dict[Coord, torch.Tensor]:
+def split_value(
+    value: torch.Tensor, layout: Sequence[str], mesh: Sequence[int], gen: torch.Generator
+) -> dict[Coord, torch.Tensor]:
     """Each rank's local tensor (contiguous, its own storage) of a global value."""
     pieces: dict[Coord, torch.Tensor] = {(): value}
     for i, text in enumerate(layout):
@@ -303,8 +358,9 @@ def split_value(value: torch.Tensor, layout: Sequence[str], mesh: Sequence[int],
             elif p[0] == "S":
                 if p[1] >= piece.dim():
                     raise ValidationSetupError(f"S({p[1]}) on a tensor of rank {piece.dim()}")
-                parts = [piece.narrow(p[1], *chunk_bounds(piece.shape[p[1]], n, j))
-                         for j in range(n)]
+                parts = [
+                    piece.narrow(p[1], *chunk_bounds(piece.shape[p[1]], n, j)) for j in range(n)
+                ]
             else:
                 parts = _split_partial(piece, p[1], n, gen)
             for j, part in enumerate(parts):
@@ -333,8 +389,14 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(diff.max())
 
 
-_RTOL = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 2e-4,
-         torch.complex64: 2e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+_RTOL = {
+    torch.float64: 1e-9,
+    torch.complex128: 1e-9,
+    torch.float32: 2e-4,
+    torch.complex64: 2e-4,
+    torch.float16: 5e-3,
+    torch.bfloat16: 3e-2,
+}
 
 
 def tolerance(reference: torch.Tensor, precision: torch.dtype | None = None) -> float:
@@ -348,8 +410,9 @@ def tolerance(reference: torch.Tensor, precision: torch.dtype | None = None) -> 
     return rtol * (scale + 1.0)
 
 
-def _combine(parts: list[torch.Tensor], text: str, tol: float | None,
-             mismatches: list[_Mismatch]) -> torch.Tensor:
+def _combine(
+    parts: list[torch.Tensor], text: str, tol: float | None, mismatches: list[_Mismatch]
+) -> torch.Tensor:
     p = parse_placement(text)
     if p[0] == "S":
         return torch.cat(parts, dim=p[1])
@@ -357,8 +420,13 @@ def _combine(parts: list[torch.Tensor], text: str, tol: float | None,
         first = parts[0]
         for j, other in enumerate(parts[1:], start=1):
             if other.shape != first.shape:
-                mismatches.append(_Mismatch(math.inf, f"R output: rank shapes differ "
-                                            f"{list(first.shape)} vs {list(other.shape)}"))
+                mismatches.append(
+                    _Mismatch(
+                        math.inf,
+                        f"R output: rank shapes differ "
+                        f"{list(first.shape)} vs {list(other.shape)}",
+                    )
+                )
                 continue
             if tol is None:  # uninitialised values: only shapes must agree
                 continue
@@ -381,9 +449,13 @@ def _combine(parts: list[torch.Tensor], text: str, tol: float | None,
     return stacked.amax(0) if op == "max" else stacked.amin(0)
 
 
-def combine_value(locals_: dict[Coord, torch.Tensor], layout: Sequence[str],
-                  mesh: Sequence[int], tol: float | None,
-                  mismatches: list[_Mismatch]) -> torch.Tensor:
+def combine_value(
+    locals_: dict[Coord, torch.Tensor],
+    layout: Sequence[str],
+    mesh: Sequence[int],
+    tol: float | None,
+    mismatches: list[_Mismatch],
+) -> torch.Tensor:
     """The global value the ranks' outputs stand for (inverse of split_value). Replicated
     outputs must agree between ranks within ``tol`` (None: values not compared)."""
     pieces = dict(locals_)
@@ -397,6 +469,7 @@ def combine_value(locals_: dict[Coord, torch.Tensor], layout: Sequence[str],
 
 # ----------------------------------------------------------------------------- validation
 
+
 @dataclass
 class Failure:
     graph: str
@@ -408,8 +481,10 @@ class Failure:
     message: str
 
     def __str__(self) -> str:
-        return (f"{self.graph} mesh={list(self.mesh)} {self.node} ({self.op}) [{self.strategy}]: "
-                f"max error {self.max_error:.3g}; {self.message}")
+        return (
+            f"{self.graph} mesh={list(self.mesh)} {self.node} ({self.op}) [{self.strategy}]: "
+            f"max error {self.max_error:.3g}; {self.message}"
+        )
 
 
 @dataclass
@@ -446,11 +521,13 @@ class ValidationReport:
         return [f.strategy for f in self.failures if f.node == node]
 
     def summary(self, max_failures: int = 40) -> str:
-        lines = [f"rule validation: {len(self.graphs)} graph(s) {', '.join(self.graphs)}; meshes "
-                 f"{', '.join(str(list(m)) for m in self.meshes)}",
-                 f"  {self.nodes_checked} op nodes ({len(self.ops)} distinct ops) x strategies: "
-                 f"{self.strategies_checked} validated (of {self.strategies_offered} offered), "
-                 f"{len(self.failures)} failed; {self.duplicates} nodes equal to a checked one"]
+        lines = [
+            f"rule validation: {len(self.graphs)} graph(s) {', '.join(self.graphs)}; meshes "
+            f"{', '.join(str(list(m)) for m in self.meshes)}",
+            f"  {self.nodes_checked} op nodes ({len(self.ops)} distinct ops) x strategies: "
+            f"{self.strategies_checked} validated (of {self.strategies_offered} offered), "
+            f"{len(self.failures)} failed; {self.duplicates} nodes equal to a checked one",
+        ]
         skipped_ops = sorted({(s[2], s[3]) for s in self.skipped})
         for op, reason in skipped_ops:
             lines.append(f"  skipped {op}: {reason}")
@@ -498,21 +575,30 @@ def _node_seed(graph: str, node: str, extra: str = "") -> int:
     return zlib.crc32(f"{graph}/{node}/{extra}".encode())
 
 
-def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict],
-                  mesh: Sequence[int], report: ValidationReport) -> None:
+def validate_node(
+    captured: CapturedGraph,
+    node: fx.Node,
+    strategies: list[dict],
+    mesh: Sequence[int],
+    report: ValidationReport,
+) -> None:
     op = str(node.target)
     refs = tensor_ref_nodes(node)
     global_in = {r.name: captured.values[r.name] for r in refs}
     reference = _outputs_of(captured.values[node.name])
     coords = [tuple(c) for c in _all_coords(mesh)]
-    float_inputs = [v.dtype for v in global_in.values() if isinstance(v, torch.Tensor) and _is_float(v)]
+    float_inputs = [
+        v.dtype for v in global_in.values() if isinstance(v, torch.Tensor) and _is_float(v)
+    ]
     precision = max(float_inputs, key=lambda d: _RTOL.get(d, 0.0)) if float_inputs else None
     split_cache: dict[tuple, dict[Coord, torch.Tensor]] = {}
     for strategy in strategies:
         for layout in list(strategy["inputs"]) + [o for o in strategy["outputs"] if o is not None]:
             if not isinstance(layout, (list, tuple)) or len(layout) != len(mesh):
-                raise ValidationSetupError(f"node {node.name}: strategy {strategy!r} has a layout "
-                                           f"{layout!r} that is not one placement per mesh dim")
+                raise ValidationSetupError(
+                    f"node {node.name}: strategy {strategy!r} has a layout "
+                    f"{layout!r} that is not one placement per mesh dim"
+                )
         sname = strategy_str(strategy)
         report.strategies_checked += 1
         mismatches: list[_Mismatch] = []
@@ -520,22 +606,27 @@ def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict]
             if len(strategy["inputs"]) != len(refs):
                 raise ValidationSetupError(
                     f"strategy has {len(strategy['inputs'])} input layouts for {len(refs)} "
-                    "tensor references")
+                    "tensor references"
+                )
             per_input = []
             for k, (r, layout) in enumerate(zip(refs, strategy["inputs"])):
                 key = (k, tuple(layout))
                 if key not in split_cache:
-                    gen = torch.Generator().manual_seed(_node_seed(captured.name, node.name, str(key)))
+                    gen = torch.Generator().manual_seed(
+                        _node_seed(captured.name, node.name, str(key))
+                    )
                     split_cache[key] = split_value(global_in[r.name], layout, mesh, gen)
                 per_input.append(split_cache[key])
             out_layouts = strategy["outputs"]
             ref0 = reference[0] if isinstance(reference[0], torch.Tensor) else None
             local_outs: list[dict[Coord, Any]] = [dict() for _ in reference]
             for c in coords:
-                if op in CRASH_ON_EMPTY_OPS and any(per_input[k][c].numel() == 0
-                                                    for k in range(len(refs))):
-                    raise ValidationSetupError(f"rank {c} gets an empty block, on which the CPU "
-                                               "kernel crashes")
+                if op in CRASH_ON_EMPTY_OPS and any(
+                    per_input[k][c].numel() == 0 for k in range(len(refs))
+                ):
+                    raise ValidationSetupError(
+                        f"rank {c} gets an empty block, on which the CPU " "kernel crashes"
+                    )
                 local_of = {r.name: per_input[k][c] for k, r in enumerate(refs)}
                 args = fx.node.map_arg(node.args, lambda n: local_of[n.name])
                 kwargs = dict(fx.node.map_arg(node.kwargs, lambda n: local_of[n.name]))
@@ -556,26 +647,46 @@ def validate_node(captured: CapturedGraph, node: fx.Node, strategies: list[dict]
                 tol = None if op in UNINITIALISED_OPS else tolerance(ref, precision)
                 got = combine_value(local_outs[k], layout, mesh, tol, mismatches)
                 if tuple(got.shape) != tuple(ref.shape):
-                    mismatches.append(_Mismatch(math.inf, f"output {k}: shape {list(got.shape)}"
-                                                f" != {list(ref.shape)}"))
+                    mismatches.append(
+                        _Mismatch(
+                            math.inf,
+                            f"output {k}: shape {list(got.shape)}" f" != {list(ref.shape)}",
+                        )
+                    )
                     continue
                 if op in UNINITIALISED_OPS:
                     continue
                 err = _max_abs_diff(got, ref)
                 worst = max(worst, err)
                 if err > tol:
-                    mismatches.append(_Mismatch(err, f"output {k} ({layout_compact(layout)}) "
-                                                f"differs from the unsharded op (tolerance "
-                                                f"{tol:.3g})"))
+                    mismatches.append(
+                        _Mismatch(
+                            err,
+                            f"output {k} ({layout_compact(layout)}) "
+                            f"differs from the unsharded op (tolerance "
+                            f"{tol:.3g})",
+                        )
+                    )
         except ValidationSetupError as e:
             mismatches.append(_Mismatch(math.inf, str(e)))
         except Exception as e:  # the op refused its local arguments: the rule is wrong
             msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            mismatches.append(_Mismatch(math.inf, f"local run raised {type(e).__name__}: {msg[:200]}"))
+            mismatches.append(
+                _Mismatch(math.inf, f"local run raised {type(e).__name__}: {msg[:200]}")
+            )
         if mismatches:
             worst = max(m.error for m in mismatches)
-            report.failures.append(Failure(captured.name, tuple(mesh), node.name, op, sname, worst,
-                                           "; ".join(dict.fromkeys(m.message for m in mismatches))))
+            report.failures.append(
+                Failure(
+                    captured.name,
+                    tuple(mesh),
+                    node.name,
+                    op,
+                    sname,
+                    worst,
+                    "; ".join(dict.fromkeys(m.message for m in mismatches)),
+                )
+            )
         else:
             report.passed[(captured.name, tuple(mesh), node.name, sname)] = True
 
@@ -602,21 +713,35 @@ def enumerate_strategies(graph: dict | str, mesh: Sequence[int]) -> dict:
 def node_signature(node_json: dict, nodes_by_name: dict[str, dict]) -> str:
     """What the rules see of a node: op, argument values with every tensor reference
     replaced by its shape and dtype, output metas. Equal signatures get equal strategies."""
+
     def sub(v):
         if isinstance(v, dict) and "ref" in v:
             return nodes_by_name[v["ref"]]["outputs"][v["index"]]
         if isinstance(v, list):
             return [sub(x) for x in v]
         return v
-    return json.dumps([node_json["op"], sub(node_json.get("args", [])),
-                       {k: sub(v) for k, v in node_json.get("kwargs", {}).items()},
-                       node_json["outputs"]], sort_keys=True)
+
+    return json.dumps(
+        [
+            node_json["op"],
+            sub(node_json.get("args", [])),
+            {k: sub(v) for k, v in node_json.get("kwargs", {}).items()},
+            node_json["outputs"],
+        ],
+        sort_keys=True,
+    )
 
 
-def validate(captured: CapturedGraph, mesh: Sequence[int], *,
-             max_strategies_per_node: int | None = None, dedupe: bool = True,
-             extra_strategies: StrategyHook | None = None,
-             ops: set[str] | None = None, seed: int = 0) -> ValidationReport:
+def validate(
+    captured: CapturedGraph,
+    mesh: Sequence[int],
+    *,
+    max_strategies_per_node: int | None = None,
+    dedupe: bool = True,
+    extra_strategies: StrategyHook | None = None,
+    ops: set[str] | None = None,
+    seed: int = 0,
+) -> ValidationReport:
     """Validates every strategy of every op node of ``captured`` on ``mesh``.
 
     ``max_strategies_per_node``: validate a deterministic random sample of that many
@@ -628,17 +753,32 @@ def validate(captured: CapturedGraph, mesh: Sequence[int], *,
     same shapes and arguments, e.g. in repeated layers); the others count as ``duplicates``.
     """
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: thread start-up and contention cost more than they save
+    torch.set_num_threads(
+        1
+    )  # tiny tensors: thread start-up and contention cost more than they save
     try:
-        return _validate(captured, tuple(int(m) for m in mesh), max_strategies_per_node, dedupe,
-                         extra_strategies, ops, seed)
+        return _validate(
+            captured,
+            tuple(int(m) for m in mesh),
+            max_strategies_per_node,
+            dedupe,
+            extra_strategies,
+            ops,
+            seed,
+        )
     finally:
         torch.set_num_threads(threads)
 
 
-def _validate(captured: CapturedGraph, mesh: tuple, max_strategies_per_node: int | None,
-              dedupe: bool, extra_strategies: StrategyHook | None, ops: set[str] | None,
-              seed: int) -> ValidationReport:
+def _validate(
+    captured: CapturedGraph,
+    mesh: tuple,
+    max_strategies_per_node: int | None,
+    dedupe: bool,
+    extra_strategies: StrategyHook | None,
+    ops: set[str] | None,
+    seed: int,
+) -> ValidationReport:
     enumerated = enumerate_strategies(captured.graph, mesh)
     report = ValidationReport(graphs=[captured.name], meshes=[mesh])
     for u in enumerated["unsupported"]:
@@ -655,8 +795,14 @@ def _validate(captured: CapturedGraph, mesh: tuple, max_strategies_per_node: int
         if node.name in unsupported_nodes:
             continue
         if op in RANDOM_OPS:
-            report.skipped.append((captured.name, node.name, op, "random op: a per-rank run cannot "
-                                   "reproduce the unsharded draw"))
+            report.skipped.append(
+                (
+                    captured.name,
+                    node.name,
+                    op,
+                    "random op: a per-rank run cannot " "reproduce the unsharded draw",
+                )
+            )
             continue
         if dedupe:
             sig = node_signature(node_json[node.name], node_json)
@@ -677,8 +823,9 @@ def _validate(captured: CapturedGraph, mesh: tuple, max_strategies_per_node: int
     return report
 
 
-def validate_all(captures: Sequence[CapturedGraph], meshes: Sequence[Sequence[int]],
-                 **kwargs) -> ValidationReport:
+def validate_all(
+    captures: Sequence[CapturedGraph], meshes: Sequence[Sequence[int]], **kwargs
+) -> ValidationReport:
     total = ValidationReport()
     for cap in captures:
         for mesh in meshes:
@@ -688,8 +835,10 @@ def validate_all(captures: Sequence[CapturedGraph], meshes: Sequence[Sequence[in
 
 # ----------------------------------------------------------------------------- standard models
 
-def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: int = 0
-                      ) -> list[CapturedGraph]:
+
+def standard_captures(
+    names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: int = 0
+) -> list[CapturedGraph]:
     """The validator's models (python/autoshard/testing/models_zoo.py), traced and run eagerly:
     ``llama3`` (2 layers, SDPA with GQA), ``moe`` (4 experts, top-2), ``deepseek_moe`` /
     ``deepseek_moe_sigmoid`` (DeepSeekMoEBlock: capacity-based dispatch with einsums, shared
@@ -705,23 +854,32 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
     out = []
     for name in names:
         if name == "llama3":
-            model, inputs = Z.llama3_small("sdpa"), (torch.randint(0, 64, (2, 6), generator=gen),
-                                                     torch.randint(0, 64, (2, 6), generator=gen))
+            model, inputs = Z.llama3_small("sdpa"), (
+                torch.randint(0, 64, (2, 6), generator=gen),
+                torch.randint(0, 64, (2, 6), generator=gen),
+            )
         elif name == "llama3_manual":
-            model, inputs = Z.llama3_small("manual"), (torch.randint(0, 64, (2, 6), generator=gen),
-                                                       torch.randint(0, 64, (2, 6), generator=gen))
+            model, inputs = Z.llama3_small("manual"), (
+                torch.randint(0, 64, (2, 6), generator=gen),
+                torch.randint(0, 64, (2, 6), generator=gen),
+            )
         elif name == "moe":
-            model, inputs = Z.MoEBlock(n_experts=4, top_k=2), (torch.randn(2, 6, 32, generator=gen),
-                                                               torch.randn(2, 6, 32, generator=gen))
+            model, inputs = Z.MoEBlock(n_experts=4, top_k=2), (
+                torch.randn(2, 6, 32, generator=gen),
+                torch.randn(2, 6, 32, generator=gen),
+            )
         elif name in ("deepseek_moe", "deepseek_moe_sigmoid"):
             # 4 groups of 6 tokens, capacity 3 per expert and group: some tokens dropped
             score = "sigmoid" if name.endswith("sigmoid") else "softmax"
-            model = Z.DeepSeekMoEBlock(dim=16, hidden=8, n_experts=4, top_k=2,
-                                       capacity_factor=0.75, score_func=score)
+            model = Z.DeepSeekMoEBlock(
+                dim=16, hidden=8, n_experts=4, top_k=2, capacity_factor=0.75, score_func=score
+            )
             inputs = (torch.randn(4, 6, 16, generator=gen), torch.randn(4, 6, 16, generator=gen))
         elif name == "gpt2":
-            model, inputs = Z.GPT2LM(), (torch.randint(0, 128, (2, 8), generator=gen),
-                                         torch.randint(0, 128, (2, 8), generator=gen))
+            model, inputs = Z.GPT2LM(), (
+                torch.randint(0, 128, (2, 8), generator=gen),
+                torch.randint(0, 128, (2, 8), generator=gen),
+            )
         elif name in op_cases.CASES:
             out.append(op_cases.capture(name, seed))
             continue
@@ -729,9 +887,11 @@ def standard_captures(names: Sequence[str] = ("llama3", "moe", "gpt2"), seed: in
             out.append(op_cases.hf_family(name[3:], seed))
             continue
         else:
-            raise ValueError(f"unknown model {name!r}: expected llama3, llama3_manual, moe, "
-                             f"deepseek_moe, deepseek_moe_sigmoid, gpt2, "
-                             f"{', '.join(op_cases.CASES)} or hf:<family>")
+            raise ValueError(
+                f"unknown model {name!r}: expected llama3, llama3_manual, moe, "
+                f"deepseek_moe, deepseek_moe_sigmoid, gpt2, "
+                f"{', '.join(op_cases.CASES)} or hf:<family>"
+            )
         out.append(capture_model(name, model, inputs, seed=seed))
     return out
 
@@ -741,12 +901,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     [--sample N]``: validates every rule of the standard models and prints the summary."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m autoshard.testing.validate",
-                                 description=main.__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m autoshard.testing.validate", description=main.__doc__
+    )
     ap.add_argument("--models", default="llama3,moe,gpt2")
     ap.add_argument("--meshes", default="2,4,2x2,2x2x2")
-    ap.add_argument("--sample", type=int, default=None,
-                    help="strategies per node to validate (default: all)")
+    ap.add_argument(
+        "--sample", type=int, default=None, help="strategies per node to validate (default: all)"
+    )
     args = ap.parse_args(argv)
     captures = standard_captures(args.models.split(","))
     meshes = [tuple(int(x) for x in m.split("x")) for m in args.meshes.split(",")]
