@@ -7,7 +7,8 @@
 
 namespace autoshard::detail {
 
-GraphView build_graph_view(const Problem& p) {
+GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* shared) {
+  auto shared_at = [&](size_t k) -> const Cost* { return shared && k < shared->size() ? (*shared)[k] : nullptr; };
   GraphView g;
   const int32_t n = static_cast<int32_t>(p.num_nodes());
   g.num_nodes = n;
@@ -57,32 +58,45 @@ GraphView build_graph_view(const Problem& p) {
     edge_of_input[k] = it->second;
   }
   const int32_t m = static_cast<int32_t>(g.edge_a.size());
+  // A merged edge made of one shared input edge in (a, b) order is referenced, not copied.
+  std::vector<int32_t> inputs(m, 0);
+  for (size_t k = 0; k < p.edges.size(); ++k)
+    if (edge_of_input[k] >= 0) ++inputs[edge_of_input[k]];
+  g.matrix_at.assign(m, nullptr);
+  for (size_t k = 0; k < p.edges.size(); ++k)
+    if (edge_of_input[k] >= 0 && inputs[edge_of_input[k]] == 1 && shared_at(k) && p.edges[k].u < p.edges[k].v)
+      g.matrix_at[edge_of_input[k]] = shared_at(k);
   g.matrix_offset.assign(m + 1, 0);
   for (int32_t e = 0; e < m; ++e)
     g.matrix_offset[e + 1] =
-        g.matrix_offset[e] + static_cast<int64_t>(g.num_labels[g.edge_a[e]]) * g.num_labels[g.edge_b[e]];
+        g.matrix_offset[e] +
+        (g.matrix_at[e] ? 0 : static_cast<int64_t>(g.num_labels[g.edge_a[e]]) * g.num_labels[g.edge_b[e]]);
   g.matrix.assign(g.matrix_offset[m], 0.0);
   for (size_t k = 0; k < p.edges.size(); ++k) {
     const Edge& e = p.edges[k];
     const int32_t su = g.num_labels[e.u], sv = g.num_labels[e.v];
-    if (static_cast<int64_t>(e.costs.size()) != static_cast<int64_t>(su) * sv)
+    const Cost* costs = shared_at(k) ? shared_at(k) : e.costs.data();
+    if (!shared_at(k) && static_cast<int64_t>(e.costs.size()) != static_cast<int64_t>(su) * sv)
       throw std::invalid_argument("edge " + std::to_string(k) + " has " + std::to_string(e.costs.size()) +
                                   " costs, expected |S_u| x |S_v| = " + std::to_string(int64_t(su) * sv));
     if (e.u == e.v) {
-      for (int32_t s = 0; s < su; ++s) g.node_cost[g.label_offset[e.u] + s] += e.costs[int64_t(s) * sv + s];
+      for (int32_t s = 0; s < su; ++s) g.node_cost[g.label_offset[e.u] + s] += costs[int64_t(s) * sv + s];
       continue;
     }
+    if (g.matrix_at[edge_of_input[k]]) continue;  // referenced where it is
     Cost* mat = g.matrix.data() + g.matrix_offset[edge_of_input[k]];
     if (e.u < e.v) {
-      for (int64_t t = 0; t < int64_t(su) * sv; ++t) mat[t] += e.costs[t];
+      for (int64_t t = 0; t < int64_t(su) * sv; ++t) mat[t] += costs[t];
     } else {  // stored as (v, u): transpose
       for (int32_t a = 0; a < su; ++a)
-        for (int32_t b = 0; b < sv; ++b) mat[int64_t(b) * su + a] += e.costs[int64_t(a) * sv + b];
+        for (int32_t b = 0; b < sv; ++b) mat[int64_t(b) * su + a] += costs[int64_t(a) * sv + b];
     }
   }
   // Sums of infeasible entries stay infeasible; clamp so they do not grow without bound.
   for (Cost& c : g.matrix) c = std::min(c, kInfeasibleCost);
   for (Cost& c : g.node_cost) c = std::min(c, kInfeasibleCost);
+  for (int32_t e = 0; e < m; ++e)
+    if (!g.matrix_at[e]) g.matrix_at[e] = g.matrix.data() + g.matrix_offset[e];
 
   g.adj_offset.assign(n + 1, 0);
   for (int32_t e = 0; e < m; ++e) {

@@ -11,6 +11,13 @@
 namespace autoshard::detail {
 
 struct GraphView {
+  // Move-only: edge matrices are found through pointers, some into this view's own storage.
+  GraphView() = default;
+  GraphView(GraphView&&) = default;
+  GraphView& operator=(GraphView&&) = default;
+  GraphView(const GraphView&) = delete;
+  GraphView& operator=(const GraphView&) = delete;
+
   int32_t num_nodes = 0;
   // Per node: labels are strategies 0..num_labels[i]-1, data at label_offset[i] + s.
   std::vector<int32_t> num_labels;
@@ -25,10 +32,12 @@ struct GraphView {
   };
   std::vector<Budget> budgets;
 
-  // Merged undirected edges: a < b, matrix |S_a| x |S_b| row-major at matrix_offset[e].
+  // Merged undirected edges: a < b, matrix |S_a| x |S_b| row-major at matrix_at[e]: in
+  // `matrix` (at matrix_offset[e]), or in storage shared with the view it was built from.
   std::vector<int32_t> edge_a, edge_b;
   std::vector<int64_t> matrix_offset;
   std::vector<Cost> matrix;
+  std::vector<const Cost*> matrix_at;
 
   // CSR adjacency: for node i, entries adj_offset[i] .. adj_offset[i+1]-1.
   std::vector<int64_t> adj_offset;
@@ -38,7 +47,7 @@ struct GraphView {
   int32_t labels(int32_t i) const { return num_labels[i]; }
   const Cost* costs(int32_t i) const { return node_cost.data() + label_offset[i]; }
   const int64_t* usages(int32_t i) const { return usage.data() + label_offset[i]; }
-  const Cost* edge_matrix(int32_t e) const { return matrix.data() + matrix_offset[e]; }
+  const Cost* edge_matrix(int32_t e) const { return matrix_at[e]; }
   // Cost of edge e with node i at label si and the other end at label so.
   Cost edge_cost(int32_t e, int32_t i, int32_t si, int32_t so) const {
     const Cost* m = edge_matrix(e);
@@ -49,7 +58,10 @@ struct GraphView {
 };
 
 // Self-loop edges (u == v) are folded into the node cost (only the diagonal can be chosen).
-GraphView build_graph_view(const Problem& problem);
+// `shared` (optional, one entry per problem edge): a non-null entry is that edge's matrix,
+// already clamped, stored elsewhere and outliving the view (its `costs` are then ignored);
+// an edge u < v merged with no other is referenced there instead of copied.
+GraphView build_graph_view(const Problem& problem, const std::vector<const Cost*>* shared = nullptr);
 
 // Objective of a full assignment (sum of node costs and edge entries); exact for valid plans.
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x);
