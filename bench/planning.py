@@ -191,7 +191,7 @@ def run_case(key: str, time_limit: float, repeated_layers: str = "auto") -> dict
         "total_us": total,
         "gap": (total - bound) / total if total > 0 else 0.0,
         "status": s.get("solver_status", ""),
-        "tied": any("planned tied" in n for n in plan.get("notes", [])),
+        "tied": "planned tied" in plan.get("report", ""),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
