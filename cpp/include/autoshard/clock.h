@@ -8,7 +8,13 @@ namespace autoshard {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Seconds as a double, both ways (clock durations are integer ticks).
+inline double to_seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+inline Clock::duration from_seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+inline double seconds_since(Clock::time_point t) { return to_seconds(Clock::now() - t); }
 
 // A time limit counted from `start`.
 struct Deadline {

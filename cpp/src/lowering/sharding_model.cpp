@@ -28,7 +28,7 @@ void check_layout_fits(const TensorMeta& m, const Layout& l, const Mesh& mesh, c
 
 void pin(ShardingModel& sm, int32_t node, const Layout& layout, const std::string& what) {
   const Node& n = sm.graph->nodes[node];
-  if (sm.tied.of(node) != node || sm.tie_counts()[node] > 1)
+  if (sm.tied.any() && (sm.tied.of(node) != node || sm.tie_counts()[node] > 1))
     throw std::logic_error("internal error: " + what + " pins node '" + n.name +
                            "' of a tied layer; the planner "
                            "leaves pinned layers untied");

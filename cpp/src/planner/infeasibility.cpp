@@ -138,8 +138,7 @@ class Prober {
  private:
   ProbeOutcome solve_subset(const std::vector<bool>& keep, double limit_s) {
     const auto start = Clock::now();
-    const auto probe_deadline = std::min(
-        deadline_, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s)));
+    const auto probe_deadline = std::min(deadline_, start + from_seconds(limit_s));
     PlacementConstraints pc;
     LoweringOptions lo;
     lo.parameter_memory = pm_;
@@ -181,7 +180,7 @@ class Prober {
       // same answer on any machine; the large-problem search would otherwise improve its plan
       // until the clock stops it), then, if that found nothing, the rest of the probe's time.
       for (int64_t work_limit : {kProbeWork, int64_t{0}}) {
-        const double left = std::chrono::duration<double>(probe_deadline - Clock::now()).count();
+        const double left = to_seconds(probe_deadline - Clock::now());
         if (left <= 0) break;
         SolveOptions so;
         so.time_limit_s = left;
@@ -393,14 +392,13 @@ std::string describe_constraint(const Graph& graph, const PlannerOptions& option
 InfeasibilityDiagnosis diagnose_infeasibility(const Graph& graph, const PlannerOptions& options, bool request_proven,
                                               const DiagnosisOptions& dopt) {
   const auto start = Clock::now();
-  const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(0.0, dopt.budget_s)));
+  const auto deadline = start + from_seconds(std::max(0.0, dopt.budget_s));
   InfeasibilityDiagnosis d;
   d.request_proven = request_proven;
   const auto pm = effective_parameter_memory(options);
   d.constraints = user_constraints(graph, options, pm);
   const size_t n = d.constraints.size();
-  auto left = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
+  auto left = [&] { return to_seconds(deadline - Clock::now()); };
   // Each probe gets an equal share of the budget (at least a tenth of it), never past the end.
   const double per_probe = std::max(dopt.budget_s / static_cast<double>(2 * n + 1), 0.1 * dopt.budget_s);
   auto finish = [&] {

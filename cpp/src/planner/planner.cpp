@@ -194,8 +194,7 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
   options.time_limit_s = checked_time_limit(given.time_limit_s, "time_limit_s");
   BuildLimits limits;
   limits.time_limit_s = options.time_limit_s;
-  limits.deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s));
+  limits.deadline = Clock::now() + from_seconds(options.time_limit_s);
   if (options.max_problem_bytes > 0) {
     limits.max_bytes = options.max_problem_bytes;
     limits.cap_source = "set by --max-problem-bytes / max_problem_bytes";

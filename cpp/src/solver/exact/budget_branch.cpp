@@ -665,8 +665,7 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
       incumbent_cost = graph_cost(g, incumbent);
   }
   BudgetBranchConfig config;
-  config.deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(std::clamp(options.time_limit_s, 0.0, kMaxTimeLimitS)));
+  config.deadline = t0 + from_seconds(std::clamp(options.time_limit_s, 0.0, kMaxTimeLimitS));
   config.work_limit = options.work_limit;
   config.gap_tolerance = options.gap_tolerance;
   config.integer_costs = has_integer_costs(ordered) && std::nearbyint(red.cost_offset) == red.cost_offset;

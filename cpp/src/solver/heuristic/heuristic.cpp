@@ -84,7 +84,7 @@ detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& re
   detail::SearchOutcome out;
   out.lower_bound = -kInfeasibleCost;
   SolveOptions mo = options;
-  mo.time_limit_s = std::chrono::duration<double>(deadline - Clock::now()).count();
+  mo.time_limit_s = to_seconds(deadline - Clock::now());
   if (mo.time_limit_s <= 0.05) return out;
   const SolveResult m = detail::solve_milp(g, reduced.usage_limit, integer_costs, mo,
                                            start != nullptr && !start->empty() ? start : nullptr, proven);
@@ -119,8 +119,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const auto t0 = Clock::now();
   detail::SearchStop stop;
   // Capped so that a huge limit cannot overflow the clock's tick count (1e10 s did).
-  stop.deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(std::clamp(options.time_limit_s, 0.0, kMaxTimeLimitS)));
+  stop.deadline = t0 + from_seconds(std::clamp(options.time_limit_s, 0.0, kMaxTimeLimitS));
   stop.work_limit = options.work_limit;
   std::atomic<bool> proven{false};
   stop.proven = &proven;

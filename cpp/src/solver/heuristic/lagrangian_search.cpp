@@ -208,9 +208,8 @@ bool Search::polish(const char* how, bool with_lns) {
     // reached the optimum in 3.5 s.
     auto lns_deadline = deadline;
     if (stop_.work_limit <= 0) {
-      const double whole = std::chrono::duration<double>(deadline - t0_).count();
-      lns_deadline = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                           std::chrono::duration<double>(kLnsTimeShare * whole)));
+      const double whole = to_seconds(deadline - t0_);
+      lns_deadline = std::min(deadline, Clock::now() + from_seconds(kLnsTimeShare * whole));
     }
     lns_moves = lns_.run(state_, lns_deadline, int64_t(1) << 40, config_.lns_tree_size, rng_, kLnsSweeps * one_sweep_);
     state_.descend(deadline);
@@ -220,8 +219,8 @@ bool Search::polish(const char* how, bool with_lns) {
                  "[search %d]   %s: peak %lld cost %.6g, repaired %.6g, descended %.6g, lns %lld -> %.6g "
                  "(%.2f + %.2f + %.2f s)\n",
                  config_.id, how, (long long)peak_before, cost_before, cost_repaired, cost_descended,
-                 (long long)lns_moves, state_.cost(), seconds_since(t_start) - seconds_since(t_repaired),
-                 seconds_since(t_repaired) - seconds_since(t_descended), seconds_since(t_descended));
+                 (long long)lns_moves, state_.cost(), to_seconds(t_repaired - t_start),
+                 to_seconds(t_descended - t_repaired), seconds_since(t_descended));
   // The running cost is incremental; the recorded one is recomputed exactly.
   if (state_.valid() && state_.cost() < best_cost()) {
     const Cost exact = graph_cost(g_, state_.labels());
@@ -388,8 +387,7 @@ SearchOutcome Search::run() {
       std::fprintf(stderr,
                    "[search %d] round %lld t=%.1fs (%.1fs left) bound %.6g best %.6g decoded cost %.6g peak %lld / "
                    "%lld step %.3g",
-                   config_.id, (long long)round, seconds_since(t0_),
-                   std::chrono::duration<double>(stop_.deadline - Clock::now()).count(),
+                   config_.id, (long long)round, seconds_since(t0_), to_seconds(stop_.deadline - Clock::now()),
                    out_.lower_bound + cost_offset_, best_cost() + cost_offset_, decoded_cost + cost_offset_,
                    (long long)decoded_peak, (long long)limit_, step_scale);
       for (size_t b = 0; b < budget_index_.size(); ++b)

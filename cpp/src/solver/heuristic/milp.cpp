@@ -309,8 +309,7 @@ SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_cos
   struct Stop {
     const std::atomic<bool>* flag;
     Clock::time_point deadline;
-  } stop{interrupt,
-         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.time_limit_s))};
+  } stop{interrupt, Clock::now() + from_seconds(o.time_limit_s)};
   h.setCallback(
       [](int, const std::string&, const HighsCallbackOutput*, HighsCallbackInput* in, void* data) {
         const Stop& st = *static_cast<const Stop*>(data);
