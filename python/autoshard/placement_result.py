@@ -35,6 +35,44 @@ def _spec(mesh: DeviceMesh, strs, val: Any) -> DTensorSpec | None:
     return DTensorSpec(mesh, layout_from_strs(strs, mesh.ndim), tensor_meta=meta)
 
 
+class SpecMaker:
+    """Layout strings (and the tensor they lay out) -> DTensorSpec, each distinct spec built
+    once: a repeated block repeats its layouts."""
+
+    def __init__(self, mesh: DeviceMesh):
+        self.mesh = mesh
+        self._built: dict = {}
+
+    def __call__(self, strs, val) -> DTensorSpec | None:
+        if strs is None:
+            return None
+        key = (
+            (tuple(strs), tuple(val.shape), tuple(val.stride()), val.dtype)
+            if isinstance(val, torch.Tensor)
+            else (tuple(strs),)
+        )
+        if key not in self._built:
+            self._built[key] = _spec(self.mesh, strs, val)
+        # every caller gets its own copy (a shallow one, much cheaper than building and
+        # checking a spec), so editing one node's spec in place edits only that node
+        return copy.copy(self._built[key])
+
+
+def node_op_spec(node: fx.Node, entry: dict, spec: SpecMaker) -> OpSpec:
+    """The OpSpec of one plan entry or strategy of ``node`` (``{"outputs": [layout...],
+    "inputs": [layout...]}``, inputs in the plan's order of the node's tensor arguments)."""
+    val = node.meta.get("val")
+    outs = entry["outputs"]
+    if isinstance(val, (tuple, list)):
+        out_specs = tuple(spec(s, v) for s, v in zip(outs, val))
+    else:
+        out_specs = spec(outs[0], val)
+    args = tensor_refs(node.args, node.kwargs)  # the plan's input order
+    ins = entry.get("inputs") or ([outs[0]] if node.op == "placeholder" else [])
+    sources = args if args else [node] * len(ins)  # a placeholder's own tensor
+    return OpSpec(out_specs, [spec(s, a.meta.get("val")) for s, a in zip(ins, sources)])
+
+
 class PlacementResult(dict):
     """``{fx.Node: OpSpec}`` plus ``.plan`` (the plan JSON). See the module docstring.
 
@@ -53,27 +91,10 @@ class PlacementResult(dict):
         gm, self._gm = self._gm, None
         if gm is None:
             return
-        mesh = self.mesh
         nodes = self.plan.get("nodes", {})
-        built: dict = {}  # spec key -> DTensorSpec: a repeated block repeats its layouts
-
-        def spec(strs, val):
-            if strs is None:
-                return None
-            key = (
-                (tuple(strs), tuple(val.shape), tuple(val.stride()), val.dtype)
-                if isinstance(val, torch.Tensor)
-                else (tuple(strs),)
-            )
-            if key not in built:
-                built[key] = _spec(mesh, strs, val)
-            # every node gets its own copy (a shallow one, much cheaper than building and
-            # checking a spec), so editing one node's spec in place edits only that node
-            return copy.copy(built[key])
-
+        spec = SpecMaker(self.mesh)
         for node in gm.graph.nodes:
             entry = nodes.get(node.name)
-            val = node.meta.get("val")
             if entry is None and node.target is _getitem and node.args[0].name in nodes:
                 # getitems are folded into their producer in the plan: element k's layout
                 outs = nodes[node.args[0].name].get("outputs") or []
@@ -82,16 +103,7 @@ class PlacementResult(dict):
                     entry = {"outputs": [outs[k]], "inputs": [outs[k]]}
             if entry is None or not entry.get("outputs"):
                 continue
-            outs = entry["outputs"]
-            if isinstance(val, (tuple, list)):
-                out_specs = tuple(spec(s, v) for s, v in zip(outs, val))
-            else:
-                out_specs = spec(outs[0], val)
-            args = tensor_refs(node.args, node.kwargs)  # the plan's input order
-            ins = entry.get("inputs") or ([outs[0]] if node.op == "placeholder" else [])
-            sources = args if args else [node] * len(ins)  # a placeholder's own tensor
-            in_specs = [spec(s, a.meta.get("val")) for s, a in zip(ins, sources)]
-            op_spec = OpSpec(out_specs, in_specs)
+            op_spec = node_op_spec(node, entry, spec)
             dict.__setitem__(self, node, op_spec)
             self._original[node] = self._layouts(op_spec)
 

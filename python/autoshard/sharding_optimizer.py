@@ -6,6 +6,7 @@ constraints, memory budget), re-plans, and reads or writes plans:
 
 - ``add_node_constraint(node, placement=None, constraint_name=None)`` / ``remove_constraints``
 - ``get_solution(verbose=False)`` / ``resolve`` -> ``{fx.Node: OpSpec}`` (placement_result.py)
+- ``strats``: every node's candidate strategies as ``{fx.Node: OpStrategy}``
 - ``get_json()``: nodes (op, shape, source, module, chosen layout, costs) and edges (the
   layouts each tensor is redistributed between)
 - ``diff_solutions(a, b)``: totals and changed layouts between two plans;
@@ -42,6 +43,7 @@ class ShardingOptimizer:
         # back through this dict; autoshard plans autop.gm itself, so the map is empty and
         # ``opt._concrete_to_orig.get(node, node)`` is the node
         self._concrete_to_orig: dict = {}
+        self._strats: dict | None = None
 
     @property
     def graph(self) -> fx.Graph:
@@ -53,6 +55,30 @@ class ShardingOptimizer:
                 "get_json() has its nodes"
             )
         return self._autop.gm.graph
+
+    @property
+    def strats(self) -> dict:
+        """Every node's candidate strategies, ``{fx.Node of autop.gm: OpStrategy}`` (torch's
+        type, as AutoParallel's ``opt.strats``): each ``OpSpec`` has the node's output and
+        input layouts, before any constraint. Built on first read."""
+        if self._strats is None:
+            from torch.distributed.tensor._op_schema import OpStrategy
+
+            from . import _core
+            from .placement_result import SpecMaker, node_op_spec
+
+            found = json.loads(
+                _core.enumerate_strategies(
+                    json.dumps(self._graph()), json.dumps(self._options()), True
+                )
+            )["nodes"]
+            spec = SpecMaker(self._autop.mesh if self._autop else None)
+            self._strats = {
+                node: OpStrategy([node_op_spec(node, s, spec) for s in found[node.name]])
+                for node in self.graph.nodes
+                if found.get(node.name)
+            }
+        return self._strats
 
     @property
     def prob(self) -> "ConstraintView":

@@ -449,6 +449,37 @@ def test_sharding_optimizer_graph_and_named_constraints(mesh22):
         opt.resolve()
 
 
+def test_strats_lists_every_candidate_layout_including_uneven_shards():
+    from torch._functorch._aot_autograd.fx_utils import get_param_nodes
+    from torch.distributed.tensor._op_schema import OpStrategy
+
+    class Odd(nn.Module):  # weight [12, 10]: 10 does not divide by the tp size 4
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(10, 12, bias=False)
+
+        def forward(self, x):
+            return self.w(x)
+
+    with fake_world((2, 4), ("dp", "tp"), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = Odd()
+        with AutoParallel(model, lambda: torch.empty(8, 10), mesh) as autop:
+            autop.add_input_constraints([(Shard(0), Replicate())])
+            chosen = autop.optimize_placement()
+            strats = autop.sharding_optimizer.strats
+            assert autop.sharding_optimizer.strats is strats  # built once
+    weight = get_param_nodes(autop.gm.graph)[0]
+    assert isinstance(strats[weight], OpStrategy)
+    layouts = {tuple(s.output_specs.placements) for s in strats[weight].strategies}
+    assert (Replicate(), Shard(1)) in layouts and (Replicate(), Shard(0)) in layouts
+    assert tuple(chosen[weight].output_specs.placements) in layouts
+    mm = next(n for n in autop.gm.graph.nodes if n.target == torch.ops.aten.mm.default)
+    for s in strats[mm].strategies:  # an op's strategies carry its input layouts too
+        assert len(s.input_specs) == 2 and s.output_specs.mesh is mesh
+        assert s.input_specs[0].tensor_meta.shape == mm.args[0].meta["val"].shape
+
+
 def test_failed_enter_leaves_autoparallel_unentered(mesh22, monkeypatch):
     import autoshard.api
 
