@@ -14,7 +14,6 @@ module whose parameters are DTensors (autoshard.apply).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Callable, Sequence
@@ -26,6 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
+from .options import PlannerOptions
 from .placements import layout_to_strs, normalize_placements
 from .presets import apply_preset, check_auto_parallel_args, check_preset
 from .rank_agreement import DEFAULT_TIMEOUT_S
@@ -421,34 +421,22 @@ class AutoParallel:
             if str(i) not in self._output_constraints
         ]
 
-    def options(self, verbose: bool = False) -> dict:
+    def options(self, verbose: bool = False) -> PlannerOptions:
         mesh = self.mesh
-        opts: dict[str, Any] = {
-            "mesh": {
-                "shape": list(mesh.shape),
-                "dim_names": list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
-            },
-            "hardware": self.hardware,
-            "input_constraints": self._input_constraints,
-            "output_constraints": self._output_constraints,
-            "node_constraints": self._node_constraints,
-            "verbose": False,  # the planner's own trace goes to stderr; we log the report
-        }
-        if self._param_memory != "default":
-            opts["parameter_memory"] = (
-                None
-                if self._param_memory is None
-                else {"low": self._param_memory[0], "high": self._param_memory[1]}
-            )
-        if self.time_limit_s is not None:
-            opts["time_limit_s"] = self.time_limit_s
-        if self.gap_tolerance is not None:
-            opts["gap_tolerance"] = self.gap_tolerance
-        if self.memory_limit_bytes is not None:
-            opts["memory_limit_bytes"] = self.memory_limit_bytes
-        if self.repeated_layers != "auto":
-            opts["repeated_layers"] = self.repeated_layers
-        return opts
+        return PlannerOptions(
+            mesh_shape=list(mesh.shape),
+            mesh_dim_names=list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
+            hardware=self.hardware,
+            input_constraints=dict(self._input_constraints),
+            output_constraints=dict(self._output_constraints),
+            node_constraints=dict(self._node_constraints),
+            parameter_memory=self._param_memory,
+            time_limit_s=self.time_limit_s,
+            gap_tolerance=self.gap_tolerance,
+            memory_limit_bytes=self.memory_limit_bytes,
+            repeated_layers=self.repeated_layers,
+            verbose=False,  # the planner's own trace goes to stderr; we log the report
+        )
 
     def optimize_placement(self, verbose: bool = False) -> "PlacementResult":
         """Plan the traced step. Returns AutoParallel's ``{fx.Node: OpSpec}`` dict whose
@@ -516,7 +504,7 @@ class AutoParallel:
         opts = self.options()
         mesh = {
             "shape": list(self.mesh.shape),
-            "dim_names": opts["mesh"]["dim_names"],
+            "dim_names": opts.mesh_dim_names,
             "device_type": self.mesh.device_type,
             "ranks": self.mesh.mesh.tolist(),
         }
@@ -529,7 +517,7 @@ class AutoParallel:
             "inputs": inputs,
             "outputs": self._output_constraints,
             "nodes": self._node_constraints,
-            "parameter_memory": opts.get("parameter_memory", "default"),
+            "parameter_memory": opts.parameter_memory,
         }
         options = {
             "hardware": self.hardware,
@@ -565,8 +553,7 @@ class AutoParallel:
         def plan_variant(step: TracedStep, pins: dict, output_pins: dict) -> dict:
             from .graph_export import graph_json
 
-            opts = dict(
-                base,
+            opts = base.replace(
                 input_constraints={},
                 node_constraints=pins,
                 output_constraints=output_pins,
@@ -700,13 +687,13 @@ def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
     return torch.device("cpu")
 
 
-def _cache_and_key(setting: Any, graph: str, options: dict) -> tuple:
+def _cache_and_key(setting: Any, graph: str, options: PlannerOptions) -> tuple:
     """The plan cache of ``setting`` (plan_cache.py) and the key of planning ``graph`` with
     ``options``; (None, None) when caching is off."""
     from .plan_cache import PlanCache, plan_key
 
     cache = PlanCache.resolve(setting)
-    return (cache, plan_key(graph, options)) if cache is not None else (None, None)
+    return (cache, plan_key(graph, options.to_json())) if cache is not None else (None, None)
 
 
 def _same_plan_on_every_rank(make_plan, cache=None, key: str | None = None) -> dict:
@@ -749,12 +736,15 @@ def _same_plan_on_every_rank(make_plan, cache=None, key: str | None = None) -> d
     return value
 
 
-def plan_traced_step(step: TracedStep, options: dict, graph: str | None = None) -> dict:
+def plan_traced_step(
+    step: TracedStep | None, options: PlannerOptions, graph: str | None = None
+) -> dict:
     """Graph JSON + options -> the C++ planner -> plan dict. Planner errors (unsupported op
     with its source line, infeasible constraints such as a parameter budget no plan meets)
     surface as ValueError carrying the planner's message."""
     from . import _core
     from .graph_export import graph_json
+    from .options import plan_graph
 
     if not hasattr(_core, "plan_graph"):
         raise NotImplementedError(
@@ -763,7 +753,7 @@ def plan_traced_step(step: TracedStep, options: dict, graph: str | None = None) 
         )
     graph = graph if graph is not None else graph_json(step)
     try:
-        text = _core.plan_graph(graph, json.dumps(options))
+        return plan_graph(graph, options)
     except (ValueError, RuntimeError) as e:
         # the planner's message names the input and the fix; the binding's traceback adds
         # nothing, so the error starts here
@@ -771,7 +761,6 @@ def plan_traced_step(step: TracedStep, options: dict, graph: str | None = None) 
         raise ValueError(
             msg if msg.startswith("autoshard") else f"autoshard planner: {msg}"
         ) from None
-    return json.loads(text)
 
 
 def log_plan(plan: dict, step: TracedStep | None = None) -> None:

@@ -18,6 +18,8 @@ import logging
 import os
 import sys
 
+from .options import PlannerOptions, plan_graph
+
 
 def python_command(argv: list[str]):
     """The Python implementation of ``argv``'s subcommand, or None for the C++ one."""
@@ -107,21 +109,21 @@ def plan_with_preset(argv: list[str]) -> int:
     except (PresetError, OSError, ValueError) as e:
         print(f"autoshard plan: {e}", file=sys.stderr)
         return 2 if isinstance(e, PresetError) else 1
-    options = {
-        "mesh": {"shape": args.mesh, "dim_names": names},
-        "hardware": args.hardware,
-        "verbose": args.verbose,
-        **graph_options(preset, graph),
-    }
+    options = graph_options(
+        preset,
+        graph,
+        PlannerOptions(
+            mesh_shape=list(args.mesh),
+            mesh_dim_names=names,
+            hardware=args.hardware,
+            verbose=args.verbose,
+            memory_limit_bytes=args.memory_limit,
+            time_limit_s=args.time_limit,
+            max_problem_bytes=args.max_problem_bytes,
+        ),
+    )
     if args.param_memory:
-        options["parameter_memory"] = {"low": args.param_memory[0], "high": args.param_memory[1]}
-    for key, value in (
-        ("memory_limit_bytes", args.memory_limit),
-        ("time_limit_s", args.time_limit),
-        ("max_problem_bytes", args.max_problem_bytes),
-    ):
-        if value is not None:
-            options[key] = value
+        options.parameter_memory = tuple(args.param_memory)
     plan = _plan(graph, options, args.time_limit or 20.0)
     if isinstance(plan, str):
         print(f"autoshard plan: {plan}", file=sys.stderr)
@@ -135,13 +137,13 @@ def plan_with_preset(argv: list[str]) -> int:
     return 0
 
 
-def _plan(graph: dict, options: dict, expected_s: float):
+def _plan(graph: dict, options: PlannerOptions, expected_s: float):
     """The plan dict, or the planner's error message."""
-    from . import _core, progress
+    from . import progress
 
     try:
         with progress.stage("plan", expected_s=expected_s):
-            plan = json.loads(_core.plan_graph(json.dumps(graph), json.dumps(options)))
+            plan = plan_graph(json.dumps(graph), options)
     except ValueError as e:
         return str(e)
     progress.log_solver_result(plan)

@@ -105,24 +105,22 @@ def alternatives(
 ) -> list[tuple[float, list, bool]]:
     """(planned step us, output layout, is the plan's own) per distinct output layout of
     ``node``, each planned with that layout pinned; sorted by cost."""
-    from . import _core
+    from .options import PlannerOptions, enumerate_strategies, plan_graph
     from .presets import graph_options, resolve
 
     mesh = plan.get("mesh", {})
-    options = {
-        "mesh": {"shape": mesh.get("shape"), "dim_names": mesh.get("dim_names")},
-        "hardware": plan.get("hardware", "H100"),
-        "time_limit_s": time_limit,
-    }
+    options = PlannerOptions(
+        mesh_shape=list(mesh.get("shape") or []),
+        mesh_dim_names=mesh.get("dim_names"),
+        hardware=plan.get("hardware", "H100"),
+        time_limit_s=time_limit,
+    )
     if plan.get("preset"):
-        options.update(
-            graph_options(
-                resolve(plan["preset"], mesh.get("shape", []), mesh.get("dim_names")), graph
-            )
+        options = graph_options(
+            resolve(plan["preset"], mesh.get("shape", []), mesh.get("dim_names")), graph, options
         )
-    strategies = json.loads(
-        _core.enumerate_strategies(json.dumps(graph), json.dumps(options), True)
-    )["nodes"].get(node, [])
+    graph_json = json.dumps(graph)
+    strategies = enumerate_strategies(graph_json, options)["nodes"].get(node, [])
     chosen = (plan["nodes"][node].get("outputs") or [None])[0]
     layouts = [chosen]
     for s in strategies:
@@ -131,11 +129,9 @@ def alternatives(
             layouts.append(out)
     results = []
     for layout in layouts[: max_alternatives + 1]:
-        pinned = dict(
-            options, node_constraints={**options.get("node_constraints", {}), node: layout}
-        )
+        pinned = options.replace(node_constraints={**options.node_constraints, node: layout})
         try:
-            planned = json.loads(_core.plan_graph(json.dumps(graph), json.dumps(pinned)))
+            planned = plan_graph(graph_json, pinned)
             cost = float(planned["summary"]["total_us"])
         except ValueError:  # no plan meets the constraints with this layout
             cost = float("inf")

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from .options import PlannerOptions
+
 PRESET_NAMES = ("ddp", "fsdp", "hsdp", "tp", "fsdp+tp")
 TP_DIM = "tp"
 BAND_SLACK = 1.02  # high = BAND_SLACK * low for the hsdp and tp bands
@@ -210,9 +212,9 @@ def check_auto_parallel_args(
 
 
 # ---- the graph JSON side (`autoshard plan GRAPH.json --preset ...`) ------------------------
-def graph_options(preset: PresetConstraints, graph: dict) -> dict:
-    """Planner options (cpp/include/autoshard/planner.h) for a traced graph JSON: input
-    constraints by placeholder name and the parameter memory bounds."""
+def graph_options(preset: PresetConstraints, graph: dict, base: PlannerOptions) -> PlannerOptions:
+    """``base`` with the preset's constraints for a traced graph JSON: input constraints by
+    placeholder name, parameter pins and the parameter memory bounds."""
     inputs = [
         n
         for n in graph.get("nodes", [])
@@ -229,8 +231,8 @@ def graph_options(preset: PresetConstraints, graph: dict) -> dict:
             if layout is not None:
                 pins[n["name"]] = layout
     memory = preset.parameter_memory
-    return {
-        "input_constraints": {n["name"]: l for n, l in zip(inputs, layouts) if l is not None},
-        "node_constraints": pins,
-        "parameter_memory": None if memory is None else {"low": memory[0], "high": memory[1]},
-    }
+    return base.replace(
+        input_constraints={n["name"]: l for n, l in zip(inputs, layouts) if l is not None},
+        node_constraints=pins,
+        parameter_memory=None if memory is None else tuple(memory),
+    )

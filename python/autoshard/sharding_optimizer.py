@@ -28,6 +28,8 @@ from typing import Any, Sequence
 
 import torch.fx as fx
 
+from .options import DEFAULT_BUDGET, PlannerOptions, enumerate_strategies, plan_graph
+from .options import redistribution_costs
 from .placements import layout_to_strs
 
 _MEMORY_NAMES = ("memory_constraint_high", "memory_constraint_low")
@@ -37,6 +39,8 @@ class ShardingOptimizer:
     def __init__(self, autop=None, *, saved: dict | None = None):
         self._autop = autop  # None for an optimizer loaded from a file
         self._saved = saved
+        # a loaded optimizer's options, edited by the constraint methods
+        self._saved_options = PlannerOptions.from_json(saved["options"]) if saved else None
         self._constraint_nodes: dict[str, str] = {}  # constraint name -> node name
         self.solution: dict | None = None  # the last plan JSON
         # AutoParallel plans a concretised copy of a dynamic-shape graph and maps its nodes
@@ -64,14 +68,9 @@ class ShardingOptimizer:
         if self._strats is None:
             from torch.distributed.tensor._op_schema import OpStrategy
 
-            from . import _core
             from .placement_result import SpecMaker, node_op_spec
 
-            found = json.loads(
-                _core.enumerate_strategies(
-                    json.dumps(self._graph()), json.dumps(self._options()), True
-                )
-            )["nodes"]
+            found = enumerate_strategies(self._graph_json(), self._options())["nodes"]
             spec = SpecMaker(self._autop.mesh if self._autop else None)
             self._strats = {
                 node: OpStrategy([node_op_spec(node, s, spec) for s in found[node.name]])
@@ -89,15 +88,15 @@ class ShardingOptimizer:
 
     def _constraint_descriptions(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        mem = self._options().get("parameter_memory", "default")
-        if mem == "default":
+        mem = self._options().parameter_memory
+        if mem == DEFAULT_BUDGET:
             out["memory_constraint_low"] = out["memory_constraint_high"] = (
                 "the planner's default parameter memory bounds"
             )
         elif mem is not None:
-            out["memory_constraint_low"] = f"parameter bytes per device >= {mem['low']} of all"
-            out["memory_constraint_high"] = f"parameter bytes per device <= {mem['high']} of all"
-        pins = self._options().get("node_constraints") or {}
+            out["memory_constraint_low"] = f"parameter bytes per device >= {mem[0]} of all"
+            out["memory_constraint_high"] = f"parameter bytes per device <= {mem[1]} of all"
+        pins = self._options().node_constraints
         for cname, node in self._constraint_nodes.items():
             if node in pins:
                 out[cname] = f"{node} output layout = {','.join(pins[node])}"
@@ -105,9 +104,7 @@ class ShardingOptimizer:
 
     # ---- constraints -------------------------------------------------------------------------
     def _mesh_ndim(self) -> int:
-        return (
-            self._autop.mesh.ndim if self._autop else len(self._saved["options"]["mesh"]["shape"])
-        )
+        return self._autop.mesh.ndim if self._autop else len(self._options().mesh_shape)
 
     def add_node_constraint(
         self,
@@ -131,7 +128,7 @@ class ShardingOptimizer:
                 )
             if name not in {n["name"] for n in self._saved["graph"]["nodes"]}:
                 raise ValueError(f"add_node_constraint: the saved graph has no node {name!r}")
-            self._options()["node_constraints"][name] = layout_to_strs(placement)
+            self._options().node_constraints[name] = layout_to_strs(placement)
         cname = constraint_name or f"node_constraint_{name}"
         self._constraint_nodes[cname] = name
         return [cname]
@@ -145,10 +142,10 @@ class ShardingOptimizer:
             import math
 
             n = math.prod(self._mesh_shape())
-            self._options()["parameter_memory"] = {
-                "low": 0.0 if low is None else low,
-                "high": 1.0 / n if high is None else high,
-            }
+            self._options().parameter_memory = (
+                0.0 if low is None else low,
+                1.0 / n if high is None else high,
+            )
 
     def remove_constraints(self, names: Sequence[str] | str) -> None:
         """Removes node constraints by name; ``memory_constraint_high`` / ``_low`` remove the
@@ -158,7 +155,7 @@ class ShardingOptimizer:
                 if self._autop is not None:
                     self._autop.remove_parameter_memory_constraint()
                 else:
-                    self._options()["parameter_memory"] = None
+                    self._options().parameter_memory = None
                 continue
             node = self._constraint_nodes.pop(cname, None)
             if node is None:
@@ -166,7 +163,7 @@ class ShardingOptimizer:
             pins = (
                 self._autop._node_constraints
                 if self._autop is not None
-                else self._options()["node_constraints"]
+                else self._options().node_constraints
             )
             pins.pop(node, None)
 
@@ -180,7 +177,7 @@ class ShardingOptimizer:
             return result
         from .api import log_plan, plan_traced_step
 
-        self.solution = plan_traced_step(None, self._options(), json.dumps(self._saved["graph"]))
+        self.solution = plan_traced_step(None, self._options(), self._graph_json())
         if verbose:
             log_plan(self.solution)
         return self.solution
@@ -199,13 +196,20 @@ class ShardingOptimizer:
             return json.loads(self._autop.graph_json())
         return self._saved["graph"]
 
-    def _options(self) -> dict:
+    def _graph_json(self) -> str:
+        if self._autop is not None:
+            return self._autop.graph_json()
+        return json.dumps(self._saved["graph"])
+
+    def _options(self) -> PlannerOptions:
+        """The options a plan is made with now: the AutoParallel's (made afresh from its
+        constraints on each call), or a loaded optimizer's own (edited in place)."""
         if self._autop is not None:
             return self._autop.options()
-        return self._saved["options"]
+        return self._saved_options
 
     def _mesh_shape(self) -> list:
-        return list(self._options()["mesh"]["shape"])
+        return list(self._options().mesh_shape)
 
     def _plan(self) -> dict:
         plan = (
@@ -256,7 +260,7 @@ class ShardingOptimizer:
                     }
                 )
         return {
-            "mesh": self._options()["mesh"],
+            "mesh": self._options().to_json()["mesh"],
             "nodes": nodes,
             "edges": edges,
             "summary": plan.get("summary", {}),
@@ -302,11 +306,9 @@ class ShardingOptimizer:
         pinned parameter's memory share is raised to what the pin needs, as with
         add_node_constraint; or the search stopped within its gap tolerance) or UNAVAILABLE
         (no strategy or no plan with it). Printed as a table and returned."""
-        from . import _core
-
         target = layout_to_strs(target_placement)
-        plan, graph = self._plan(), self._graph()
-        options = dict(self._options(), time_limit_s=time_limit_s, verbose=False)
+        plan, graph, graph_json = self._plan(), self._graph(), self._graph_json()
+        options = self._options().replace(time_limit_s=time_limit_s, verbose=False)
         base = float(plan["summary"]["total_us"])
         names = [n["name"] for n in graph["nodes"]]
         start = start_node.name if isinstance(start_node, fx.Node) else start_node
@@ -324,13 +326,9 @@ class ShardingOptimizer:
                 break
             else:
                 replans += 1
-                pins = dict(options.get("node_constraints") or {}, **{name: target})
+                pins = dict(options.node_constraints, **{name: target})
                 try:
-                    pinned = json.loads(
-                        _core.plan_graph(
-                            json.dumps(graph), json.dumps(dict(options, node_constraints=pins))
-                        )
-                    )
+                    pinned = plan_graph(graph_json, options.replace(node_constraints=pins))
                     delta = float(pinned["summary"]["total_us"]) - base
                     row["delta_us"] = delta
                     row["status"] = (
@@ -354,14 +352,8 @@ class ShardingOptimizer:
         producer can output (columns) to the layout each of the node's strategies wants
         (rows); the chosen pair is marked. Printed and returned as ``{producer, rows, cols,
         costs_us}``. (AutoParallel formats with tabulate; keywords are accepted and unused.)"""
-        from . import _core
-
         name = node.name if isinstance(node, fx.Node) else str(node)
-        m = json.loads(
-            _core.redistribution_costs(
-                json.dumps(self._graph()), json.dumps(self._options()), name, arg
-            )
-        )
+        m = redistribution_costs(self._graph_json(), self._options(), name, arg)
         chosen = (self._plan()["nodes"].get(name) or {}).get("inputs") or []
         produced = (self._plan()["nodes"].get(m["producer"]) or {}).get("outputs") or []
         want = chosen[arg] if arg < len(chosen) else None
@@ -388,7 +380,7 @@ class ShardingOptimizer:
         state = {
             "version": 1,
             "graph": self._graph(),
-            "options": self._options(),
+            "options": self._options().to_json(),
             "constraint_names": dict(self._constraint_nodes),
             "solution": self.solution or (self._autop.plan if self._autop else None),
         }
@@ -419,8 +411,8 @@ class ShardingOptimizer:
             json.dump(
                 {
                     "version": 1,
-                    "mesh_shape": opts["mesh"]["shape"],
-                    "mesh_dim_names": opts["mesh"]["dim_names"],
+                    "mesh_shape": opts.mesh_shape,
+                    "mesh_dim_names": opts.mesh_dim_names,
                     "placements": placements,
                     "graph_outputs": self._plan().get("graph_outputs"),
                 },
@@ -434,13 +426,13 @@ class ShardingOptimizer:
             saved = json.load(f)
         opts = self._options()
         if (
-            list(saved.get("mesh_shape", [])) != list(opts["mesh"]["shape"])
-            or saved.get("mesh_dim_names") != opts["mesh"]["dim_names"]
+            list(saved.get("mesh_shape", [])) != list(opts.mesh_shape)
+            or saved.get("mesh_dim_names") != opts.mesh_dim_names
         ):
             raise ValueError(
                 f"{path}: placements for mesh {saved.get('mesh_shape')} "
                 f"{saved.get('mesh_dim_names')}, this mesh is "
-                f"{opts['mesh']['shape']} {opts['mesh']['dim_names']}"
+                f"{opts.mesh_shape} {opts.mesh_dim_names}"
             )
         names = {n["name"] for n in self._graph()["nodes"]}
         unknown = sorted(set(saved["placements"]) - names)
@@ -459,7 +451,7 @@ class ShardingOptimizer:
         }
         plan = {
             "version": 1,
-            "mesh": opts["mesh"],
+            "mesh": opts.to_json()["mesh"],
             "nodes": nodes,
             "graph_outputs": saved.get("graph_outputs"),
         }

@@ -166,7 +166,7 @@ def test_sharding_optimizer_constraints_json_and_files(mesh22, tmp_path):
             n["name"] == w.name and n["outputs"] == [["R", "S(1)"]] for n in info["nodes"]
         )
         opt.remove_constraints(["b_tp"])
-        assert w.name not in autop.options()["node_constraints"]
+        assert w.name not in autop.options().node_constraints
         opt.save(tmp_path / "opt.json")
         opt.save_placements(tmp_path / "placements.json")
         loaded = opt.load_placements(tmp_path / "placements.json")
@@ -239,7 +239,7 @@ def test_add_node_constraint_defaults_to_batch_sharding(mesh22):
     with AutoParallel(_net(), _x, mesh22) as autop:
         mm = next(n for n in autop.gm.graph.nodes if n.op == "call_function")
         autop.add_node_constraint(mm)
-        assert autop.options()["node_constraints"][mm.name] == ["S(0)", "R"]
+        assert autop.options().node_constraints[mm.name] == ["S(0)", "R"]
         with pytest.raises(ValueError, match="no node named"):
             autop.add_node_constraint("no_such_node", (Replicate(), Replicate()))
 
@@ -265,7 +265,7 @@ def test_node_constraint_on_an_ops_output_pins_the_op_or_says_why_not(mesh22):
         ]
         first, second = sorted(gets, key=lambda n: n.args[1])
         autop.add_node_constraint(first, (Shard(0), Replicate()))
-        assert autop.options()["node_constraints"] == {first.args[0].name: ["S(0)", "R"]}
+        assert autop.options().node_constraints == {first.args[0].name: ["S(0)", "R"]}
         with pytest.raises(ValueError, match=f"output 1 of '{second.args[0].name}'"):
             autop.add_node_constraint(second, (Shard(0), Replicate()))
         placement = autop.optimize_placement()

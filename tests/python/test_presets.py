@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from autoshard.options import PlannerOptions
 from autoshard.presets import PresetError, graph_options, resolve
 
 
@@ -98,9 +99,10 @@ def test_cli_plan_with_preset(mlp_graph, tmp_path, capsys, preset, mesh, names, 
     )
     frac = plan["summary"]["parameter_bytes_per_gpu"] / total
     assert share - 1e-9 <= frac <= share * 1.02 + 1e-9
+    shape = [int(x) for x in mesh.split("x")]
     for name, layout in graph_options(
-        resolve(preset, [int(x) for x in mesh.split("x")], names.split(",")), graph
-    )["input_constraints"].items():
+        resolve(preset, shape, names.split(",")), graph, PlannerOptions(mesh_shape=shape)
+    ).input_constraints.items():
         assert plan["nodes"][name]["outputs"][0] == layout
 
 
