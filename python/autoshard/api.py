@@ -763,43 +763,38 @@ def plan_traced_step(
         ) from None
 
 
-def log_plan(plan: dict, step: TracedStep | None = None) -> None:
+def log_plan(plan_json: dict, step: TracedStep | None = None) -> None:
     """The verbose plan log (logger "autoshard"): per node its strategy count, chosen
     placement, compute and communication cost; then the totals."""
-    nodes = plan.get("nodes", {})
-    for name, e in nodes.items():
-        outs = e.get("outputs") or []
-        layout = " ".join("(" + ",".join(o) + ")" if o is not None else "-" for o in outs)
-        ins = e.get("inputs")
+    from .plan import Plan
+
+    plan = Plan.from_json(plan_json)
+    for name, e in plan.nodes.items():
+        layout = " ".join("(" + ",".join(o) + ")" if o is not None else "-" for o in e.outputs)
         log.info(
             "%-28s strategies=%-4s out=%-22s in=%-40s compute=%.2fus comm=%.2fus",
             name,
-            e.get("strategies", "-"),
+            "-" if e.strategies is None else e.strategies,
             layout,
-            " ".join("(" + ",".join(i) + ")" if i else "-" for i in ins) if ins else "-",
-            float(e.get("compute_us", 0.0)),
-            float(e.get("comm_us", 0.0)),
+            " ".join("(" + ",".join(i) + ")" if i else "-" for i in e.inputs) or "-",
+            e.compute_us,
+            e.comm_us,
         )
-    s = plan.get("summary", {})
-    total = float(s.get("total_us", 0.0))
-    comm = float(s.get("comm_us", 0.0))
-    exposed = float(s.get("exposed_comm_us", comm))
-    compute = float(s.get("compute_us", 0.0))
+    s = plan.summary
     log.info(
         "total %.1f us per step: compute %.1f us, exposed communication %.1f us (%.0f%%; "
         "%.1f us in all, the rest behind compute); parameters %.1f MiB per GPU; lower "
         "bound %.1f us",
-        total,
-        compute,
-        exposed,
-        100.0 * exposed / total if total else 0.0,
-        comm,
-        float(s.get("parameter_bytes_per_gpu", 0)) / 2**20,
-        float(s.get("lower_bound_us", 0.0)),
+        s.total_us,
+        s.compute_us,
+        s.exposed_comm_us,
+        100.0 * s.exposed_comm_us / s.total_us if s.total_us else 0.0,
+        s.comm_us,
+        s.parameter_bytes_per_gpu / 2**20,
+        s.lower_bound_us,
     )
-    if plan.get("report"):
-        for line in str(plan["report"]).splitlines():
-            log.info("%s", line)
+    for line in plan.report.splitlines():
+        log.info("%s", line)
 
 
 def _input_constraints_from_samples(leaves: list) -> list:

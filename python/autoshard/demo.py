@@ -189,12 +189,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def summarize_plan(plan: dict, step) -> str:
+def summarize_plan(plan_json: dict, step) -> str:
     """Per layer: each weight's at-rest layout and the layouts of the forward activations of
     its matmuls; then totals."""
     from .graph_export import module_path
+    from .plan import NodePlan, Plan
 
-    nodes = plan.get("nodes", {})
+    plan = Plan.from_json(plan_json)
+    none = NodePlan(outputs=[], inputs=[])
     lines = []
     by_layer: dict[str, list[str]] = defaultdict(list)
 
@@ -203,7 +205,7 @@ def summarize_plan(plan: dict, step) -> str:
         return ".".join(parts[:2]) if parts[0] == "layers" else parts[0]
 
     for ph, fqn in step.param_fqns.items():
-        out = (nodes.get(ph, {}).get("outputs") or [None])[0]
+        out = plan.nodes.get(ph, none).output
         by_layer[layer_of(fqn)].append(f"  {fqn:<42} {_fmt(out)}")
     acts: dict[str, list[str]] = defaultdict(list)
     from .graph_export import tangent_dependent
@@ -221,12 +223,10 @@ def summarize_plan(plan: dict, step) -> str:
         ):
             continue
         mod = module_path(n) or ""
-        e = nodes.get(n.name, {})
-        outs = e.get("outputs") or [None]
-        ins = e.get("inputs") or []
+        e = plan.nodes.get(n.name, none)
         acts[layer_of(mod) if mod else "-"].append(
             f"  {n.name:<14} {str(n.target).split('.')[1]:<14} {mod:<34} "
-            f"in {' '.join(_fmt(i) for i in ins)} -> {_fmt(outs[0])}"
+            f"in {' '.join(_fmt(i) for i in e.inputs)} -> {_fmt(e.output)}"
         )
     shown = 0
     ordered = sorted(by_layer, key=_layer_key)
@@ -239,24 +239,18 @@ def summarize_plan(plan: dict, step) -> str:
         lines.append(f"{layer}:")
         lines.extend(by_layer[layer])
         lines.extend(acts.get(layer, []))
-    s = plan.get("summary", {})
-    total = float(s.get("total_us", 0.0))
-    comm = float(s.get("comm_us", 0.0))
-    exposed = float(s.get("exposed_comm_us", comm))
-    compute = float(s.get("compute_us", 0.0))
+    s = plan.summary
+    total, comm, exposed, compute = s.total_us, s.comm_us, s.exposed_comm_us, s.compute_us
     lines.append(
         f"step time (model): {total / 1e3:.2f} ms = compute {compute / 1e3:.2f} ms + "
         f"exposed communication {exposed / 1e3:.2f} ms "
         f"({100 * exposed / total if total else 0:.0f}%; {comm / 1e3:.2f} ms in all)"
-        f"; lower bound {float(s.get('lower_bound_us', 0.0)) / 1e3:.2f} ms"
+        f"; lower bound {s.lower_bound_us / 1e3:.2f} ms"
     )
-    lines.append(
-        f"parameter memory per GPU: "
-        f"{float(s.get('parameter_bytes_per_gpu', 0)) / 2**30:.2f} GiB"
-    )
-    if plan.get("report"):
+    lines.append(f"parameter memory per GPU: {s.parameter_bytes_per_gpu / 2**30:.2f} GiB")
+    if plan.report:
         lines.append("")
-        lines.append(str(plan["report"]).rstrip())
+        lines.append(plan.report.rstrip())
     return "\n".join(lines)
 
 

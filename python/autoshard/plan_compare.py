@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 
+from .plan import Plan, PlanSummary
 from .plan_layers import fmt_layout, layers, load_json, load_plan, node_layer
 
 
@@ -24,8 +25,8 @@ def _ms(us) -> str:
     return f"{float(us) / 1e3:.3f} ms"
 
 
-def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
-    sa, sb = a.get("summary", {}), b.get("summary", {})
+def diff_lines(a: Plan, b: Plan, limit: int = 20) -> list[str]:
+    sa, sb = a.summary, b.summary
     out = ["totals (A -> B):"]
     for key, label in (
         ("total_us", "step"),
@@ -34,14 +35,13 @@ def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
         ("exposed_comm_us", "exposed comm"),
         ("lower_bound_us", "lower bound"),
     ):
-        x, y = float(sa.get(key, 0)), float(sb.get(key, 0))
+        x, y = getattr(sa, key), getattr(sb, key)
         out.append(f"  {label:<14} {_ms(x):>14} -> {_ms(y):>14}  ({(y - x) / 1e3:+.3f} ms)")
-    pa = float(sa.get("parameter_bytes_per_gpu", 0))
-    pb = float(sb.get("parameter_bytes_per_gpu", 0))
+    pa, pb = sa.parameter_bytes_per_gpu, sb.parameter_bytes_per_gpu
     out.append(f"  {'params/GPU':<14} {pa / 2**20:>10.2f} MiB -> {pb / 2**20:>10.2f} MiB")
     la = {l.name: l for l in layers(a)}
     lb = {l.name: l for l in layers(b)}
-    if a.get("node_info") or b.get("node_info"):
+    if a.node_info or b.node_info:
         out.append("per layer (time ms A -> B | params MiB/GPU A -> B):")
         for name in list(la) + [n for n in lb if n not in la]:
             x, y = la.get(name), lb.get(name)
@@ -52,23 +52,13 @@ def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
             if abs(tx - ty) > 1e-6 or abs(mx - my) > 1e-6:
                 out.append(f"  {name:<20} {tx:10.3f} -> {ty:10.3f} | {mx:8.2f} -> {my:8.2f}")
     changed = []
-    for name, ea in a["nodes"].items():
-        eb = b["nodes"].get(name)
-        if eb is None or (ea.get("outputs"), ea.get("inputs")) == (
-            eb.get("outputs"),
-            eb.get("inputs"),
-        ):
+    for name, ea in a.nodes.items():
+        eb = b.nodes.get(name)
+        if eb is None or (ea.outputs, ea.inputs) == (eb.outputs, eb.inputs):
             continue
-        delta = (
-            float(eb.get("compute_us", 0))
-            + float(eb.get("comm_us", 0))
-            - float(ea.get("compute_us", 0))
-            - float(ea.get("comm_us", 0))
-        )
+        delta = eb.compute_us + eb.comm_us - ea.compute_us - ea.comm_us
         changed.append((abs(delta), name, ea, eb, delta))
-    only = [n for n in b["nodes"] if n not in a["nodes"]] + [
-        n for n in a["nodes"] if n not in b["nodes"]
-    ]
+    only = [n for n in b.nodes if n not in a.nodes] + [n for n in a.nodes if n not in b.nodes]
     out.append(
         f"{len(changed)} nodes changed layout"
         + (f" ({len(only)} nodes in only one " "plan)" if only else "")
@@ -77,8 +67,8 @@ def diff_lines(a: dict, b: dict, limit: int = 20) -> list[str]:
     for _, name, ea, eb, delta in sorted(changed, key=lambda c: (-c[0], c[1]))[:limit]:
         out.append(
             f"  {name} [{node_layer(name, b)}]: "
-            f"{' '.join(fmt_layout(o) for o in ea.get('outputs') or [])} -> "
-            f"{' '.join(fmt_layout(o) for o in eb.get('outputs') or [])}  "
+            f"{' '.join(fmt_layout(o) for o in ea.outputs)} -> "
+            f"{' '.join(fmt_layout(o) for o in eb.outputs)}  "
             f"({delta / 1e3:+.3f} ms)"
         )
     return out
@@ -101,27 +91,26 @@ def diff_main(argv=None) -> int:
 
 
 def alternatives(
-    plan: dict, graph: dict, node: str, time_limit: float, max_alternatives: int
+    plan: Plan, graph: dict, node: str, time_limit: float, max_alternatives: int
 ) -> list[tuple[float, list, bool]]:
     """(planned step us, output layout, is the plan's own) per distinct output layout of
     ``node``, each planned with that layout pinned; sorted by cost."""
     from .options import PlannerOptions, enumerate_strategies, plan_graph
     from .presets import graph_options, resolve
 
-    mesh = plan.get("mesh", {})
     options = PlannerOptions(
-        mesh_shape=list(mesh.get("shape") or []),
-        mesh_dim_names=mesh.get("dim_names"),
-        hardware=plan.get("hardware", "H100"),
+        mesh_shape=plan.mesh_shape,
+        mesh_dim_names=plan.mesh_dim_names,
+        hardware=plan.hardware or "H100",
         time_limit_s=time_limit,
     )
-    if plan.get("preset"):
+    if plan.preset:
         options = graph_options(
-            resolve(plan["preset"], mesh.get("shape", []), mesh.get("dim_names")), graph, options
+            resolve(plan.preset, plan.mesh_shape, plan.mesh_dim_names), graph, options
         )
     graph_json = json.dumps(graph)
     strategies = enumerate_strategies(graph_json, options)["nodes"].get(node, [])
-    chosen = (plan["nodes"][node].get("outputs") or [None])[0]
+    chosen = plan.nodes[node].output
     layouts = [chosen]
     for s in strategies:
         out = (s.get("outputs") or [None])[0]
@@ -132,7 +121,7 @@ def alternatives(
         pinned = options.replace(node_constraints={**options.node_constraints, node: layout})
         try:
             planned = plan_graph(graph_json, pinned)
-            cost = float(planned["summary"]["total_us"])
+            cost = PlanSummary.from_json(planned["summary"]).total_us
         except ValueError:  # no plan meets the constraints with this layout
             cost = float("inf")
         results.append((cost, layout, layout == chosen))
@@ -160,20 +149,20 @@ def explain_main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"autoshard explain: {e}", file=sys.stderr)
         return 1
-    e = plan["nodes"].get(args.node)
+    e = plan.nodes.get(args.node)
     if e is None:
         print(f"autoshard explain: the plan has no node {args.node!r}", file=sys.stderr)
         return 1
-    info = plan.get("node_info", {}).get(args.node, {})
+    info = plan.info(args.node)
     print(
         f"{args.node}: {info.get('op', '?')} in {node_layer(args.node, plan)}"
         + (f" (parameter {info['fqn']})" if info.get("fqn") else "")
     )
-    print(f"  inputs  {' '.join(fmt_layout(i) for i in e.get('inputs') or []) or '-'}")
-    print(f"  outputs {' '.join(fmt_layout(o) for o in e.get('outputs') or [])}")
+    print(f"  inputs  {' '.join(fmt_layout(i) for i in e.inputs) or '-'}")
+    print(f"  outputs {' '.join(fmt_layout(o) for o in e.outputs)}")
     print(
-        f"  compute {_ms(e.get('compute_us', 0))}, communication {_ms(e.get('comm_us', 0))}"
-        f", {e.get('strategies', '?')} strategies"
+        f"  compute {_ms(e.compute_us)}, communication {_ms(e.comm_us)}"
+        f", {e.strategies if e.strategies is not None else '?'} strategies"
     )
     if graph is None:
         print("  (pass --graph GRAPH.json to re-plan with each alternative layout)")

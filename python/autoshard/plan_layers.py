@@ -14,6 +14,8 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from .plan import Plan
+
 DTYPE_BYTES = {
     "float64": 8,
     "float32": 4,
@@ -57,14 +59,10 @@ def load_json(path: str) -> dict:
     return doc
 
 
-def load_plan(path: str, graph_path: str | None = None) -> dict:
-    plan = load_json(path)
-    if not isinstance(plan.get("nodes"), dict):
-        raise ValueError(
-            f'{path}: not a plan JSON (no "nodes" object; docs/formats.md ' "section 3)"
-        )
+def load_plan(path: str, graph_path: str | None = None) -> Plan:
+    plan = Plan.from_json(load_json(path), where=path)
     if graph_path:
-        plan = dict(plan, node_info=node_info(load_json(graph_path)))
+        plan.node_info = node_info(load_json(graph_path))
     return plan
 
 
@@ -119,61 +117,54 @@ class Layer:
     activations: list = field(default_factory=list)  # (node, op, inputs, output)
 
 
-def node_layer(name: str, plan: dict) -> str:
-    e = plan.get("node_info", {}).get(name, {})
+def node_layer(name: str, plan: Plan) -> str:
+    e = plan.info(name)
     return layer_of(e.get("fqn") or e.get("module"))
 
 
-def layers(plan: dict) -> list[Layer]:
+def layers(plan: Plan) -> list[Layer]:
     """Per layer (in the order the graph first meets them): compute and communication time,
     parameter bytes per GPU, each weight's layout and the main forward activations' layouts."""
-    info = plan.get("node_info", {})
-    mesh_shape = plan.get("mesh", {}).get("shape", [])
     out: dict[str, Layer] = OrderedDict()
-    for name, e in plan["nodes"].items():
-        meta = info.get(name, {})
+    for name, e in plan.nodes.items():
+        meta = plan.info(name)
         key = node_layer(name, plan)
         layer = out.setdefault(key, Layer(key))
         layer.nodes += 1
-        layer.compute_us += float(e.get("compute_us", 0.0))
-        layer.comm_us += float(e.get("comm_us", 0.0))
-        outs = e.get("outputs") or [None]
+        layer.compute_us += e.compute_us
+        layer.comm_us += e.comm_us
         if meta.get("role") == "parameter":
-            layer.weights.append((meta.get("fqn", name), outs[0]))
+            layer.weights.append((meta.get("fqn", name), e.output))
             layer.param_bytes += local_bytes(
-                meta.get("shape"), meta.get("dtype"), outs[0], mesh_shape
+                meta.get("shape"), meta.get("dtype"), e.output, plan.mesh_shape
             )
         elif meta.get("op") in MAIN_OPS and meta.get("phase", "forward") == "forward":
-            layer.activations.append(
-                (name, meta["op"].split(".")[1], e.get("inputs") or [], outs[0])
-            )
+            layer.activations.append((name, meta["op"].split(".")[1], e.inputs, e.output))
     # first appearance is model order (parameters come first, in registration order);
     # nodes of no module (inputs, loss, optimizer-free glue) go last
     return sorted(out.values(), key=lambda l: l.name == NO_LAYER)
 
 
-def timeline(plan: dict) -> list[tuple[str, str, float, float, str]]:
+def timeline(plan: Plan) -> list[tuple[str, str, float, float, str]]:
     """The step as the cost model sums it, node by node in graph order: each node's input
     redistributions (communication) then its op (compute), one after the other. Returns
     (node, kind, start_us, duration_us, layer) for every non-zero segment."""
     t = 0.0
     segs = []
-    for name, e in plan["nodes"].items():
+    for name, e in plan.nodes.items():
         layer = node_layer(name, plan)
-        for kind, key in (("comm", "comm_us"), ("compute", "compute_us")):
-            d = float(e.get(key, 0.0))
+        for kind, d in (("comm", e.comm_us), ("compute", e.compute_us)):
             if d > 0:
                 segs.append((name, kind, t, d, layer))
                 t += d
     return segs
 
 
-def backward_start_us(plan: dict) -> float | None:
+def backward_start_us(plan: Plan) -> float | None:
     """Where the first backward node starts on the timeline (None without phases)."""
-    info = plan.get("node_info", {})
     t = 0.0
-    for name, e in plan["nodes"].items():
-        if info.get(name, {}).get("phase") == "backward":
+    for name, e in plan.nodes.items():
+        if plan.info(name).get("phase") == "backward":
             return t
-        t += float(e.get("comm_us", 0.0)) + float(e.get("compute_us", 0.0))
+        t += e.comm_us + e.compute_us
     return None

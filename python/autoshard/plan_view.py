@@ -14,12 +14,13 @@ import html
 import os
 import sys
 
+from .plan import Plan
 from .plan_layers import Layer, backward_start_us, fmt_layout, layers, load_plan, timeline
 
 COLORS = {"compute": "#4c78a8", "comm": "#e45756"}
 
 
-def render_png(plan: dict, path: str) -> None:
+def render_png(plan: Plan, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -70,36 +71,34 @@ def render_png(plan: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _title(plan: dict) -> str:
-    s = plan.get("summary", {})
-    mesh = plan.get("mesh", {})
-    shape = "x".join(str(x) for x in mesh.get("shape", []))
-    names = "/".join(mesh.get("dim_names") or [])
-    preset = f", preset {plan['preset']}" if plan.get("preset") else ""
+def _title(plan: Plan) -> str:
+    s = plan.summary
+    shape = "x".join(str(x) for x in plan.mesh_shape)
+    names = "/".join(plan.mesh_dim_names or [])
+    preset = f", preset {plan.preset}" if plan.preset else ""
     return (
-        f"mesh {shape} {f'({names})' if names else ''} on {plan.get('hardware', '?')}"
-        f"{preset}: step {float(s.get('total_us', 0)) / 1e3:.2f} ms = compute "
-        f"{float(s.get('compute_us', 0)) / 1e3:.2f} + communication "
-        f"{float(s.get('comm_us', 0)) / 1e3:.2f} ms"
+        f"mesh {shape} {f'({names})' if names else ''} on {plan.hardware or '?'}"
+        f"{preset}: step {s.total_us / 1e3:.2f} ms = compute "
+        f"{s.compute_us / 1e3:.2f} + communication {s.comm_us / 1e3:.2f} ms"
     )
 
 
-def render_html(plan: dict, png: bytes, title: str) -> str:
+def render_html(plan: Plan, png: bytes, title: str) -> str:
     e = html.escape
-    s = plan.get("summary", {})
+    s = plan.summary
     rows = layers(plan)
     head = (
-        f"<tr><td>estimated step</td><td>{float(s.get('total_us', 0)) / 1e3:.3f} ms</td></tr>"
-        f"<tr><td>compute / communication</td><td>{float(s.get('compute_us', 0)) / 1e3:.3f}"
-        f" ms / {float(s.get('comm_us', 0)) / 1e3:.3f} ms</td></tr>"
-        f"<tr><td>lower bound</td><td>{float(s.get('lower_bound_us', 0)) / 1e3:.3f} ms"
+        f"<tr><td>estimated step</td><td>{s.total_us / 1e3:.3f} ms</td></tr>"
+        f"<tr><td>compute / communication</td><td>{s.compute_us / 1e3:.3f}"
+        f" ms / {s.comm_us / 1e3:.3f} ms</td></tr>"
+        f"<tr><td>lower bound</td><td>{s.lower_bound_us / 1e3:.3f} ms"
         f"</td></tr><tr><td>parameters per GPU</td>"
-        f"<td>{float(s.get('parameter_bytes_per_gpu', 0)) / 2**20:.2f} MiB</td></tr>"
+        f"<td>{s.parameter_bytes_per_gpu / 2**20:.2f} MiB</td></tr>"
     )
     body = "\n".join(_layer_row(r) for r in rows)
     note = (
         ""
-        if plan.get("node_info")
+        if plan.node_info
         else (
             "<p class=note>This plan carries no node_info: layers are unknown. Pass the traced "
             "graph with <code>--graph GRAPH.json</code> (or write the plan with "
@@ -152,7 +151,7 @@ def _layer_row(r: Layer) -> str:
     )
 
 
-def write_view(plan: dict, out_dir: str, stem: str) -> tuple[str, str]:
+def write_view(plan: Plan, out_dir: str, stem: str) -> tuple[str, str]:
     """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     png_path = os.path.join(out_dir, stem + ".png")

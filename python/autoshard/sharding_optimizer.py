@@ -272,20 +272,18 @@ class ShardingOptimizer:
         optimize_placement returned; None: the current solution): the totals and the nodes
         whose layouts differ, printed (as ``autoshard diff``) and returned as
         ``{"delta_us": {total_us, compute_us, comm_us, exposed_comm_us}, "changed_nodes"}``."""
+        from .plan import Plan
         from .plan_compare import diff_lines
 
-        pa, pb = _as_plan(a) or self._plan(), _as_plan(b) or self._plan()
+        pa = Plan.from_json(_as_plan(a) or self._plan())
+        pb = Plan.from_json(_as_plan(b) or self._plan())
         print("\n".join(diff_lines(pa, pb, limit)))
-        sa, sb = pa.get("summary", {}), pb.get("summary", {})
-        nodes_b = pb.get("nodes", {})
         changed = sorted(
-            n
-            for n, e in pa.get("nodes", {}).items()
-            if (nodes_b.get(n) or {}).get("outputs") != e.get("outputs")
+            n for n, e in pa.nodes.items() if n not in pb.nodes or pb.nodes[n].outputs != e.outputs
         )
         return {
             "delta_us": {
-                k: float(sb.get(k, 0.0)) - float(sa.get(k, 0.0))
+                k: getattr(pb.summary, k) - getattr(pa.summary, k)
                 for k in ("total_us", "compute_us", "comm_us", "exposed_comm_us")
             },
             "changed_nodes": changed,

@@ -1,0 +1,99 @@
+"""A plan as typed objects: ``Plan``, its ``PlanSummary`` and one ``NodePlan`` per node.
+
+The planner answers in JSON (docs/formats.md section 3) and users keep that JSON (plan files,
+``optimize_placement().plan``). The tools that read plans (``autoshard view / diff /
+explain``, the verbose log, ``diff_solutions``) parse it once here, so a missing optional
+field has one default in one place instead of a ``.get`` at every read. Layouts are the
+planner's strings, one per mesh dim (``"S(0)"``, ``"R"``, ``"P(sum)"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Layout = list  # of placement strings, one per mesh dim
+
+
+@dataclass
+class NodePlan:
+    outputs: list  # one Layout (None for a non-tensor output) per output
+    inputs: list  # one Layout per tensor argument, in the graph JSON's reference order
+    compute_us: float = 0.0
+    comm_us: float = 0.0  # redistributing this node's inputs, in full (not only exposed)
+    strategies: int | None = None  # how many the planner chose among
+
+    @property
+    def output(self) -> Layout | None:
+        """The first output's layout."""
+        return self.outputs[0] if self.outputs else None
+
+    @classmethod
+    def from_json(cls, d: dict) -> "NodePlan":
+        return cls(
+            outputs=list(d.get("outputs") or []),
+            inputs=list(d.get("inputs") or []),
+            compute_us=float(d.get("compute_us", 0.0)),
+            comm_us=float(d.get("comm_us", 0.0)),
+            strategies=d.get("strategies"),
+        )
+
+
+@dataclass
+class PlanSummary:
+    total_us: float = 0.0  # compute_us + exposed_comm_us
+    compute_us: float = 0.0
+    comm_us: float = 0.0  # every collective in full
+    exposed_comm_us: float = 0.0  # the part not hidden behind compute
+    parameter_bytes_per_gpu: float = 0.0
+    lower_bound_us: float = 0.0
+    solver_status: str | None = None  # "optimal", "gap tolerance" or "time limit"
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PlanSummary":
+        comm = float(d.get("comm_us", 0.0))
+        return cls(
+            total_us=float(d.get("total_us", 0.0)),
+            compute_us=float(d.get("compute_us", 0.0)),
+            comm_us=comm,
+            exposed_comm_us=float(d.get("exposed_comm_us", comm)),  # older plans: all exposed
+            parameter_bytes_per_gpu=float(d.get("parameter_bytes_per_gpu", 0)),
+            lower_bound_us=float(d.get("lower_bound_us", 0.0)),
+            solver_status=d.get("solver_status"),
+        )
+
+
+@dataclass
+class Plan:
+    mesh_shape: list[int]
+    mesh_dim_names: list[str] | None
+    nodes: dict[str, NodePlan]  # in graph order
+    summary: PlanSummary
+    hardware: str | None = None
+    report: str = ""  # the planner's text report
+    preset: str | None = None  # the preset it was planned with (autoshard plan --preset)
+    # per node what the graph knows and the plan does not: op, role, fqn, module, phase,
+    # shape, dtype (written by `autoshard plan --out` / `demo --plan-out`, or --graph)
+    node_info: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "plan") -> "Plan":
+        if not isinstance(d, dict) or not isinstance(d.get("nodes"), dict):
+            raise ValueError(
+                f'{where}: not a plan JSON (no "nodes" object; docs/formats.md section 3)'
+            )
+        mesh = d.get("mesh") or {}
+        return cls(
+            mesh_shape=list(mesh.get("shape") or []),
+            mesh_dim_names=mesh.get("dim_names"),
+            nodes={name: NodePlan.from_json(e) for name, e in d["nodes"].items()},
+            summary=PlanSummary.from_json(d.get("summary") or {}),
+            hardware=d.get("hardware"),
+            report=str(d.get("report") or ""),
+            preset=d.get("preset"),
+            node_info=dict(d.get("node_info") or {}),
+        )
+
+    def info(self, node: str) -> dict[str, Any]:
+        """What node_info says of ``node`` (empty when the plan has none)."""
+        return self.node_info.get(node, {})
