@@ -10,7 +10,6 @@ tools/hf_coverage.py does.
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from autoshard import _core
 from autoshard.testing import hf_zoo
 from autoshard.user_frames import Frame, frame_rank, parse_stack_trace, user_frame
+from tiny_graphs import tiny_graph
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(
@@ -137,24 +137,4 @@ def test_coverage_script_lists_missing_ops(capsys):
 
 
 def test_missing_ops_are_listed_not_raised():
-    graph = {
-        "version": 1,
-        "nodes": [
-            {
-                "name": "x",
-                "op": "placeholder",
-                "role": "input",
-                "input_index": 0,
-                "outputs": [{"shape": [8, 4], "dtype": "float32"}],
-            },
-            {
-                "name": "y",
-                "op": "aten.frobnicate.default",
-                "args": [{"ref": "x", "index": 0}],
-                "kwargs": {},
-                "outputs": [{"shape": [8, 4], "dtype": "float32"}],
-            },
-        ],
-        "outputs": [],
-    }
-    assert hf_zoo.missing_ops(json.dumps(graph)) == ["aten.frobnicate.default"]
+    assert hf_zoo.missing_ops(tiny_graph("aten.frobnicate.default")) == ["aten.frobnicate.default"]

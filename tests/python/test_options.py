@@ -8,6 +8,7 @@ import pytest
 
 from autoshard import _core
 from autoshard.options import PlannerOptions, enumerate_strategies
+from tiny_graphs import tiny_graph
 
 
 def test_json_round_trip_keeps_every_field():
@@ -54,26 +55,5 @@ def test_bad_json_is_refused_with_the_key_named():
 
 @pytest.mark.skipif(not hasattr(_core, "enumerate_strategies"), reason="C++ core not built")
 def test_the_core_reads_the_json_it_writes():
-    graph = {
-        "version": 1,
-        "nodes": [
-            {
-                "name": "x",
-                "op": "placeholder",
-                "role": "input",
-                "input_index": 0,
-                "outputs": [{"shape": [8, 4], "dtype": "float32"}],
-            },
-            {
-                "name": "y",
-                "op": "aten.relu.default",
-                "phase": "forward",
-                "args": [{"ref": "x", "index": 0}],
-                "kwargs": {},
-                "outputs": [{"shape": [8, 4], "dtype": "float32"}],
-            },
-        ],
-        "outputs": [{"ref": "y", "index": 0, "role": "output", "output_index": 0}],
-    }
-    found = enumerate_strategies(json.dumps(graph), PlannerOptions(mesh_shape=[2]))
+    found = enumerate_strategies(tiny_graph(), PlannerOptions(mesh_shape=[2]))
     assert found["nodes"]["y"] and not found["unsupported"]

@@ -24,6 +24,7 @@ import torch
 
 from autoshard import _core
 from autoshard.testing import validate as V
+from tiny_graphs import tiny_graph
 
 # ----------------------------------------------------------------------------- the models
 
@@ -195,35 +196,8 @@ def test_hugging_face_family_graph(family):
 # ----------------------------------------------------------------------------- the binding
 
 
-def _tiny_graph(op: str = "aten.relu.default") -> str:
-    return json.dumps(
-        {
-            "version": 1,
-            "nodes": [
-                {
-                    "name": "x",
-                    "op": "placeholder",
-                    "role": "input",
-                    "input_index": 0,
-                    "outputs": [{"shape": [8, 4], "dtype": "float32"}],
-                },
-                {
-                    "name": "y",
-                    "op": op,
-                    "args": [{"ref": "x", "index": 0}],
-                    "kwargs": {},
-                    "outputs": [{"shape": [8, 4], "dtype": "float32"}],
-                },
-            ],
-            "outputs": [],
-        }
-    )
-
-
 def test_binding_lists_strategies_per_node():
-    out = json.loads(
-        _core.enumerate_strategies(_tiny_graph(), json.dumps({"mesh": {"shape": [2]}}))
-    )
+    out = json.loads(_core.enumerate_strategies(tiny_graph(), json.dumps({"mesh": {"shape": [2]}})))
     assert out["mesh"] == {"shape": [2]} and out["unsupported"] == []
     assert [s["outputs"] for s in out["nodes"]["x"]] == [[["R"]], [["S(0)"]], [["S(1)"]]]
     relu = {V.strategy_str(s) for s in out["nodes"]["y"]}
@@ -236,18 +210,18 @@ def test_binding_lists_strategies_per_node():
 def test_binding_raises_value_error_naming_unsupported_ops():
     with pytest.raises(ValueError, match="aten.frobnicate.default"):
         _core.enumerate_strategies(
-            _tiny_graph("aten.frobnicate.default"), json.dumps({"mesh": {"shape": [2]}})
+            tiny_graph("aten.frobnicate.default"), json.dumps({"mesh": {"shape": [2]}})
         )
     out = json.loads(
         _core.enumerate_strategies(
-            _tiny_graph("aten.frobnicate.default"),
+            tiny_graph("aten.frobnicate.default"),
             json.dumps({"mesh": {"shape": [2]}}),
             allow_unsupported=True,
         )
     )
     assert [(u["node"], u["op"]) for u in out["unsupported"]] == [("y", "aten.frobnicate.default")]
     with pytest.raises(ValueError, match="mesh"):
-        _core.enumerate_strategies(_tiny_graph(), json.dumps({}))
+        _core.enumerate_strategies(tiny_graph(), json.dumps({}))
 
 
 # ----------------------------------------------------------------------------- the simulation
