@@ -23,6 +23,7 @@ GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* sha
   g.node_cost.resize(g.label_offset[n]);
   g.usage.assign(g.label_offset[n], 0);
   g.interval.resize(n);
+  g.usage_limit = p.usage_limit;
   for (int32_t i = 0; i < n; ++i) {
     std::copy(p.node_costs[i].begin(), p.node_costs[i].end(), g.node_cost.begin() + g.label_offset[i]);
     if (i < static_cast<int32_t>(p.intervals.size())) g.interval[i] = p.intervals[i];
@@ -72,6 +73,8 @@ GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* sha
         g.matrix_offset[e] +
         (g.matrix_at[e] ? 0 : static_cast<int64_t>(g.num_labels[g.edge_a[e]]) * g.num_labels[g.edge_b[e]]);
   g.matrix.assign(g.matrix_offset[m], 0.0);
+  // Sums in input-edge order; one with an infeasible term stays infeasible whatever is added.
+  auto add = [](Cost& sum, Cost c) { sum = is_infeasible(sum) || is_infeasible(c) ? kInfeasibleCost : sum + c; };
   for (size_t k = 0; k < p.edges.size(); ++k) {
     const Edge& e = p.edges[k];
     const int32_t su = g.num_labels[e.u], sv = g.num_labels[e.v];
@@ -80,19 +83,19 @@ GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* sha
       throw std::invalid_argument("edge " + std::to_string(k) + " has " + std::to_string(e.costs.size()) +
                                   " costs, expected |S_u| x |S_v| = " + std::to_string(int64_t(su) * sv));
     if (e.u == e.v) {
-      for (int32_t s = 0; s < su; ++s) g.node_cost[g.label_offset[e.u] + s] += costs[int64_t(s) * sv + s];
+      for (int32_t s = 0; s < su; ++s) add(g.node_cost[g.label_offset[e.u] + s], costs[int64_t(s) * sv + s]);
       continue;
     }
     if (g.matrix_at[edge_of_input[k]]) continue;  // referenced where it is
     Cost* mat = g.matrix.data() + g.matrix_offset[edge_of_input[k]];
     if (e.u < e.v) {
-      for (int64_t t = 0; t < int64_t(su) * sv; ++t) mat[t] += costs[t];
+      for (int64_t t = 0; t < int64_t(su) * sv; ++t) add(mat[t], costs[t]);
     } else {  // stored as (v, u): transpose
       for (int32_t a = 0; a < su; ++a)
-        for (int32_t b = 0; b < sv; ++b) mat[int64_t(b) * su + a] += costs[int64_t(a) * sv + b];
+        for (int32_t b = 0; b < sv; ++b) add(mat[int64_t(b) * su + a], costs[int64_t(a) * sv + b]);
     }
   }
-  // Sums of infeasible entries stay infeasible; clamp so they do not grow without bound.
+  // One stored value for every infeasible entry (inputs may mark them with anything above).
   for (Cost& c : g.matrix) c = std::min(c, kInfeasibleCost);
   for (Cost& c : g.node_cost) c = std::min(c, kInfeasibleCost);
   for (int32_t e = 0; e < m; ++e)
@@ -123,6 +126,28 @@ Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x) {
   for (int32_t e = 0; e < g.num_edges(); ++e)
     total += g.edge_matrix(e)[int64_t(x[g.edge_a[e]]) * g.num_labels[g.edge_b[e]] + x[g.edge_b[e]]];
   return total;
+}
+
+LivePoints live_points(const GraphView& g) {
+  const int32_t n = g.num_nodes;
+  LivePoints pts;
+  std::vector<uint8_t> matters(n, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    if (g.interval[i].end <= g.interval[i].start) continue;
+    for (int32_t s = 0; s < g.labels(i); ++s) matters[i] |= g.usages(i)[s] != 0;
+    if (matters[i]) pts.times.push_back(g.interval[i].start);
+  }
+  std::sort(pts.times.begin(), pts.times.end());
+  pts.times.erase(std::unique(pts.times.begin(), pts.times.end()), pts.times.end());
+  pts.first.assign(n, 0);
+  pts.last.assign(n, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    if (!matters[i]) continue;
+    pts.first[i] =
+        int32_t(std::lower_bound(pts.times.begin(), pts.times.end(), g.interval[i].start) - pts.times.begin());
+    pts.last[i] = int32_t(std::lower_bound(pts.times.begin(), pts.times.end(), g.interval[i].end) - pts.times.begin());
+  }
+  return pts;
 }
 
 bool budget_can_bind(const GraphView& g, size_t k) {

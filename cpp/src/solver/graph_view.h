@@ -1,6 +1,8 @@
 // A compact, read-only view of a solver problem for the search: flattened per-node arrays,
 // parallel edges merged into one matrix per node pair, and CSR adjacency. Built once (the
 // 100 MB IOPDDL instances take well under a second) so the inner loops touch contiguous memory.
+// It is the one normalisation of a problem every solver method reads (heuristic, exact
+// search, greedy warm start, budget branch and bound).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@ struct GraphView {
   std::vector<Cost> node_cost;        // flattened
   std::vector<int64_t> usage;         // flattened (0 when the node is never live)
   std::vector<Interval> interval;
+  int64_t usage_limit = -1;  // the problem's memory limit; < 0: none
   // Global budgets: usage flattened like node_cost (0 for empty rows), low <= sum <= high.
   struct Budget {
     std::vector<int64_t> usage;
@@ -58,6 +61,8 @@ struct GraphView {
 };
 
 // Self-loop edges (u == v) are folded into the node cost (only the diagonal can be chosen).
+// Infeasible entries are stored as kInfeasibleCost, and so is every sum with one among its
+// terms (a negative parallel term must not make a forbidden pair allowed).
 // `shared` (optional, one entry per problem edge): a non-null entry is that edge's matrix,
 // already clamped, stored elsewhere and outliving the view (its `costs` are then ignored);
 // an edge u < v merged with no other is referenced there instead of copied.
@@ -65,6 +70,17 @@ GraphView build_graph_view(const Problem& problem, const std::vector<const Cost*
 
 // Objective of a full assignment (sum of node costs and edge entries); exact for valid plans.
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x);
+
+// Time compressed to the points where the live usage can peak: it is piecewise constant and
+// only rises where an interval starts, so the distinct starts of the nodes live with some
+// usage are the only time points a memory check needs.
+struct LivePoints {
+  std::vector<int64_t> times;        // sorted distinct starts
+  std::vector<int32_t> first, last;  // node i is live at points [first[i], last[i]); empty when
+                                     // it is never live or never uses memory
+  int32_t size() const { return static_cast<int32_t>(times.size()); }
+};
+LivePoints live_points(const GraphView& g);
 
 // Whether budget k can bind: the least and the most usage any plan reaches are not both
 // within [low, high].

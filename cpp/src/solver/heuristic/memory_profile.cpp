@@ -5,24 +5,8 @@
 
 namespace autoshard::detail {
 
-MemoryProfile::MemoryProfile(const GraphView& g, int64_t limit) : g_(g), limit_(limit) {
-  const int32_t n = g.num_nodes;
-  std::vector<uint8_t> matters(n, 0);
-  for (int32_t i = 0; i < n; ++i) {
-    if (g.interval[i].end <= g.interval[i].start) continue;
-    for (int32_t s = 0; s < g.labels(i); ++s) matters[i] |= g.usages(i)[s] != 0;
-    if (matters[i]) times_.push_back(g.interval[i].start);
-  }
-  std::sort(times_.begin(), times_.end());
-  times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
-  num_points_ = static_cast<int32_t>(times_.size());
-  first_.assign(n, 0);
-  last_.assign(n, 0);
-  for (int32_t i = 0; i < n; ++i) {
-    if (!matters[i]) continue;
-    first_[i] = int32_t(std::lower_bound(times_.begin(), times_.end(), g.interval[i].start) - times_.begin());
-    last_[i] = int32_t(std::lower_bound(times_.begin(), times_.end(), g.interval[i].end) - times_.begin());
-  }
+MemoryProfile::MemoryProfile(const GraphView& g, int64_t limit) : g_(g), limit_(limit), points_(live_points(g)) {
+  num_points_ = points_.size();
   while (size_ < std::max(num_points_, 1)) size_ *= 2;
   tree_max_.assign(2 * size_, 0);
   tree_add_.assign(2 * size_, 0);
@@ -51,10 +35,10 @@ int64_t MemoryProfile::query(int32_t lo, int32_t hi, int32_t node, int32_t nlo, 
 void MemoryProfile::reset(const std::vector<int32_t>& x) {
   std::vector<int64_t> diff(size_ + 1, 0);
   for (int32_t i = 0; i < g_.num_nodes; ++i) {
-    if (first_[i] >= last_[i]) continue;
+    if (first(i) >= last(i)) continue;
     const int64_t u = g_.usages(i)[x[i]];
-    diff[first_[i]] += u;
-    diff[last_[i]] -= u;
+    diff[first(i)] += u;
+    diff[last(i)] -= u;
   }
   std::fill(tree_add_.begin(), tree_add_.end(), 0);
   int64_t run = 0;
@@ -68,9 +52,9 @@ void MemoryProfile::reset(const std::vector<int32_t>& x) {
 }
 
 void MemoryProfile::move(int32_t i, int32_t from, int32_t to) {
-  if (first_[i] >= last_[i] || from == to) return;
+  if (first(i) >= last(i) || from == to) return;
   const int64_t delta = g_.usages(i)[to] - g_.usages(i)[from];
-  if (delta != 0) add(first_[i], last_[i], delta, 1, 0, size_);
+  if (delta != 0) add(first(i), last(i), delta, 1, 0, size_);
 }
 
 int64_t MemoryProfile::max_over(int32_t lo, int32_t hi) const {
@@ -85,10 +69,10 @@ int32_t MemoryProfile::peak_point() const {
 }
 
 bool MemoryProfile::fits(int32_t i, int32_t from, int32_t to) const {
-  if (limit_ < 0 || first_[i] >= last_[i]) return true;
+  if (limit_ < 0 || first(i) >= last(i)) return true;
   const int64_t delta = g_.usages(i)[to] - g_.usages(i)[from];
   if (delta <= 0) return true;
-  return max_over(first_[i], last_[i]) + delta <= limit_;
+  return max_over(first(i), last(i)) + delta <= limit_;
 }
 
 void MemoryProfile::values(std::vector<int64_t>& out) const {

@@ -1,8 +1,6 @@
-// The live-usage profile of a plan over compressed time, kept up to date under single-node
-// changes. The profile is piecewise constant and only rises at interval starts, so its maximum
-// over any range is reached at a start: the distinct starts of live nodes are the only time
-// points that matter. A segment tree (range add, range max) answers "does this change fit?"
-// in O(log T).
+// The live-usage profile of a plan over compressed time (live_points, graph_view.h), kept up
+// to date under single-node changes. A segment tree (range add, range max) answers "does this
+// change fit?" in O(log T).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +18,9 @@ class MemoryProfile {
   int64_t limit() const { return limit_; }
   bool limited() const { return limit_ >= 0; }
   // Node i is live at compressed points [first(i), last(i)); empty when never live.
-  int32_t first(int32_t i) const { return first_[i]; }
-  int32_t last(int32_t i) const { return last_[i]; }
-  int64_t time_of(int32_t point) const { return times_[point]; }
+  int32_t first(int32_t i) const { return points_.first[i]; }
+  int32_t last(int32_t i) const { return points_.last[i]; }
+  int64_t time_of(int32_t point) const { return points_.times[point]; }
 
   void reset(const std::vector<int32_t>& x);
   // Applies node i moving from label `from` to label `to`.
@@ -38,9 +36,8 @@ class MemoryProfile {
  private:
   const GraphView& g_;
   int64_t limit_;
+  LivePoints points_;
   int32_t num_points_ = 0, size_ = 1;
-  std::vector<int64_t> times_;
-  std::vector<int32_t> first_, last_;
   std::vector<int64_t> tree_max_, tree_add_;  // max of subtree including its own add
 
   void add(int32_t lo, int32_t hi, int64_t delta, int32_t node, int32_t nlo, int32_t nhi);
