@@ -13,7 +13,7 @@
 #include "autoshard/problem.h"
 #include "autoshard/solver.h"
 #include "exact/budget_branch.h"
-#include "exact/exact_model.h"
+#include "exact/exact_search.h"
 
 #if __has_include("autoshard/heuristic.h")
 #include "autoshard/heuristic.h"
@@ -23,10 +23,6 @@
 #endif
 
 namespace autoshard {
-
-namespace detail {
-double simple_lower_bound(const SolverModel& m);
-}
 
 namespace {
 
@@ -119,13 +115,20 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
 
   const bool exact_only = small_enough_for_exact(problem);
   const bool budget_branching = !exact_only && !options.exact && may_branch_on_budget(problem);
+  // The bound that needs no search, kept for when nothing better is proven (below).
+  Cost simple_bound = -kInfeasibleCost;
   if (!exact_only) {
     // Safety net first: the memory-reserving greedy finds a valid plan in a fraction of the
     // time on every IOPDDL instance measured where one exists, so a heuristic that finds
-    // nothing in its time still leaves a plan to return.
-    SolveOptions go = options;
-    go.time_limit_s = options.time_limit_s * 0.1;
-    merge_into(best, solve_greedy(problem, go), problem, 0.0);
+    // nothing in its time still leaves a plan to return. The greedy and the simple bound
+    // share one view of the unreduced problem, released before the heuristic builds its own.
+    {
+      detail::Deadline greedy_deadline;
+      greedy_deadline.limit_s = options.time_limit_s * 0.1;
+      const detail::GraphView view = detail::build_graph_view(problem);
+      merge_into(best, detail::solve_greedy(problem, view, greedy_deadline), problem, 0.0);
+      if (!options.exact) simple_bound = detail::simple_lower_bound(view);
+    }
     SolveOptions ho = options;
     // The heuristic always gets most of the time, even if the greedy ran over its share.
     ho.time_limit_s = std::max(0.8 * options.time_limit_s, options.time_limit_s - deadline.elapsed());
@@ -163,7 +166,7 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     merge_into(best, ex, problem, before);
     best.proven_optimal = ex.proven_optimal;
   } else if (!already_proven) {
-    best.lower_bound = std::max(best.lower_bound, detail::simple_lower_bound(detail::build_model(problem)));
+    best.lower_bound = std::max(best.lower_bound, simple_bound);
   }
 
   // Final, independent check: an invalid plan is never reported as found.

@@ -24,14 +24,15 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
     return r;
   }
   const Problem& rp = red.reduced;
-  detail::SolverModel m = detail::build_model(rp);
+  const detail::GraphView g = detail::build_graph_view(rp);
+  const int32_t n = g.num_nodes;
 
-  std::vector<int32_t> incumbent(m.n, 0);
+  std::vector<int32_t> incumbent(n, 0);
   double incumbent_cost = detail::kInf;
   auto offer = [&](const std::vector<int32_t>& plan) {
     Evaluation ev = evaluate(rp, plan);
     if (!ev.valid) return;
-    double c = detail::model_cost(m, plan);
+    double c = detail::graph_cost(g, plan);  // finite: the plan is valid
     if (c < incumbent_cost) {
       if (!std::isfinite(incumbent_cost)) r.time_to_first_s = deadline.elapsed();
       incumbent_cost = c;
@@ -40,8 +41,8 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
   };
   // A warm start for the original problem maps onto the reduced one when every choice survived.
   if (warm_start && warm_start->size() == problem.num_nodes()) {
-    std::vector<int32_t> mapped(m.n, -1);
-    for (int32_t i = 0; i < m.n; ++i) {
+    std::vector<int32_t> mapped(n, -1);
+    for (int32_t i = 0; i < n; ++i) {
       const auto& strat = red.original_strategy[i];
       for (size_t k = 0; k < strat.size(); ++k)
         if (strat[k] == (*warm_start)[red.original_node[i]]) mapped[i] = static_cast<int32_t>(k);
@@ -50,10 +51,10 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
   }
   detail::Deadline greedy_deadline = deadline;
   greedy_deadline.limit_s = options.time_limit_s * 0.2;
-  for (const auto& plan : detail::greedy_plans(m, greedy_deadline)) offer(plan);
+  for (const auto& plan : detail::greedy_plans(g, rp, greedy_deadline)) offer(plan);
 
-  detail::ExactOutcome out =
-      detail::branch_and_bound(m, deadline, incumbent, incumbent_cost, options.gap_tolerance, red.cost_offset);
+  detail::ExactOutcome out = detail::branch_and_bound(g, has_integer_costs(rp), deadline, incumbent, incumbent_cost,
+                                                      options.gap_tolerance, red.cost_offset);
   if (std::isfinite(out.cost)) {
     Solution full = red.expand(out.plan);
     Evaluation ev = evaluate(problem, full);
@@ -79,7 +80,7 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
   else
     r.status = r.found ? "time limit (best plan so far)" : "time limit (no valid plan found)";
   if (options.verbose)
-    std::fprintf(stderr, "exact: reduced %zu -> %d nodes; %llu search nodes, complete=%d\n", problem.num_nodes(), m.n,
+    std::fprintf(stderr, "exact: reduced %zu -> %d nodes; %llu search nodes, complete=%d\n", problem.num_nodes(), n,
                  static_cast<unsigned long long>(out.nodes), out.complete ? 1 : 0);
   r.total_time_s = deadline.elapsed();
   return r;

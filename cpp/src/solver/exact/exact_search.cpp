@@ -23,93 +23,118 @@ namespace {
 
 // Maximum-cardinality order: next the node with the most already-ordered neighbours (ties:
 // fewer strategies, then lower id), so edges are resolved early and the bound tightens fast.
-std::vector<int32_t> search_order(const SolverModel& m) {
+std::vector<int32_t> search_order(const GraphView& g) {
+  const int32_t n = g.num_nodes;
   std::vector<int32_t> order;
-  std::vector<int32_t> ordered_nbrs(m.n, 0);
-  std::vector<char> done(m.n, 0);
-  order.reserve(m.n);
-  for (int32_t step = 0; step < m.n; ++step) {
+  std::vector<int32_t> ordered_nbrs(n, 0);
+  std::vector<char> done(n, 0);
+  order.reserve(n);
+  auto degree = [&](int32_t x) { return static_cast<int32_t>(g.adj_offset[x + 1] - g.adj_offset[x]); };
+  for (int32_t step = 0; step < n; ++step) {
     int32_t best = -1;
-    for (int32_t i = 0; i < m.n; ++i) {
+    for (int32_t i = 0; i < n; ++i) {
       if (done[i]) continue;
       if (best < 0) {
         best = i;
         continue;
       }
       auto key = [&](int32_t x) {
-        return std::make_tuple(-ordered_nbrs[x], ordered_nbrs[x] == 0 ? -static_cast<int32_t>(m.adj[x].size()) : 0,
-                               m.strategies(x), x);
+        return std::make_tuple(-ordered_nbrs[x], ordered_nbrs[x] == 0 ? -degree(x) : 0, g.labels(x), x);
       };
       if (key(i) < key(best)) best = i;
     }
     done[best] = 1;
     order.push_back(best);
-    for (const Adjacent& a : m.adj[best]) ++ordered_nbrs[a.other];
+    for (int64_t k = g.adj_offset[best]; k < g.adj_offset[best + 1]; ++k) ++ordered_nbrs[g.adj_other[k]];
   }
   return order;
 }
 
+// One edge seen from node i (CSR entry k of i's adjacency): its cost with i at label s and
+// the neighbour at label t, +infinity when infeasible.
+struct Incident {
+  const GraphView& g;
+  int32_t i;
+  int64_t k;
+  int32_t other() const { return g.adj_other[k]; }
+  double cost(int32_t s, int32_t t) const { return cost_or_inf(g.edge_cost(g.adj_edge[k], i, s, t)); }
+};
+
 class BranchAndBound {
  public:
-  BranchAndBound(const SolverModel& m, const Deadline& deadline, const std::vector<double>& lambda,
-                 double gap_tolerance, double cost_offset)
-      : m_(m), deadline_(deadline), gap_tolerance_(gap_tolerance), cost_offset_(cost_offset) {
-    order_ = search_order(m);
-    pos_.assign(m.n, 0);
-    for (int32_t d = 0; d < m.n; ++d) pos_[order_[d]] = d;
+  BranchAndBound(const GraphView& g, const LivePoints& points, bool integer_costs, const Deadline& deadline,
+                 const std::vector<int32_t>& order, const std::vector<double>& lambda, double gap_tolerance,
+                 double cost_offset)
+      : g_(g),
+        points_(points),
+        limit_(g.usage_limit),
+        integer_costs_(integer_costs),
+        deadline_(deadline),
+        gap_tolerance_(gap_tolerance),
+        cost_offset_(cost_offset),
+        order_(order) {
+    const int32_t n = g.num_nodes;
+    pos_.assign(n, 0);
+    for (int32_t d = 0; d < n; ++d) pos_[order_[d]] = d;
     // Lagrangian node costs.
-    cost_ = m.cost;
+    cost_.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+      cost_[i].resize(g.labels(i));
+      for (int32_t s = 0; s < g.labels(i); ++s) cost_[i][s] = cost_or_inf(g.costs(i)[s]);
+    }
     lambda_offset_ = 0;
     if (!lambda.empty()) {
       std::vector<double> prefix(lambda.size() + 1, 0.0);
       for (size_t k = 0; k < lambda.size(); ++k) prefix[k + 1] = prefix[k] + lambda[k];
-      for (int32_t i = 0; i < m.n; ++i) {
-        double w = prefix[m.live_hi[i]] - prefix[m.live_lo[i]];
+      for (int32_t i = 0; i < n; ++i) {
+        double w = prefix[points.last[i]] - prefix[points.first[i]];
         if (w != 0)
-          for (int32_t s = 0; s < m.strategies(i); ++s) cost_[i][s] += w * static_cast<double>(m.usage[i][s]);
+          for (int32_t s = 0; s < g.labels(i); ++s) cost_[i][s] += w * static_cast<double>(g.usages(i)[s]);
       }
-      for (double l : lambda) lambda_offset_ += l * static_cast<double>(m.limit);
+      for (double l : lambda) lambda_offset_ += l * static_cast<double>(limit_);
     }
-    fut_.resize(m.n);
-    partial_.resize(m.n);
-    for (int32_t i = 0; i < m.n; ++i) {
-      fut_[i].assign(m.strategies(i), 0.0);
-      for (const Adjacent& a : m.adj[i]) {
-        if (pos_[a.other] < pos_[i]) continue;
-        for (int32_t s = 0; s < m.strategies(i); ++s) {
+    fut_.resize(n);
+    partial_.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+      fut_[i].assign(g.labels(i), 0.0);
+      for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) {
+        const Incident a{g, i, k};
+        if (pos_[a.other()] < pos_[i]) continue;
+        for (int32_t s = 0; s < g.labels(i); ++s) {
           double best = kInf;
-          for (int32_t t = 0; t < m.strategies(a.other); ++t) best = std::min(best, m.pair_cost(a, s, t));
+          for (int32_t t = 0; t < g.labels(a.other()); ++t) best = std::min(best, a.cost(s, t));
           fut_[i][s] += best;
         }
       }
-      partial_[i].resize(m.strategies(i));
-      for (int32_t s = 0; s < m.strategies(i); ++s) partial_[i][s] = cost_[i][s] + fut_[i][s];
+      partial_[i].resize(g.labels(i));
+      for (int32_t s = 0; s < g.labels(i); ++s) partial_[i][s] = cost_[i][s] + fut_[i][s];
     }
-    min_partial_.resize(m.n);
+    min_partial_.resize(n);
     sum_min_ = 0;
-    for (int32_t i = 0; i < m.n; ++i) {
+    for (int32_t i = 0; i < n; ++i) {
       min_partial_[i] = *std::min_element(partial_[i].begin(), partial_[i].end());
       sum_min_ += min_partial_[i];
     }
     // Memory: slack at each checkpoint after reserving every node's smallest usage.
-    umin_.assign(m.n, 0);
-    slack_.assign(m.checkpoints.size(), m.limit);
-    for (int32_t i = 0; i < m.n; ++i) {
-      umin_[i] = *std::min_element(m.usage[i].begin(), m.usage[i].end());
-      for (int32_t k = m.live_lo[i]; k < m.live_hi[i]; ++k) slack_[k] -= umin_[i];
+    umin_.assign(n, 0);
+    slack_.assign(points.size(), limit_);
+    for (int32_t i = 0; i < n; ++i) {
+      umin_[i] = *std::min_element(g.usages(i), g.usages(i) + g.labels(i));
+      for (int32_t k = points.first[i]; k < points.last[i]; ++k) slack_[k] -= umin_[i];
     }
     // Budgets: suffix sums of the smallest and largest usage of the nodes not yet assigned.
-    const size_t nb = m.budgets.size();
+    const size_t nb = g.budgets.size();
     budget_sum_.assign(nb, 0);
-    rest_min_.assign(nb, std::vector<int64_t>(m.n + 1, 0));
-    rest_max_.assign(nb, std::vector<int64_t>(m.n + 1, 0));
+    rest_min_.assign(nb, std::vector<int64_t>(n + 1, 0));
+    rest_max_.assign(nb, std::vector<int64_t>(n + 1, 0));
     for (size_t b = 0; b < nb; ++b)
-      for (int32_t d = m.n - 1; d >= 0; --d) {
-        const auto& row = m.budgets[b].usage[order_[d]];
-        rest_min_[b][d] = rest_min_[b][d + 1] + *std::min_element(row.begin(), row.end());
-        rest_max_[b][d] = rest_max_[b][d + 1] + *std::max_element(row.begin(), row.end());
+      for (int32_t d = n - 1; d >= 0; --d) {
+        const int64_t* row = budget_row(b, order_[d]);
+        const int32_t labels = g.labels(order_[d]);
+        rest_min_[b][d] = rest_min_[b][d + 1] + *std::min_element(row, row + labels);
+        rest_max_[b][d] = rest_max_[b][d + 1] + *std::max_element(row, row + labels);
       }
-    plan_.assign(m.n, 0);
+    plan_.assign(n, 0);
   }
 
   double root_bound() const { return sum_min_ - lambda_offset_; }
@@ -124,7 +149,7 @@ class BranchAndBound {
   bool run(std::vector<int32_t>& incumbent, double& best_cost) {
     best_ = &incumbent;
     best_cost_ = &best_cost;
-    if (m_.limit >= 0 && !memory_possible()) return true;
+    if (limit_ >= 0 && !memory_possible()) return true;
     if (!budget_possible(0)) return true;
     dfs(0, 0.0);
     return !aborted_;
@@ -133,10 +158,12 @@ class BranchAndBound {
   double tolerance_bound() const { return tolerance_bound_; }
 
  private:
+  const int64_t* budget_row(size_t b, int32_t i) const { return g_.budgets[b].usage.data() + g_.label_offset[i]; }
+
   bool budget_possible(int32_t d) const {
-    for (size_t b = 0; b < m_.budgets.size(); ++b) {
-      if (budget_sum_[b] + rest_min_[b][d] > m_.budgets[b].high) return false;
-      if (budget_sum_[b] + rest_max_[b][d] < m_.budgets[b].low) return false;
+    for (size_t b = 0; b < g_.budgets.size(); ++b) {
+      if (budget_sum_[b] + rest_min_[b][d] > g_.budgets[b].high) return false;
+      if (budget_sum_[b] + rest_max_[b][d] < g_.budgets[b].low) return false;
     }
     return true;
   }
@@ -149,8 +176,8 @@ class BranchAndBound {
   // such bound is what the search proves then.
   bool cannot_improve(double lb) {
     if (std::isinf(*best_cost_)) return std::isinf(lb);
-    const bool proof = m_.integer_costs ? bound_proves_optimal(*best_cost_, lb, true)
-                                        : lb >= *best_cost_ - 1e-9 * std::max(1.0, std::fabs(*best_cost_));
+    const bool proof = integer_costs_ ? bound_proves_optimal(*best_cost_, lb, true)
+                                      : lb >= *best_cost_ - 1e-9 * std::max(1.0, std::fabs(*best_cost_));
     if (proof) return true;
     if (gap_tolerance_ > 0 && lb >= *best_cost_ - gap_tolerance_ * std::fabs(*best_cost_ + cost_offset_)) {
       tolerance_bound_ = std::min(tolerance_bound_, lb);
@@ -165,8 +192,9 @@ class BranchAndBound {
       aborted_ = true;
       return;
     }
-    if (d == m_.n) {
-      double c = model_cost(m_, plan_);
+    if (d == g_.num_nodes) {
+      // Finite: a choice with an infeasible entry was cut where its partial cost became +inf.
+      double c = graph_cost(g_, plan_);
       if (c < *best_cost_) {
         *best_cost_ = c;
         *best_ = plan_;
@@ -174,25 +202,27 @@ class BranchAndBound {
       return;
     }
     const int32_t i = order_[d];
-    const int32_t ns = m_.strategies(i);
+    const int32_t ns = g_.labels(i);
+    const int64_t* usage = g_.usages(i);
     std::vector<int32_t> cand(ns);
     std::iota(cand.begin(), cand.end(), 0);
     std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) { return partial_[i][a] < partial_[i][b]; });
     const double rest = sum_min_ - min_partial_[i];
+    const int32_t live_lo = points_.first[i], live_hi = points_.last[i];
     int64_t min_slack = std::numeric_limits<int64_t>::max();
-    for (int32_t k = m_.live_lo[i]; k < m_.live_hi[i]; ++k) min_slack = std::min(min_slack, slack_[k]);
+    for (int32_t k = live_lo; k < live_hi; ++k) min_slack = std::min(min_slack, slack_[k]);
 
     for (int32_t s : cand) {
       const double p = partial_[i][s];
       if (std::isinf(p)) break;
       if (cannot_improve(g + p + rest - lambda_offset_)) break;  // sorted: the rest are no better
-      const int64_t extra = m_.usage[i][s] - umin_[i];
-      if (m_.limit >= 0 && extra > 0 && extra > min_slack) continue;
-      if (!m_.budgets.empty()) {
-        for (size_t b = 0; b < m_.budgets.size(); ++b) budget_sum_[b] += m_.budgets[b].usage[i][s];
+      const int64_t extra = usage[s] - umin_[i];
+      if (limit_ >= 0 && extra > 0 && extra > min_slack) continue;
+      if (!g_.budgets.empty()) {
+        for (size_t b = 0; b < g_.budgets.size(); ++b) budget_sum_[b] += budget_row(b, i)[s];
         bool ok = budget_possible(d + 1);
         if (!ok) {
-          for (size_t b = 0; b < m_.budgets.size(); ++b) budget_sum_[b] -= m_.budgets[b].usage[i][s];
+          for (size_t b = 0; b < g_.budgets.size(); ++b) budget_sum_[b] -= budget_row(b, i)[s];
           continue;
         }
       }
@@ -202,13 +232,14 @@ class BranchAndBound {
       const size_t mark = trail_.size();
       double sum_min = rest;
       bool dead = false;
-      for (const Adjacent& a : m_.adj[i]) {
-        const int32_t j = a.other;
+      for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
+        const Incident a{g_, i, k};
+        const int32_t j = a.other();
         if (pos_[j] < pos_[i]) continue;
         trail_.push_back({j, partial_[j], min_partial_[j]});
         double mn = kInf;
-        for (int32_t t = 0; t < m_.strategies(j); ++t) {
-          partial_[j][t] += m_.pair_cost(a, s, t);
+        for (int32_t t = 0; t < g_.labels(j); ++t) {
+          partial_[j][t] += a.cost(s, t);
           mn = std::min(mn, partial_[j][t]);
         }
         sum_min += mn - min_partial_[j];
@@ -216,20 +247,20 @@ class BranchAndBound {
         if (std::isinf(mn)) dead = true;
       }
       if (extra != 0)
-        for (int32_t k = m_.live_lo[i]; k < m_.live_hi[i]; ++k) slack_[k] -= extra;
+        for (int32_t k = live_lo; k < live_hi; ++k) slack_[k] -= extra;
       const double saved_sum = sum_min_;
       sum_min_ = sum_min;
       if (!dead && !cannot_improve(g2 + sum_min - lambda_offset_)) dfs(d + 1, g2);
       sum_min_ = saved_sum;
       if (extra != 0)
-        for (int32_t k = m_.live_lo[i]; k < m_.live_hi[i]; ++k) slack_[k] += extra;
+        for (int32_t k = live_lo; k < live_hi; ++k) slack_[k] += extra;
       while (trail_.size() > mark) {
         Saved& sv = trail_.back();
         partial_[sv.node].swap(sv.partial);
         min_partial_[sv.node] = sv.min_partial;
         trail_.pop_back();
       }
-      for (size_t b = 0; b < m_.budgets.size(); ++b) budget_sum_[b] -= m_.budgets[b].usage[i][s];
+      for (size_t b = 0; b < g_.budgets.size(); ++b) budget_sum_[b] -= budget_row(b, i)[s];
       if (aborted_) return;
     }
   }
@@ -240,7 +271,10 @@ class BranchAndBound {
     double min_partial;
   };
 
-  const SolverModel& m_;
+  const GraphView& g_;
+  const LivePoints& points_;
+  const int64_t limit_;
+  const bool integer_costs_;
   const Deadline& deadline_;
   const double gap_tolerance_, cost_offset_;
   double tolerance_bound_ = kInf;
@@ -261,23 +295,26 @@ class BranchAndBound {
 
 // Root bound for given multipliers, and its subgradient (usage of the bound's argmins minus
 // the limit, per checkpoint).
-double lagrangian_root(const SolverModel& m, const std::vector<int32_t>& pos, const std::vector<double>& lambda,
-                       std::vector<double>& grad) {
+double lagrangian_root(const GraphView& g, const LivePoints& points, const std::vector<int32_t>& pos,
+                       const std::vector<double>& lambda, std::vector<double>& grad) {
+  const double limit = static_cast<double>(g.usage_limit);
   std::vector<double> prefix(lambda.size() + 1, 0.0);
   for (size_t k = 0; k < lambda.size(); ++k) prefix[k + 1] = prefix[k] + lambda[k];
-  grad.assign(lambda.size(), static_cast<double>(-m.limit));
+  grad.assign(lambda.size(), -limit);
   std::vector<double> diff(lambda.size() + 1, 0.0);
   double total = 0;
-  for (int32_t i = 0; i < m.n; ++i) {
-    double w = prefix[m.live_hi[i]] - prefix[m.live_lo[i]];
+  for (int32_t i = 0; i < g.num_nodes; ++i) {
+    const int32_t lo = points.first[i], hi = points.last[i];
+    double w = prefix[hi] - prefix[lo];
     double best = kInf;
     int32_t arg = 0;
-    for (int32_t s = 0; s < m.strategies(i); ++s) {
-      double v = m.cost[i][s] + w * static_cast<double>(m.usage[i][s]);
-      for (const Adjacent& a : m.adj[i]) {
-        if (pos[a.other] < pos[i]) continue;
+    for (int32_t s = 0; s < g.labels(i); ++s) {
+      double v = cost_or_inf(g.costs(i)[s]) + w * static_cast<double>(g.usages(i)[s]);
+      for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) {
+        const Incident a{g, i, k};
+        if (pos[a.other()] < pos[i]) continue;
         double mn = kInf;
-        for (int32_t t = 0; t < m.strategies(a.other); ++t) mn = std::min(mn, m.pair_cost(a, s, t));
+        for (int32_t t = 0; t < g.labels(a.other()); ++t) mn = std::min(mn, a.cost(s, t));
         v += mn;
       }
       if (v < best) {
@@ -286,39 +323,49 @@ double lagrangian_root(const SolverModel& m, const std::vector<int32_t>& pos, co
       }
     }
     total += best;
-    if (m.live_hi[i] > m.live_lo[i]) {
-      diff[m.live_lo[i]] += static_cast<double>(m.usage[i][arg]);
-      diff[m.live_hi[i]] -= static_cast<double>(m.usage[i][arg]);
+    if (hi > lo) {
+      diff[lo] += static_cast<double>(g.usages(i)[arg]);
+      diff[hi] -= static_cast<double>(g.usages(i)[arg]);
     }
   }
   double run = 0;
   for (size_t k = 0; k < lambda.size(); ++k) {
     run += diff[k];
     grad[k] += run;
-    total -= lambda[k] * static_cast<double>(m.limit);
+    total -= lambda[k] * limit;
   }
   return total;
 }
 
 }  // namespace
 
-ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, std::vector<int32_t> incumbent,
-                              double incumbent_cost, double gap_tolerance, double cost_offset) {
+LivePoints limit_points(const GraphView& g) {
+  if (g.usage_limit >= 0) return live_points(g);
+  LivePoints none;
+  none.first.assign(g.num_nodes, 0);
+  none.last.assign(g.num_nodes, 0);
+  return none;
+}
+
+ExactOutcome branch_and_bound(const GraphView& g, bool integer_costs, const Deadline& deadline,
+                              std::vector<int32_t> incumbent, double incumbent_cost, double gap_tolerance,
+                              double cost_offset) {
   ExactOutcome out;
   out.plan = std::move(incumbent);
   out.cost = incumbent_cost;
+  const LivePoints points = limit_points(g);
+  const std::vector<int32_t> order = search_order(g);
   std::vector<double> lambda;
-  if (m.has_memory()) {
+  if (g.usage_limit >= 0 && points.size() > 0) {
     // Subgradient ascent on the root bound (Polyak steps toward the incumbent's cost).
-    std::vector<int32_t> order = search_order(m);
-    std::vector<int32_t> pos(m.n);
-    for (int32_t d = 0; d < m.n; ++d) pos[order[d]] = d;
-    std::vector<double> lam(m.checkpoints.size(), 0.0), grad, best_lam = lam;
-    double best_lb = lagrangian_root(m, pos, lam, grad);
+    std::vector<int32_t> pos(g.num_nodes);
+    for (int32_t d = 0; d < g.num_nodes; ++d) pos[order[d]] = d;
+    std::vector<double> lam(points.size(), 0.0), grad, best_lam = lam;
+    double best_lb = lagrangian_root(g, points, pos, lam, grad);
     double theta = 1.0;
     const double target = std::isfinite(incumbent_cost) ? incumbent_cost : std::fabs(best_lb) * 2 + 1;
     for (int it = 0; it < 300 && std::isfinite(best_lb) && !deadline.passed(); ++it) {
-      double lb = lagrangian_root(m, pos, lam, grad);
+      double lb = lagrangian_root(g, points, pos, lam, grad);
       if (lb > best_lb) {
         best_lb = lb;
         best_lam = lam;
@@ -331,9 +378,9 @@ ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, st
       for (size_t k = 0; k < lam.size(); ++k) lam[k] = std::max(0.0, lam[k] + step * grad[k]);
       if (it % 20 == 19) theta *= 0.7;
     }
-    if (best_lb > lagrangian_root(m, pos, std::vector<double>(m.checkpoints.size(), 0.0), grad)) lambda = best_lam;
+    if (best_lb > lagrangian_root(g, points, pos, std::vector<double>(points.size(), 0.0), grad)) lambda = best_lam;
   }
-  BranchAndBound bb(m, deadline, lambda, gap_tolerance, cost_offset);
+  BranchAndBound bb(g, points, integer_costs, deadline, order, lambda, gap_tolerance, cost_offset);
   out.lower_bound = bb.root_bound();
   out.complete = bb.run(out.plan, out.cost);
   out.nodes = bb.nodes_explored();
@@ -345,21 +392,19 @@ ExactOutcome branch_and_bound(const SolverModel& m, const Deadline& deadline, st
   return out;
 }
 
-}  // namespace autoshard::detail
-
-namespace autoshard::detail {
-// A bound that needs no search: each node's cheapest strategy plus, for every edge charged to
-// its lower-id endpoint, the cheapest entry of the row chosen there.
-double simple_lower_bound(const SolverModel& m) {
+// Each node's cheapest strategy plus, for every edge charged to its lower-id endpoint, the
+// cheapest entry of the row chosen there.
+double simple_lower_bound(const GraphView& g) {
   double total = 0;
-  for (int32_t i = 0; i < m.n; ++i) {
+  for (int32_t i = 0; i < g.num_nodes; ++i) {
     double best = kInf;
-    for (int32_t s = 0; s < m.strategies(i); ++s) {
-      double v = m.cost[i][s];
-      for (const Adjacent& a : m.adj[i]) {
-        if (a.other < i) continue;
+    for (int32_t s = 0; s < g.labels(i); ++s) {
+      double v = cost_or_inf(g.costs(i)[s]);
+      for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) {
+        const Incident a{g, i, k};
+        if (a.other() < i) continue;
         double mn = kInf;
-        for (int32_t t = 0; t < m.strategies(a.other); ++t) mn = std::min(mn, m.pair_cost(a, s, t));
+        for (int32_t t = 0; t < g.labels(a.other()); ++t) mn = std::min(mn, a.cost(s, t));
         v += mn;
       }
       best = std::min(best, v);
@@ -368,4 +413,5 @@ double simple_lower_bound(const SolverModel& m) {
   }
   return total;
 }
+
 }  // namespace autoshard::detail

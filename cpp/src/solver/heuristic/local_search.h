@@ -28,6 +28,7 @@ class PlanState {
   Cost cost() const { return cost_; }
   bool memory_ok() const { return !memory_.limited() || memory_.peak() <= memory_.limit(); }
   bool budgets_ok() const;
+  int64_t budget_sum(size_t k) const { return budget_sum_[k]; }
   bool takes_infeasible() const { return is_infeasible(cost_); }
   bool valid() const { return memory_ok() && budgets_ok() && !takes_infeasible(); }
 
