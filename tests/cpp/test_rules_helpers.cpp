@@ -33,6 +33,11 @@ TEST(RulesHelpers, PartialSurvivesCast) {
   EXPECT_FALSE(partial_survives_cast(ReduceOp::Max, DType::Float32, DType::Bool));
   EXPECT_TRUE(partial_survives_cast(ReduceOp::Sum, DType::Int64, DType::Float32));
   EXPECT_FALSE(partial_survives_cast(ReduceOp::Sum, DType::Bool, DType::Int64));
+  // every float8 / complex kind is one (trunc of a float8 sum is not the sum of truncs)
+  EXPECT_FALSE(partial_survives_cast(ReduceOp::Sum, DType::Float8E5M2, DType::Int64));
+  EXPECT_TRUE(partial_survives_cast(ReduceOp::Max, DType::Float8E5M2, DType::Int64));
+  EXPECT_FALSE(partial_survives_cast(ReduceOp::Max, DType::Float32, DType::Complex128));
+  EXPECT_TRUE(partial_survives_cast(ReduceOp::Sum, DType::Complex128, DType::Complex64));
 }
 
 TEST(RulesAttention, EmptyHeadBlocksAreRejected) {

@@ -51,9 +51,6 @@ std::vector<int> reduction_dims(const RuleContext& ctx, const ArgValue* dims_arg
 const TensorMeta& input_meta(const RuleContext& ctx, int i);   // throws when missing
 const TensorMeta& output_meta(const RuleContext& ctx, int i);  // throws when missing / None
 
-bool is_floating(DType d);
-bool is_integral(DType d);  // integers and bool
-
 // ---- rows -------------------------------------------------------------------------------
 // A row with every output / input Replicate, to be filled in.
 ShardingRow replicate_row(const RuleContext& ctx);

@@ -139,33 +139,6 @@ const TensorMeta& output_meta(const RuleContext& ctx, int i) {
   return *ctx.outputs[i];
 }
 
-bool is_floating(DType d) {
-  switch (d) {
-    case DType::Float64:
-    case DType::Float32:
-    case DType::BFloat16:
-    case DType::Float16:
-    case DType::Float8:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_integral(DType d) {
-  switch (d) {
-    case DType::Int64:
-    case DType::Int32:
-    case DType::Int16:
-    case DType::Int8:
-    case DType::UInt8:
-    case DType::Bool:
-      return true;
-    default:
-      return false;
-  }
-}
-
 ShardingRow replicate_row(const RuleContext& ctx) {
   ShardingRow r;
   r.outputs.assign(ctx.outputs.size(), R());
@@ -231,16 +204,16 @@ bool partial_survives_cast(ReduceOp op, DType from, DType to) {
   if (from == to) return true;
   if (to == DType::Bool) return false;  // x != 0 is neither linear nor order-preserving on sums
   bool linear = op == ReduceOp::Sum || op == ReduceOp::Avg;
-  if (is_floating(from)) {
-    if (is_floating(to)) return true;  // rounding aside, float casts commute with sum/avg/max/min
-    if (linear) return false;          // trunc(a + b) != trunc(a) + trunc(b)
-    return to != DType::Complex64;     // truncation toward zero is non-decreasing
+  if (dtype_is_floating(from)) {
+    if (dtype_is_floating(to)) return true;  // rounding aside, float casts commute with sum/avg/max/min
+    if (linear) return false;                // trunc(a + b) != trunc(a) + trunc(b)
+    return !dtype_is_complex(to);            // truncation toward zero is non-decreasing
   }
-  if (from == DType::Complex64) return linear && to == DType::Complex64;
+  if (dtype_is_complex(from)) return linear && dtype_is_complex(to);
   // integer or bool source: values are exact in any wider integer or float type; narrowing
   // integer casts wrap modulo 2^k, which still commutes with sum but not with max/min.
   if (from == DType::Bool) return false;  // bool partials carry logical, not numeric, semantics
-  if (is_floating(to)) return true;
+  if (dtype_is_floating(to)) return true;
   return linear;
 }
 
