@@ -1,6 +1,7 @@
 #include "graph_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -118,6 +119,29 @@ GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* sha
     g.adj_other[fill[b]++] = a;
   }
   return g;
+}
+
+namespace {
+
+// Whether the view would store these entries unchanged: it sums 0.0 + c (which turns -0 into
+// +0) and stores every infeasible entry (NaN too) as kInfeasibleCost.
+bool stored_as_is(const std::vector<Cost>& costs) {
+  for (const Cost c : costs)
+    if (!(c == kInfeasibleCost || (c < kInfeasibleCost && !(c == 0 && std::signbit(c))))) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<const Cost*> referable_matrices(const Problem& p) {
+  std::vector<const Cost*> shared(p.edges.size(), nullptr);
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    const Edge& e = p.edges[k];
+    if (e.u >= e.v || e.u < 0 || static_cast<size_t>(e.v) >= p.num_nodes()) continue;  // copied anyway
+    const int64_t expected = static_cast<int64_t>(p.node_costs[e.u].size()) * p.node_costs[e.v].size();
+    if (static_cast<int64_t>(e.costs.size()) == expected && stored_as_is(e.costs)) shared[k] = e.costs.data();
+  }
+  return shared;
 }
 
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x) {

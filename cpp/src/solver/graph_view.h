@@ -68,6 +68,13 @@ struct GraphView {
 // an edge u < v merged with no other is referenced there instead of copied.
 GraphView build_graph_view(const Problem& problem, const std::vector<const Cost*>* shared = nullptr);
 
+// Per problem edge: its own costs where a view may reference them as they are (`shared` above),
+// else null: a u < v edge of the right size whose entries are already what the view stores
+// (finite and not -0, or exactly kInfeasibleCost). Reading a matrix is far cheaper than copying
+// it (fresh pages to fault in), and the view then holds no second copy of the problem's
+// matrices; the problem must outlive the view.
+std::vector<const Cost*> referable_matrices(const Problem& problem);
+
 // Objective of a full assignment (sum of node costs and edge entries); exact for valid plans.
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x);
 

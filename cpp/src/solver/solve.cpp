@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -121,11 +122,13 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     // Safety net first: the memory-reserving greedy finds a valid plan in a fraction of the
     // time on every IOPDDL instance measured where one exists, so a heuristic that finds
     // nothing in its time still leaves a plan to return. The greedy and the simple bound
-    // share one view of the unreduced problem, released before the heuristic builds its own.
+    // share one view of the unreduced problem, released before the heuristic builds its own;
+    // it references the problem's matrices where it can rather than copying them.
     {
       detail::Deadline greedy_deadline;
       greedy_deadline.limit_s = options.time_limit_s * 0.1;
-      const detail::GraphView view = detail::build_graph_view(problem);
+      const std::vector<const Cost*> shared = detail::referable_matrices(problem);
+      const detail::GraphView view = detail::build_graph_view(problem, &shared);
       merge_into(best, detail::solve_greedy(problem, view, greedy_deadline), problem, 0.0);
       if (!options.exact) simple_bound = detail::simple_lower_bound(view);
     }
