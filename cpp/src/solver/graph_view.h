@@ -68,6 +68,10 @@ struct GraphView {
 // an edge u < v merged with no other is referenced there instead of copied.
 GraphView build_graph_view(const Problem& problem, const std::vector<const Cost*>* shared = nullptr);
 
+// Whether a matrix is already in the view's (and the reductions') stored form: no NaN, no
+// entry above kInfeasibleCost, no -0 (both store 0.0 + c, clamped to kInfeasibleCost).
+bool already_clamped(const std::vector<Cost>& costs);
+
 // Per problem edge: its own costs where a view may reference them as they are (`shared` above),
 // else null: a u < v edge of the right size whose entries are already what the view stores
 // (finite and not -0, or exactly kInfeasibleCost). Reading a matrix is far cheaper than copying

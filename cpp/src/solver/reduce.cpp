@@ -4,6 +4,7 @@
 #include "autoshard/reduce.h"
 
 #include "autoshard/clock.h"
+#include "graph_view.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,8 +18,13 @@ namespace {
 
 struct WorkEdge {
   int32_t a = 0, b = 0;  // a < b; matrix |S_a| x |S_b| (original sizes) row-major
+  // The matrix is the problem's own (`src`) until something writes to it, and then a copy in
+  // `m`: most edges are never written (only merges and eliminations change a matrix), and
+  // copying every matrix of a large problem cost as much as the reductions themselves.
+  const Cost* src = nullptr;
   std::vector<Cost> m;
   bool alive = true;
+  const Cost* data() const { return src ? src : m.data(); }
 };
 
 class Reducer {
@@ -79,8 +85,26 @@ class Reducer {
     if (i >= static_cast<int32_t>(rows.size()) || rows[i].empty()) return 0;
     return rows[i][s];
   }
-  Cost& at(WorkEdge& e, int32_t i, int32_t si, int32_t so) {
-    return e.a == i ? e.m[int64_t(si) * size_[e.b] + so] : e.m[int64_t(so) * size_[e.b] + si];
+  int64_t index(const WorkEdge& e, int32_t i, int32_t si, int32_t so) const {
+    return e.a == i ? int64_t(si) * size_[e.b] + so : int64_t(so) * size_[e.b] + si;
+  }
+  Cost at(const WorkEdge& e, int32_t i, int32_t si, int32_t so) const { return e.data()[index(e, i, si, so)]; }
+  // The edge's own copy of its matrix, to write to (zeros for an edge with none yet).
+  std::vector<Cost>& writable(WorkEdge& e) {
+    const int64_t size = int64_t(size_[e.a]) * size_[e.b];
+    if (e.src) {
+      e.m.assign(e.src, e.src + size);
+      e.src = nullptr;
+    } else if (int64_t(e.m.size()) != size) {
+      e.m.assign(size, 0.0);
+    }
+    return e.m;
+  }
+  // A dead edge's matrix is never read again (a revived one starts from zeros).
+  static void release(WorkEdge& e) {
+    e.alive = false;
+    e.src = nullptr;
+    std::vector<Cost>().swap(e.m);
   }
   int32_t other(const WorkEdge& e, int32_t i) const { return e.a == i ? e.b : e.a; }
   static uint64_t key(int32_t a, int32_t b) { return (uint64_t(a) << 32) | uint32_t(b); }
@@ -112,7 +136,6 @@ class Reducer {
       WorkEdge e;
       e.a = a;
       e.b = b;
-      e.m.assign(int64_t(size_[a]) * size_[b], 0.0);
       edges_.push_back(std::move(e));
       adj_[a].push_back(it->second);
       adj_[b].push_back(it->second);
@@ -138,18 +161,33 @@ class Reducer {
       alive_count_[i] = size_[i];
       out_.stats.strategies_before += size_[i];
     }
+    // Work edge of each input edge (-1: a self-loop), and how many inputs each one merges.
+    std::vector<int32_t> work_of(p_.edges.size(), -1);
+    std::vector<int32_t> inputs;
+    for (size_t k = 0; k < p_.edges.size(); ++k) {
+      const Edge& e = p_.edges[k];
+      if (int64_t(e.costs.size()) != int64_t(size_[e.u]) * size_[e.v])
+        throw std::invalid_argument("reduce: edge " + std::to_string(k) + " matrix size does not match");
+      if (e.u == e.v) continue;
+      work_of[k] = add_edge(e.u, e.v);
+      inputs.resize(edges_.size(), 0);
+      ++inputs[work_of[k]];
+    }
     for (size_t k = 0; k < p_.edges.size(); ++k) {
       const Edge& e = p_.edges[k];
       const int32_t su = size_[e.u], sv = size_[e.v];
-      if (int64_t(e.costs.size()) != int64_t(su) * sv)
-        throw std::invalid_argument("reduce: edge " + std::to_string(k) + " matrix size does not match");
       if (e.u == e.v) {
         for (int32_t s = 0; s < su; ++s) cost_[e.u][s] += e.costs[int64_t(s) * sv + s];
         continue;
       }
-      WorkEdge& w = edges_[add_edge(e.u, e.v)];
+      WorkEdge& w = edges_[work_of[k]];
+      if (inputs[work_of[k]] == 1 && e.u < e.v && detail::already_clamped(e.costs)) {
+        w.src = e.costs.data();  // read where it is
+        continue;
+      }
+      std::vector<Cost>& m = writable(w);
       for (int32_t a = 0; a < su; ++a)
-        for (int32_t b = 0; b < sv; ++b) at(w, e.u, a, b) += e.costs[int64_t(a) * sv + b];
+        for (int32_t b = 0; b < sv; ++b) m[index(w, e.u, a, b)] += e.costs[int64_t(a) * sv + b];
     }
     for (auto& c : cost_)
       for (Cost& x : c) x = std::min(x, kInfeasibleCost);
@@ -518,7 +556,7 @@ class Reducer {
           cost_[j][t] = std::min(kInfeasibleCost, cost_[j][t] + best);
         }
         mark_dirty(j);
-        e.alive = false;
+        release(e);
         if (is_free[j]) queue.push_back(j);
       } else {
         WorkEdge* e1 = &edges_[inc[0]];
@@ -563,20 +601,20 @@ class Reducer {
             fold[int64_t(tj) * size_[k] + tk] = std::min(best, kInfeasibleCost);
           }
         }
-        e1->alive = false;
-        e2->alive = false;
+        release(*e1);
+        release(*e2);
         // The pair (j, k) may already have an edge; add_edge returns it (or a fresh one).
         const int32_t ejk = add_edge(j, k);
         WorkEdge& ne = edges_[ejk];
-        if (!ne.alive) {  // a dead edge for this pair is revived empty
-          std::fill(ne.m.begin(), ne.m.end(), 0.0);
+        if (!ne.alive) {  // a dead edge for this pair is revived empty (release() dropped its matrix)
           ne.alive = true;
           adj_[ne.a].push_back(ejk);
           adj_[ne.b].push_back(ejk);
         }
+        std::vector<Cost>& m = writable(ne);
         for (int32_t tj = 0; tj < size_[j]; ++tj)
           for (int32_t tk = 0; tk < size_[k]; ++tk) {
-            Cost& c = at(ne, j, tj, tk);
+            Cost& c = m[index(ne, j, tj, tk)];
             c = std::min(kInfeasibleCost, c + fold[int64_t(tj) * size_[k] + tk]);
           }
         mark_dirty(j);
@@ -621,7 +659,7 @@ class Reducer {
       if (!p_.node_names.empty()) r.node_names.push_back(p_.node_names[i]);
       out_.original_strategy.push_back(std::move(kept));
     }
-    for (const WorkEdge& e : edges_) {
+    for (WorkEdge& e : edges_) {
       if (!e.alive || !node_alive_[e.a] || !node_alive_[e.b]) continue;
       Edge ne;
       ne.u = new_index[e.a];
@@ -629,13 +667,17 @@ class Reducer {
       const auto& ka = out_.original_strategy[ne.u];
       const auto& kb = out_.original_strategy[ne.v];
       ne.costs.reserve(ka.size() * kb.size());
-      bool all_zero = true;
-      for (int32_t sa : ka)
-        for (int32_t sb : kb) {
-          ne.costs.push_back(e.m[int64_t(sa) * size_[e.b] + sb]);
-          all_zero &= ne.costs.back() == 0;
-        }
-      if (!all_zero) r.edges.push_back(std::move(ne));
+      const bool whole_rows = int32_t(kb.size()) == size_[e.b];  // rows copied as they are
+      for (int32_t sa : ka) {
+        const Cost* row = e.data() + int64_t(sa) * size_[e.b];
+        if (whole_rows)
+          ne.costs.insert(ne.costs.end(), row, row + size_[e.b]);
+        else
+          for (int32_t sb : kb) ne.costs.push_back(row[sb]);
+      }
+      if (!std::all_of(ne.costs.begin(), ne.costs.end(), [](Cost c) { return c == 0; }))
+        r.edges.push_back(std::move(ne));
+      release(e);  // emitted: freed now, so the work copies and the reduced problem never all coexist
     }
     for (size_t k = 0; k < p_.budgets.size(); ++k) {
       const GlobalBudget& b = p_.budgets[k];
