@@ -146,6 +146,11 @@ std::vector<const Cost*> referable_matrices(const Problem& p) {
   return shared;
 }
 
+GraphView build_referencing_view(const Problem& p) {
+  const std::vector<const Cost*> shared = referable_matrices(p);
+  return build_graph_view(p, &shared);
+}
+
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x) {
   Cost total = 0;
   for (int32_t i = 0; i < g.num_nodes; ++i) total += g.costs(i)[x[i]];

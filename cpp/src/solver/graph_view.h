@@ -79,6 +79,9 @@ bool already_clamped(const std::vector<Cost>& costs);
 // matrices; the problem must outlive the view.
 std::vector<const Cost*> referable_matrices(const Problem& problem);
 
+// build_graph_view referencing the referable matrices of `problem`, which must outlive the view.
+GraphView build_referencing_view(const Problem& problem);
+
 // Objective of a full assignment (sum of node costs and edge entries); exact for valid plans.
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x);
 

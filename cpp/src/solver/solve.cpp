@@ -127,8 +127,7 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     {
       detail::Deadline greedy_deadline;
       greedy_deadline.limit_s = options.time_limit_s * 0.1;
-      const std::vector<const Cost*> shared = detail::referable_matrices(problem);
-      const detail::GraphView view = detail::build_graph_view(problem, &shared);
+      const detail::GraphView view = detail::build_referencing_view(problem);
       merge_into(best, detail::solve_greedy(problem, view, greedy_deadline), problem, 0.0);
       if (!options.exact) simple_bound = detail::simple_lower_bound(view);
     }

@@ -623,7 +623,7 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
   const Reduction red = reduce(problem);
   if (red.infeasible) return false;  // the heuristic has said so already
   {
-    const GraphView probe = build_graph_view(red.reduced);
+    const GraphView probe = build_referencing_view(red.reduced);
     if (branching_budget(probe, red.reduced.usage_limit) < 0) return false;
   }
   // The nodes whose budget usage varies go last: TRW-S's bound then minimises everything
@@ -642,7 +642,7 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
         if (varies[i] == pass) order.push_back(i);
   }
   const Problem ordered = permuted(red.reduced, order);
-  const GraphView g = build_graph_view(ordered);
+  const GraphView g = build_referencing_view(ordered);  // `ordered` outlives it
   const int32_t budget = branching_budget(g, ordered.usage_limit);
   if (budget < 0) return false;
   // The warm start maps onto the reduced problem when every choice survived the reductions.

@@ -24,7 +24,7 @@ SolveResult solve_exact(const Problem& problem, const SolveOptions& options, con
     return r;
   }
   const Problem& rp = red.reduced;
-  const detail::GraphView g = detail::build_graph_view(rp);
+  const detail::GraphView g = detail::build_referencing_view(rp);  // `red` outlives it
   const int32_t n = g.num_nodes;
 
   std::vector<int32_t> incumbent(n, 0);

@@ -303,7 +303,7 @@ SolveResult solve_greedy(const Problem& problem, const SolveOptions& options) {
   deadline.limit_s = options.time_limit_s;
   // Runs on the unreduced problem: measured on IOPDDL A, the reduced one led the greedy to
   // plans with infeasible entries more often.
-  const detail::GraphView g = detail::build_graph_view(problem);
+  const detail::GraphView g = detail::build_referencing_view(problem);
   return detail::solve_greedy(problem, g, deadline);
 }
 

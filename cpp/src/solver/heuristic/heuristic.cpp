@@ -166,8 +166,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const auto t_views = Clock::now();
   // The view references the reduced problem's matrices (lone u < v edges, already clamped by
   // the reductions) instead of copying them: `red` outlives it.
-  const std::vector<const Cost*> shared = detail::referable_matrices(red.reduced);
-  const detail::GraphView g = detail::build_graph_view(red.reduced, &shared);
+  const detail::GraphView g = detail::build_referencing_view(red.reduced);
   const detail::Clusters clusters = detail::find_clusters(g);
   if (options.verbose)
     std::fprintf(stderr, "[heuristic] graph view and clusters in %.2fs (%.2fs since the start)\n",
