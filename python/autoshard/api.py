@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
-from .options import PlannerOptions
+from .options import DEFAULT_BUDGET, PlannerOptions
 from .placements import layout_to_strs, normalize_placements
 from .presets import apply_preset, check_auto_parallel_args, check_preset
 from .rank_agreement import DEFAULT_TIMEOUT_S
@@ -159,7 +159,7 @@ class AutoParallel:
         self._ranks_checked = False
         self._state = "new"
         self.step: TracedStep | None = None
-        self._param_memory: tuple | None | str = "default"
+        self._param_memory: tuple | None | str = DEFAULT_BUDGET
         self._input_constraints: dict[str, list[str]] = {}
         self._output_constraints: dict[str, list[str]] = {}
         self._node_constraints: dict[str, list[str]] = {}

@@ -305,7 +305,8 @@ class ShardingOptimizer:
         add_node_constraint; or the search stopped within its gap tolerance) or UNAVAILABLE
         (no strategy or no plan with it). Printed as a table and returned."""
         target = layout_to_strs(target_placement)
-        plan, graph, graph_json = self._plan(), self._graph(), self._graph_json()
+        plan, graph_json = self._plan(), self._graph_json()
+        graph = json.loads(graph_json)
         options = self._options().replace(time_limit_s=time_limit_s, verbose=False)
         base = float(plan["summary"]["total_us"])
         names = [n["name"] for n in graph["nodes"]]
