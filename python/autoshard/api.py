@@ -496,6 +496,12 @@ class AutoParallel:
         )
         return self.parallel_model
 
+    def _apply_placement_common(self, plan: Any = None) -> nn.Module:
+        """AutoParallel's internal first half of apply_placement (the parallel graph and the
+        sharded parameters), which its users' scripts call to read ``parallel_gm`` without
+        the module: here the same as apply_placement."""
+        return self.apply_placement(plan)
+
     def _check_ranks_agree(self, graph: str, plan: dict | None = None) -> None:
         """Every rank must be here (within rank_timeout_s) and plan the same step
         (rank_agreement.py); a no-op on one rank or a fake process group."""

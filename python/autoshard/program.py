@@ -199,7 +199,14 @@ def lower_step(
     n_params, n_buffers = len(param_locals), len(buffer_locals)
     flat = list(param_locals) + list(buffer_locals) + list(input_values)
     tensor_pos = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    import torch.distributed.config as dist_config
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    # torch's compile_on_one_rank: DTensor takes mesh coordinates from a runtime op
+    # (device_mesh._runtime_compute_coordinate_on_dim) when the fake mode has a shape env, so
+    # the program is every rank's, not this one's (shapes stay static)
+    one_rank = bool(dist_config.compile_on_one_rank)
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv() if one_rank else None)
     fake_flat = [_fake_like(mode, flat[i]) for i in tensor_pos]
 
     def rebuild(tensors):

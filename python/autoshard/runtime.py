@@ -57,6 +57,38 @@ def contiguous_stride(shape: Sequence[int]) -> tuple:
     return tuple(reversed(stride))
 
 
+def rank_local_shape(shape: Sequence[int], layout, mesh: DeviceMesh) -> list[int]:
+    """This rank's shard shape of a ``shape`` tensor in ``layout``. Under torch's
+    ``compile_on_one_rank`` (the program is traced once for every rank) only shapes that are
+    the same on every rank can be traced: an uneven shard raises."""
+    import torch.distributed.config as dist_config
+
+    first = local_shape(shape, layout, mesh.shape, [0] * mesh.ndim)
+    last = local_shape(shape, layout, mesh.shape, [s - 1 for s in mesh.shape])
+    if first == last:  # chunks are equal but the last, which is no larger: even
+        return first
+    if dist_config.compile_on_one_rank:
+        raise NotImplementedError(
+            f"compile_on_one_rank: a tensor of shape {list(shape)} in layout "
+            f"{layout_to_strs(layout)} is sharded unevenly on mesh {tuple(mesh.shape)}, so "
+            "its local shape differs by rank and one program cannot serve every rank: pad "
+            "that dimension to a multiple of the mesh size, pin an even layout "
+            "(add_node_constraint), or lower per rank (compile_on_one_rank off)"
+        )
+    return local_shape(shape, layout, mesh.shape, mesh.get_coordinate() or [0] * mesh.ndim)
+
+
+def zero_unless_first(local: torch.Tensor, mesh: DeviceMesh, mesh_dim: int) -> torch.Tensor:
+    """``local`` on the ranks at coordinate 0 of ``mesh_dim``, exact zeros elsewhere (a sum
+    Partial made from a replicated value). The coordinate is a runtime value when the program
+    is traced for every rank at once (compile_on_one_rank), else this rank's."""
+    coord = mesh._sym_get_coordinate(mesh_dim)
+    if isinstance(coord, int):
+        return local if coord == 0 else torch.zeros_like(local)
+    keep = torch.scalar_tensor(coord, dtype=torch.int64, device=local.device) == 0
+    return torch.where(keep, local, torch.zeros((), dtype=local.dtype, device=local.device))
+
+
 def tensor_refs(args: Any, kwargs: dict) -> list[fx.Node]:
     """Node references in args then kwargs, depth first (the plan's ``inputs`` order)."""
     refs: list[fx.Node] = []
@@ -192,10 +224,7 @@ class StepRunner:
         return tuple(int(s) for s in self.placeholders[name].meta["val"].shape)
 
     def expected_local_shape(self, name: str) -> list[int]:
-        coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
-        return local_shape(
-            self.global_shape(name), self.placeholder_layout(name), self.mesh.shape, coords
-        )
+        return rank_local_shape(self.global_shape(name), self.placeholder_layout(name), self.mesh)
 
     # ---- values ----------------------------------------------------------------------------
     def wrap_local(self, local: torch.Tensor, name: str, layout=None) -> DTensor:
@@ -236,10 +265,9 @@ class StepRunner:
         if staged != cur:
             value = value.redistribute(self.mesh, staged)
         local = value.to_local()
-        coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
         for d in to_partial:
-            if getattr(layout[d], "reduce_op", "sum") == "sum" and coords[d] != 0:
-                local = torch.zeros_like(local)
+            if getattr(layout[d], "reduce_op", "sum") == "sum":
+                local = zero_unless_first(local, self.mesh, d)
         return DTensor.from_local(
             local,
             self.mesh,
@@ -461,11 +489,8 @@ class StepRunner:
                 and out_k < len(vals)
                 and isinstance(vals[out_k], torch.Tensor)
             ):
-                coords = self.mesh.get_coordinate() or [0] * self.mesh.ndim
                 args = list(args)
-                args[arg_at] = list(
-                    local_shape(tuple(vals[out_k].shape), layout, self.mesh.shape, coords)
-                )
+                args[arg_at] = rank_local_shape(tuple(vals[out_k].shape), layout, self.mesh)
         out = _LOCAL_IMPLS.get(str(node.target), node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         wrapped = []
@@ -568,9 +593,7 @@ class StepRunner:
             if g is None:
                 shape = self.global_shape(name)
                 g = torch.zeros(
-                    local_shape(
-                        shape, out_layouts[idx], self.mesh.shape, self.mesh.get_coordinate()
-                    ),
+                    rank_local_shape(shape, out_layouts[idx], self.mesh),
                     dtype=self.placeholders[name].meta["val"].dtype,
                     device=self.device,
                 )

@@ -8,7 +8,9 @@ step, so ops that compute nothing are removed:
 - chains of views that end where they began (a weight transposed for the matmul and back
   for its gradient: ``t(t(w))``; a bucket's slice reshaped and flattened again): the chain's
   result is its source, the same storage, offset, shape and strides;
-- ``pow(x, 1.0)`` (what the backward of ``x ** 2`` leaves), which returns ``x`` exactly.
+- ``pow(x, 1.0)`` (what the backward of ``x ** 2`` leaves), which returns ``x`` exactly;
+- a constant's fresh copy that nothing reads but its own in-place ``detach_`` (the tensors
+  DTensor builds while tracing under compile_on_one_rank, one per mesh coordinate read).
 A graph output that was such a node becomes its source.
 """
 
@@ -47,8 +49,19 @@ def simplify(gm: fx.GraphModule) -> None:
         if src is not None:
             n.replace_all_uses_with(src)
             gm.graph.erase_node(n)
+        elif _unread_fresh_copy(n):
+            detach = next(iter(n.users))
+            gm.graph.erase_node(detach)
+            gm.graph.erase_node(n)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+
+
+def _unread_fresh_copy(n: fx.Node) -> bool:
+    if op_name(n) != "lift_fresh_copy" or len(n.users) != 1:
+        return False
+    (user,) = n.users
+    return op_name(user) == "detach_" and not user.users
 
 
 def _equivalent_source(n: fx.Node) -> fx.Node | None:
