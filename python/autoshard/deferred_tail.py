@@ -23,7 +23,7 @@ issues its own collectives, while the all-reduce completes. Numerics are unchang
 same ops run on the same values, later.
 
 Only nodes after a wait, that make small tensors (<= fuse_reductions.SMALL_NUMEL elements:
-scalars, not activations) and issue no collective, are deferred. The lowered graphs stay whole for
+scalars, not activations), issue no collective and write no existing tensor, are deferred. The lowered graphs stay whole for
 inspection, compile (which runs the whole graph) and the no-grad forward.
 """
 
@@ -99,11 +99,17 @@ def _downstream(w: fx.Node, output: fx.Node) -> set[fx.Node] | None:
         if n is not w:
             if n in seen:
                 continue
-            if is_collective(n) or is_wait(n) or not _small(n.meta.get("val")):
+            if is_collective(n) or is_wait(n) or _writes(n) or not _small(n.meta.get("val")):
                 return None
             seen.add(n)
         stack.extend(u for u in n.users if u is not output)
     return seen if _small(w.meta.get("val")) else None
+
+
+def _writes(n: fx.Node) -> bool:
+    """An op writing an existing tensor (a buffer or input written back): the write must
+    not wait for the user to read an output."""
+    return isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
 
 
 def _small(val) -> bool:

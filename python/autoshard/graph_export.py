@@ -222,6 +222,8 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
         elif o.role == "output":
             outputs.append({**ref, "role": "output", "output_index": o.output_index})
         else:
+            # a gradient, or the new value of an input written in place: both leave in
+            # that input's layout, which the planner charges as the redistribution to it
             outputs.append({**ref, "role": "grad", "grad_of": o.grad_of})
     return {"version": 1, "nodes": nodes, "outputs": outputs}
 

@@ -166,6 +166,8 @@ class StepRunner:
             (o for o in step.outputs if o.role == "output"), key=lambda o: o.output_index
         )
         self.grad_outputs = {o.grad_of: o for o in step.outputs if o.role == "grad"}
+        # buffers and inputs forward() writes in place (their new values)
+        self.written = [o for o in step.outputs if o.role == "mutation"]
         self.tangent_by_output = {idx: name for name, idx in step.tangent_of.items()}
         self.graph_output_layouts = plan.get("graph_outputs")
         self.graph_output_order = [id(o) for o in step.outputs if isinstance(o.node, fx.Node)]
@@ -538,13 +540,15 @@ class StepRunner:
         input_values: Sequence[Any],
     ) -> tuple[list, dict, list]:
         env: dict[str, Any] = {}
+        given: dict[str, torch.Tensor] = {}  # the tensors passed in, by placeholder
         for name, t in zip(self.param_names, param_locals):
             env[name] = self.wrap_local(t, name)
         for name, t in zip(self.buffer_names, buffer_locals):
-            env[name] = self.wrap_local(t, name)
+            env[name], given[name] = self.wrap_local(t, name), t
         for name, v in zip(self.step.input_nodes, input_values):
             if name is not None:
                 env[name] = self.wrap_local(v, name) if isinstance(v, torch.Tensor) else v
+                given[name] = v
         for name, value in self.constants.items():
             full = DTensor.from_local(
                 value.to(self.device), self.mesh, (Replicate(),) * self.mesh.ndim, run_check=False
@@ -572,7 +576,34 @@ class StepRunner:
         saved = {k: env[k] for k in self.saved_names if k in env}
         done = env.get(REDISTRIBUTED, {})
         saved[REDISTRIBUTED] = {k: done[k] for k in sorted(self.reused_across) if k in done}
+        if self.written:
+            saved = self._write_back(env, saved, given)
         return outs, saved, layouts
+
+    def _write_back(self, env: dict, saved: dict, given: dict) -> dict:
+        """forward() wrote buffers or inputs in place: their new values go into the tensors
+        passed in (this rank's shards), redistributed to the input's own layout. What the
+        backward reads and shares storage with a written tensor is copied first: it holds
+        the value from before the write."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        targets = [(given[o.grad_of], o) for o in self.written if o.grad_of in given]
+        storages = {StorageWeakRef(t.untyped_storage()) for t, _ in targets}
+
+        def before_write(v):
+            local = v._local_tensor if isinstance(v, DTensor) else v
+            if (
+                isinstance(local, torch.Tensor)
+                and StorageWeakRef(local.untyped_storage()) in storages
+            ):
+                return v.clone()
+            return v
+
+        saved = pytree.tree_map(before_write, saved)
+        for t, o in targets:
+            new = self._to_layout(self._resolve(env, o.node), self.placeholder_layout(o.grad_of))
+            t.copy_(new.to_local() if isinstance(new, DTensor) else new)
+        return saved
 
     def plan_graph_output(self, out) -> Any:
         """The plan's layout for a graph output (``graph_outputs``, in graph JSON order)."""

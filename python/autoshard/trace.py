@@ -45,9 +45,9 @@ class ForwardInputs:
 @dataclass
 class GraphOutput:
     node: fx.Node | None  # producer (a getitem is kept here; graph_export folds it)
-    role: str  # "output" or "grad"
+    role: str  # "output", "grad" or "mutation" (the new value of an input written in place)
     output_index: int | None = None  # role output: index among the forward outputs
-    grad_of: str | None = None  # role grad: the placeholder name
+    grad_of: str | None = None  # role grad / mutation: the placeholder name
 
 
 @dataclass
@@ -484,16 +484,26 @@ def _trace_fake_model(
         TangentAOTInput,
     )
 
-    for desc in gm.graph.find_nodes(op="output")[0].meta.get("desc") or []:
-        if isinstance(desc, InputMutationAOTOutput):  # BatchNorm's running stats, ...
+    # forward() writes a buffer or a user input in place: the graph returns its new value,
+    # which the step writes back (runtime.StepRunner._write_back)
+    written: dict[int, str] = {}  # output slot -> the placeholder it writes
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    placeholder_of = {repr(n.meta.get("desc")): n for n in placeholders}
+    input_info = jd._aot_state.fw_metadata.input_info  # per primal, in placeholder order
+    out_node = gm.graph.find_nodes(op="output")[0]
+    for j, (value, desc) in enumerate(zip(out_node.args[0], out_node.meta.get("desc") or [])):
+        if isinstance(desc, InputMutationAOTOutput):
             target = desc.mutated_input
             fqn = (
                 buf_of_fake.get(bufs_in_traced.get(target.target), target.target)
                 if isinstance(target, BufferAOTInput)
                 else None
             )
-            raise _mutation_error(target, fqn, model)
-
+            ph = placeholder_of.get(repr(target))
+            k = placeholders.index(ph) if ph is not None else len(input_info)
+            metadata = k >= len(input_info) or input_info[k].mutates_metadata
+            _check_writable(target, fqn, model, ph, metadata, input_requires_grad)
+            written[j] = ph.name
     param_fqns, buffer_fqns, tangent_of = {}, {}, {}
     input_by_idx: dict[int, str] = {}
     for n in gm.graph.find_nodes(op="placeholder"):
@@ -529,12 +539,13 @@ def _trace_fake_model(
         log.debug("autoshard: forward inputs %s do not reach the graph", missing)
     input_nodes = [input_by_idx.get(i) for i in range(len(flat_inputs))]
 
-    out_node = gm.graph.find_nodes(op="output")[0]
     out_descs = out_node.meta.get("desc") or []
     outputs: list[GraphOutput] = []
     num_fwd = 0
-    for value, desc in zip(out_node.args[0], out_descs):
-        if isinstance(desc, PlainAOTOutput):
+    for j, (value, desc) in enumerate(zip(out_node.args[0], out_descs)):
+        if j in written:
+            outputs.append(GraphOutput(value, "mutation", grad_of=written[j]))
+        elif isinstance(desc, PlainAOTOutput):
             outputs.append(GraphOutput(value, "output", output_index=desc.idx))
             num_fwd += 1
         elif isinstance(desc, GradAOTOutput):
@@ -745,8 +756,38 @@ def _user_line(e: Exception) -> str:
     )
 
 
+def _check_writable(
+    desc, buffer_fqn: str | None, model: nn.Module, ph, metadata: bool, input_requires_grad: list
+) -> None:
+    """forward() writes ``desc`` (placeholder ``ph``) in place with ``value``: buffers and
+    inputs that need no gradient get the new value written back after the forward; the rest
+    raises naming what to change."""
+    from torch._functorch._aot_autograd.descriptors import BufferAOTInput, PlainAOTInput
+
+    if isinstance(desc, PlainAOTInput) and input_requires_grad[desc.idx]:
+        raise UnsupportedModelError(
+            f"autoshard: forward() modifies input {desc.idx} in place, and that input "
+            "requires grad: work on a copy (x = x.clone()) or out of place, or pass it "
+            "without requires_grad"
+        )
+    if buffer_fqn is not None:
+        owner_path = buffer_fqn.rpartition(".")[0]
+        owner = model.get_submodule(owner_path) if owner_path else model
+        if isinstance(owner, nn.modules.batchnorm._BatchNorm):
+            raise _mutation_error(desc, buffer_fqn, model)
+    if not isinstance(desc, (PlainAOTInput, BufferAOTInput)) or ph is None:
+        raise _mutation_error(desc, buffer_fqn, model)
+    if metadata:
+        what = f"buffer '{buffer_fqn}'" if buffer_fqn else f"input {desc.idx}"
+        raise UnsupportedModelError(
+            f"autoshard: forward() changes the shape, dtype or layout of {what} in place "
+            "(resize_, t_, set_, ...), which the planned step cannot write back: "
+            "compute the new value out of place"
+        )
+
+
 def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> UnsupportedModelError:
-    """forward() writes one of its inputs or buffers in place (BatchNorm's running stats)."""
+    """forward() writes a parameter, or BatchNorm's running statistics, in place."""
     if buffer_fqn is not None:
         owner_path = buffer_fqn.rpartition(".")[0]
         owner = model.get_submodule(owner_path) if owner_path else model
@@ -765,6 +806,7 @@ def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> Unsupport
             "return it as an output) instead of mutating the buffer"
         )
     return UnsupportedModelError(
-        f"autoshard: forward() modifies one of its inputs in place ({desc!r}); the planned "
-        "step takes inputs read-only: work on a copy (x = x.clone()) or out of place"
+        f"autoshard: forward() modifies {desc!r} in place, which the planned step does not "
+        "write back (parameters change in the optimizer step only): work on a copy or out "
+        "of place"
     )
