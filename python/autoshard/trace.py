@@ -29,6 +29,8 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from .decompositions import default_decompositions
+
 log = logging.getLogger("autoshard")
 
 aten = torch.ops.aten
@@ -87,96 +89,6 @@ class TracedStep:
             if n.name == name:
                 return n
         raise KeyError(name)
-
-
-def _addmm_as_mm_add(bias, mat1, mat2, *, beta=1, alpha=1):
-    # Linear layers with bias trace to addmm; splitting it lets the planner shard the matmul
-    # and the bias add independently (tensor parallelism needs mm's own rules).
-    out = aten.mm.default(mat1, mat2)
-    if alpha != 1:
-        out = aten.mul.Tensor(out, alpha)
-    if beta == 0:
-        return out
-    if beta != 1:
-        bias = aten.mul.Tensor(bias, beta)
-    return aten.add.Tensor(out, bias)
-
-
-_REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
-
-
-def _nll_loss_mean_as_sum(self, target, weight, reduction, ignore_index):
-    # A mean nll_loss cannot run batch-sharded exactly (ranks may ignore different numbers
-    # of targets), so the planner would gather the [N, vocab] log-probs. As a sum divided by
-    # the total weight, the big op shards on the batch and only two scalars are reduced.
-    if reduction != _REDUCTION_MEAN:
-        return NotImplemented  # traced as is
-    total, total_weight = aten.nll_loss_forward.default(
-        self, target, weight, _REDUCTION_SUM, ignore_index
-    )
-    return aten.div.Tensor(total, total_weight), total_weight
-
-
-def _nll_loss_backward_mean_as_sum(
-    grad_output, self, target, weight, reduction, ignore_index, total_weight
-):
-    if reduction != _REDUCTION_MEAN:
-        return NotImplemented  # traced as is
-    scaled = aten.div.Tensor(grad_output, total_weight)
-    return aten.nll_loss_backward.default(
-        scaled, self, target, weight, _REDUCTION_SUM, ignore_index, total_weight
-    )
-
-
-def _elementwise_loss_mean_as_sum(op, reduction_at: int, backward: bool):
-    """A mean elementwise loss (mse, smooth-l1, huber, binary cross-entropy) as its sum divided
-    by the element count. The backward kernel of a mean loss divides by the count of the
-    tensor it is given, so on a shard it would divide by the LOCAL count: no sharded layout
-    is exact and the planner would gather the activations. The sum form shards (forward:
-    partial sums; backward: the scaled gradient is a replicated scalar)."""
-
-    def decomposed(*args, **kwargs):
-        args, kwargs = list(args), dict(kwargs)
-        if "reduction" in kwargs:
-            reduction = kwargs["reduction"]
-        else:
-            reduction = args[reduction_at] if len(args) > reduction_at else _REDUCTION_MEAN
-        if reduction != _REDUCTION_MEAN:
-            return NotImplemented  # traced as is
-        if "reduction" in kwargs or len(args) <= reduction_at:
-            kwargs["reduction"] = _REDUCTION_SUM
-        else:
-            args[reduction_at] = _REDUCTION_SUM
-        if backward:  # (grad_output, self, target, ...): scale the incoming gradient
-            count = args[1].numel()
-            args[0] = aten.div.Tensor(args[0], count)
-            return op(*args, **kwargs)
-        return aten.div.Tensor(op(*args, **kwargs), args[0].numel())
-
-    return decomposed
-
-
-_MEAN_AS_SUM_LOSSES = [  # (op, position of reduction, backward)
-    (aten.mse_loss.default, 2, False),
-    (aten.mse_loss_backward.default, 3, True),
-    (aten.smooth_l1_loss.default, 2, False),
-    (aten.smooth_l1_loss_backward.default, 3, True),
-    (aten.huber_loss.default, 2, False),
-    (aten.huber_loss_backward.default, 3, True),
-    (aten.binary_cross_entropy.default, 3, False),
-    (aten.binary_cross_entropy_backward.default, 4, True),
-]
-
-
-def default_decompositions() -> dict:
-    decomps = {
-        aten.addmm.default: _addmm_as_mm_add,
-        aten.nll_loss_forward.default: _nll_loss_mean_as_sum,
-        aten.nll_loss_backward.default: _nll_loss_backward_mean_as_sum,
-    }
-    for op, at, backward in _MEAN_AS_SUM_LOSSES:
-        decomps[op] = _elementwise_loss_mean_as_sum(op, at, backward)
-    return decomps
 
 
 def _tracing_device(device: torch.device | str | None) -> torch.device:
@@ -502,7 +414,7 @@ def _trace_fake_model(
             ph = placeholder_of.get(repr(target))
             k = placeholders.index(ph) if ph is not None else len(input_info)
             metadata = k >= len(input_info) or input_info[k].mutates_metadata
-            _check_writable(target, fqn, model, ph, metadata, input_requires_grad)
+            _check_writable(target, fqn, ph, metadata, input_requires_grad)
             written[j] = ph.name
     param_fqns, buffer_fqns, tangent_of = {}, {}, {}
     input_by_idx: dict[int, str] = {}
@@ -756,12 +668,10 @@ def _user_line(e: Exception) -> str:
     )
 
 
-def _check_writable(
-    desc, buffer_fqn: str | None, model: nn.Module, ph, metadata: bool, input_requires_grad: list
-) -> None:
-    """forward() writes ``desc`` (placeholder ``ph``) in place with ``value``: buffers and
-    inputs that need no gradient get the new value written back after the forward; the rest
-    raises naming what to change."""
+def _check_writable(desc, buffer_fqn: str | None, ph, metadata: bool, input_requires_grad: list):
+    """forward() writes ``desc`` (placeholder ``ph``) in place: buffers (BatchNorm's running
+    statistics, counters) and inputs that need no gradient get their new values written back
+    after the forward; the rest raises naming what to change."""
     from torch._functorch._aot_autograd.descriptors import BufferAOTInput, PlainAOTInput
 
     if isinstance(desc, PlainAOTInput) and input_requires_grad[desc.idx]:
@@ -770,13 +680,12 @@ def _check_writable(
             "requires grad: work on a copy (x = x.clone()) or out of place, or pass it "
             "without requires_grad"
         )
-    if buffer_fqn is not None:
-        owner_path = buffer_fqn.rpartition(".")[0]
-        owner = model.get_submodule(owner_path) if owner_path else model
-        if isinstance(owner, nn.modules.batchnorm._BatchNorm):
-            raise _mutation_error(desc, buffer_fqn, model)
     if not isinstance(desc, (PlainAOTInput, BufferAOTInput)) or ph is None:
-        raise _mutation_error(desc, buffer_fqn, model)
+        raise UnsupportedModelError(
+            f"autoshard: forward() modifies {desc!r} in place, which the planned step does "
+            "not write back (parameters change in the optimizer step only): work on a copy "
+            "or out of place"
+        )
     if metadata:
         what = f"buffer '{buffer_fqn}'" if buffer_fqn else f"input {desc.idx}"
         raise UnsupportedModelError(
@@ -784,29 +693,3 @@ def _check_writable(
             "(resize_, t_, set_, ...), which the planned step cannot write back: "
             "compute the new value out of place"
         )
-
-
-def _mutation_error(desc, buffer_fqn: str | None, model: nn.Module) -> UnsupportedModelError:
-    """forward() writes a parameter, or BatchNorm's running statistics, in place."""
-    if buffer_fqn is not None:
-        owner_path = buffer_fqn.rpartition(".")[0]
-        owner = model.get_submodule(owner_path) if owner_path else model
-        if isinstance(owner, nn.modules.batchnorm._BatchNorm):
-            return UnsupportedModelError(
-                f"autoshard: {type(owner).__name__} '{owner_path}' updates its running "
-                f"statistics (buffer '{buffer_fqn}') in place in training mode, which the "
-                "planned step does not carry. Workarounds: construct it with "
-                "track_running_stats=False (batch statistics, no buffers), put just that "
-                f"layer in eval mode (model.{owner_path}.eval(): stored statistics, frozen), "
-                "or use LayerNorm / GroupNorm / RMSNorm"
-            )
-        return UnsupportedModelError(
-            f"autoshard: forward() writes buffer '{buffer_fqn}' in place, which the planned "
-            "step does not carry: compute the new value outside the model's forward (or "
-            "return it as an output) instead of mutating the buffer"
-        )
-    return UnsupportedModelError(
-        f"autoshard: forward() modifies {desc!r} in place, which the planned step does not "
-        "write back (parameters change in the optimizer step only): work on a copy or out "
-        "of place"
-    )

@@ -7,11 +7,12 @@ import torch
 import torch.distributed.config as dist_config
 import torch.nn as nn
 import torch.utils._pytree as pytree
-from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from autoshard import AutoParallel, _core
 from autoshard.fake_pg import fake_world
+from local_ranks import per_rank
 from autoshard.trace import UnsupportedModelError, trace_training_step
 
 pytestmark = pytest.mark.skipif(
@@ -63,7 +64,7 @@ def test_writes_land_on_every_ranks_shard():
             full = [ref.lin.weight.detach(), ref.lin.bias.detach(), torch.zeros(()), x, scale]
             dts = [distribute_tensor(t, mesh, lay) for t, lay in zip(full, layouts)]
             # a replicated value comes back as one plain tensor: one copy per rank instead
-            locals_ = [_per_rank(d.to_local(), 4) for d in dts]
+            locals_ = [per_rank(d.to_local(), 4) for d in dts]
             pytree.tree_leaves(joint(*locals_, torch.ones(())))
 
             def full_of(k):
@@ -98,12 +99,6 @@ def test_writes_reach_the_callers_tensors_and_match_one_device(mesh1, runtime):
             torch.testing.assert_close(p.grad.full_tensor(), q.grad, msg=name)
         parallel.zero_grad()
     assert parallel.calls.full_tensor().item() == ref.calls.item() == 2.0
-
-
-def _per_rank(t: torch.Tensor, world: int) -> LocalTensor:
-    if isinstance(t, LocalTensor):
-        return t
-    return LocalTensor({r: t.clone() for r in range(world)})
 
 
 class WritesParameter(nn.Module):

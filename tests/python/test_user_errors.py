@@ -228,23 +228,12 @@ def test_data_dependent_branch_names_the_line_and_workaround(capture):
         trace_training_step(model, lambda: torch.empty(4, 6), capture=capture)
 
 
-def test_batchnorm_running_stats_name_the_layer_and_workarounds():
-    with torch.device("meta"):
-        model = WithBatchNorm()
-    with pytest.raises(
-        UnsupportedModelError,
-        match=r"BatchNorm1d 'bn' updates its running " r"statistics.*track_running_stats=False",
-    ):
-        trace_training_step(model, lambda: torch.empty(4, 6), capture="direct")
-    # the workarounds it names trace
-    trace_training_step(
-        WithBatchNorm(track_running_stats=False).to("meta"),
-        lambda: torch.empty(4, 6),
-        capture="direct",
-    )
-    frozen = WithBatchNorm().to("meta")
-    frozen.bn.eval()
-    trace_training_step(frozen, lambda: torch.empty(4, 6), capture="direct")
+def test_batchnorm_in_training_traces_with_its_running_stats_written():
+    step = trace_training_step(WithBatchNorm().to("meta"), lambda: torch.empty(4, 6))
+    written = {step.buffer_fqns[o.grad_of] for o in step.outputs if o.role == "mutation"}
+    assert written == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
+    ops = {str(n.target) for n in step.gm.graph.nodes if n.op == "call_function"}
+    assert not any("batch_norm" in op for op in ops)  # decomposed: every op has a rule
 
 
 def test_binder_handles_var_arguments_and_names_tuple_mismatches():
