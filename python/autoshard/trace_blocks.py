@@ -1245,14 +1245,16 @@ def _output_meta(out, twin, elem_instances, layout, base3, base4, n) -> dict:
 
 
 def _output_slot_groups(out, layout) -> dict:
-    """The output slots (gradients of a layer's parameters) as runs, like the nodes."""
+    """The output slots (gradients of a layer's parameters, new values of the buffers it
+    writes in place) as runs, like the nodes."""
     cache = getattr(layout, "_out_groups", None)
     if cache is not None:
         return cache
     from torch._functorch._aot_autograd.descriptors import (
-        GradAOTOutput,
-        ParamAOTInput,
         BufferAOTInput,
+        GradAOTOutput,
+        InputMutationAOTOutput,
+        ParamAOTInput,
     )
 
     ph_of = {}
@@ -1261,13 +1263,28 @@ def _output_slot_groups(out, layout) -> dict:
             d = p.meta.get("desc")
             if isinstance(d, (ParamAOTInput, BufferAOTInput)):
                 ph_of[d.target] = p
+    # the gradients come one per primal, in placeholder order; a None gradient (of a buffer)
+    # has no descriptor, so its primal is found by position
+    primals = [p for p in layout.nodes if p.op == "placeholder"]
+    descs = list(out.meta["desc"])
+    first_grad = next((j for j, d in enumerate(descs) if isinstance(d, GradAOTOutput)), None)
     labels = []
-    for j, (v, d) in enumerate(zip(out.args[0], out.meta["desc"])):
+    for j, (v, d) in enumerate(zip(out.args[0], descs)):
         lab = None
-        if isinstance(d, GradAOTOutput) and isinstance(d.grad_of, (ParamAOTInput, BufferAOTInput)):
-            p = ph_of.get(d.grad_of.target)
+        of = d.grad_of if isinstance(d, GradAOTOutput) else None
+        if isinstance(d, InputMutationAOTOutput):
+            of = d.mutated_input
+        if first_grad is not None and j >= first_grad:
+            k = j - first_grad
+            primal = primals[k].meta.get("desc") if k < len(primals) else None
+            if of is not None and repr(of) != repr(primal):
+                raise _Fallback(f"output {j}: a gradient out of the primals' order")
+            if d is None and v is None:
+                of = primal
+        if isinstance(of, (ParamAOTInput, BufferAOTInput)):
+            p = ph_of.get(of.target)
             if p is None:
-                raise _Fallback(f"output {j}: the gradient of an unknown input")
+                raise _Fallback(f"output {j}: the gradient or new value of an unknown input")
             lab = layout.label[p]
         labels.append(lab)
     slots = list(range(len(labels)))

@@ -86,6 +86,42 @@ def test_mlp_stack_extrapolated_equals_full_trace(caplog):
     _assert_same(fast, full)
 
 
+class _BnBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16, bias=False)
+        self.bn = nn.BatchNorm1d(16)
+
+    def forward(self, x):
+        return x + torch.relu(self.bn(self.lin(x)))
+
+
+class _BnStack(nn.Module):
+    def __init__(self, n_layers):
+        super().__init__()
+        self.layers = nn.ModuleList(_BnBlock() for _ in range(n_layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x.sum()
+
+
+def test_layers_writing_buffers_extrapolated_equals_full_trace(caplog):
+    """BatchNorm layers write their running statistics (outputs of role mutation, and the
+    None gradients of those buffers, which carry no descriptor)."""
+    with torch.device("meta"):
+        model = _BnStack(7)
+    fast, full, extrapolated = _both(model, lambda: torch.empty(8, 16), caplog)
+    assert extrapolated
+    _assert_same(fast, full)
+    written = [fast.buffer_fqns[o.grad_of] for o in fast.outputs if o.role == "mutation"]
+    assert written == [f"layers.{k}.bn.{b}" for k in range(7) for b in _BN_BUFFERS]
+
+
+_BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
 def test_forward_only_extrapolated_equals_full_trace(caplog):
     fast, full, extrapolated = _both(_llama(6), _llama_inputs, caplog, joint=False)
     assert extrapolated  # its placeholders are named by position (arg7_1), renumbered
