@@ -80,13 +80,15 @@ def test_batch_statistics_span_every_ranks_shard():
                     torch.testing.assert_close(written.full_tensor(), after[f], msg=f)
 
 
-@pytest.mark.parametrize("runtime", ["program", "interpret"])
-def test_training_steps_and_eval_match_one_device(mesh1, runtime):
+@pytest.mark.parametrize(
+    "runtime, compile", [("program", False), ("interpret", False), ("program", True)]
+)
+def test_training_steps_and_eval_match_one_device(mesh1, runtime, compile):
     torch.manual_seed(0)
     ref = ConvBn()
     with torch.device("meta"):
         meta = ConvBn()
-    with AutoParallel(meta, _x, mesh1, runtime=runtime) as autop:
+    with AutoParallel(meta, _x, mesh1, runtime=runtime, compile=compile) as autop:
         parallel = autop.apply_placement(autop.optimize_placement())
     parallel.to_empty(device="cpu")
     parallel.load_state_dict(ref.state_dict())
