@@ -2,7 +2,8 @@
 embeddings + a non-contiguous flatten after attention train like the single-process model,
 init_weights written for full tensors fills the shards, a free output comes back as a
 sharded DTensor, and a DCP checkpoint saved under an FSDP-like plan loads under a (dp, tp)
-plan with the same next-step loss."""
+plan with the same next-step loss; BatchNorm trains with synchronised batch statistics and
+an input written in place reaches each rank's shard."""
 
 import math
 
@@ -15,7 +16,12 @@ pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
 )
 
-SCENARIOS = [{"name": "rope_training"}, {"name": "free_output"}, {"name": "dcp_reshard"}]
+SCENARIOS = [
+    {"name": "rope_training"},
+    {"name": "free_output"},
+    {"name": "dcp_reshard"},
+    {"name": "batch_norm_training"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +51,10 @@ def test_dcp_checkpoint_of_one_plan_loads_into_another(results):
         assert r["weights_ok"]
         for a, b in r["losses"]:
             assert math.isclose(a, b, rel_tol=1e-5), r["losses"]
+
+
+def test_batch_norm_and_an_input_written_in_place_train_like_the_reference(results):
+    for r in ok_on_every_rank(results, "batch_norm_training"):
+        for loss, ref in r["losses"]:
+            assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
+        assert r["state_ok"] and r["inputs_ok"], r

@@ -1,8 +1,8 @@
 """torchrun worker for the AutoParallel drop-in behaviours on 4 gloo ranks (see
 tests/python/test_autoparallel_compat_dist.py): complex rotary embeddings with a
 non-contiguous flatten after attention, free (unconstrained) outputs returned as DTensors,
-init_weights written for full tensors, and a DCP checkpoint saved under one plan and loaded
-under another.
+init_weights written for full tensors, a DCP checkpoint saved under one plan and loaded
+under another, and BatchNorm training with an input written in place.
 
 Usage: torchrun --standalone --nproc-per-node 4 compat_worker.py CONFIG.json OUT_DIR
 """
@@ -232,8 +232,55 @@ def dcp_reshard(mesh4, ckpt_dir: str) -> dict:
             "layouts_b": layouts_b}
 
 
+class ConvBn(nn.Module):
+    """BatchNorm in training, and an input scaled in place (written back to each rank's
+    shard)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 4, bias=False)
+        self.bn1d = nn.BatchNorm1d(4)
+
+    def forward(self, x, target):
+        x.mul_(0.5)
+        h = torch.relu(self.bn(self.conv(x)))
+        return F.mse_loss(self.bn1d(self.head(h.mean(dim=(2, 3)))), target)
+
+
+def batch_norm_training(mesh4) -> dict:
+    """ConvBn on 4 ranks, batch sharded: synchronised batch statistics, so losses,
+    parameters, running statistics and the written input equal the single-process model's."""
+    g = torch.Generator().manual_seed(7)
+    x, target = torch.randn(8, 3, 6, 6, generator=g), torch.randn(8, 4, generator=g)
+    par, _ = plan(ConvBn, mesh4, (x, target), in_layout=(Shard(0),))
+    par.to_empty(device="cpu")
+    ref = ConvBn()
+    par.load_state_dict(ref.state_dict())
+    opt, ref_opt = torch.optim.SGD(par.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    losses, inputs_ok = [], True
+    for step in range(2):
+        xs = x + step
+        a, k = local_inputs(par, xs.clone(), target)
+        loss = par(*a, **k)
+        loss.backward()
+        opt.step(), opt.zero_grad()
+        ref_x = xs.clone()
+        ref_loss = ref(ref_x, target)
+        ref_loss.backward()
+        ref_opt.step(), ref_opt.zero_grad()
+        losses.append([float(loss), float(ref_loss)])
+        mine = ref_x.chunk(4)[dist.get_rank()]  # this rank's rows, after the write
+        inputs_ok = inputs_ok and close(a[0], mine)
+    state = dict(ref.named_parameters()) | dict(ref.named_buffers())
+    state_ok = all(close(t.full_tensor().float(), state[n].float(), 1e-4)
+                   for n, t in list(par.named_parameters()) + list(par.named_buffers()))
+    return {"losses": losses, "state_ok": bool(state_ok), "inputs_ok": bool(inputs_ok)}
+
+
 SCENARIOS = {"rope_training": rope_training, "free_output": free_output,
-             "dcp_reshard": dcp_reshard}
+             "dcp_reshard": dcp_reshard, "batch_norm_training": batch_norm_training}
 
 
 def main() -> None:
