@@ -107,6 +107,11 @@ def test_training_steps_and_eval_match_one_device(mesh1, runtime, compile):
             torch.testing.assert_close(p.grad.full_tensor(), q.grad, atol=1e-4, rtol=1e-4, msg=name)
         for name, b in _buffers(parallel).items():
             torch.testing.assert_close(b, dict(ref.named_buffers())[name], msg=name)
+    x = _x()
+    with torch.no_grad():  # training mode without autograd: the statistics still move
+        torch.testing.assert_close(parallel(x), ref(x))
+    for name, b in _buffers(parallel).items():
+        torch.testing.assert_close(b, dict(ref.named_buffers())[name], msg=name)
     parallel.eval()
     ref.eval()
     x = _x()
