@@ -23,8 +23,9 @@ issues its own collectives, while the all-reduce completes. Numerics are unchang
 same ops run on the same values, later.
 
 Only nodes after a wait, that make small tensors (<= fuse_reductions.SMALL_NUMEL elements:
-scalars, not activations), issue no collective and write no existing tensor, are deferred. The lowered graphs stay whole for
-inspection, compile (which runs the whole graph) and the no-grad forward.
+scalars, not activations), issue no collective and write no existing tensor, are deferred.
+The lowered graphs stay whole for inspection, compile (which runs the whole graph) and the
+no-grad forward.
 """
 
 from __future__ import annotations
