@@ -28,6 +28,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from autoshard.options import DEFAULT_TIME_LIMIT_S
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -203,7 +205,13 @@ def main() -> None:
         default="quick",
         help="comma-separated case names, 'quick' (default) or 'all'; cases: " + ", ".join(CASES),
     )
-    p.add_argument("--time-limit", type=float, default=10.0, help="planner time limit (s)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT_S,
+        help="time_limit_s: caps optimize_placement (graph export, planner); default: "
+        "AutoParallel's",
+    )
     p.add_argument(
         "--repeated-layers",
         default="auto",

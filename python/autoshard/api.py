@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
-from .options import DEFAULT_BUDGET, PlannerOptions
+from .options import DEFAULT_BUDGET, DEFAULT_TIME_LIMIT_S, PlannerOptions
 from .placements import layout_to_strs, normalize_placements
 from .presets import apply_preset, check_auto_parallel_args, check_preset
 from .rank_agreement import DEFAULT_TIMEOUT_S
@@ -451,10 +451,14 @@ class AutoParallel:
         self.hardware = _measured_hardware(self.hardware, self.mesh)
         from . import progress
 
-        # the solver stops at its time limit at the latest (the C++ default: 20 s)
-        with progress.stage("plan", expected_s=self.time_limit_s or 20.0, bar=_bar_on_this_rank()):
+        # time_limit_s caps the whole call: the planner gets what the export and the rank
+        # agreement left of it (the cache key holds the options as given)
+        limit = self.time_limit_s or DEFAULT_TIME_LIMIT_S
+        with progress.stage("plan", expected_s=limit, bar=_bar_on_this_rank()):
             plan = _same_plan_on_every_rank(
-                lambda: plan_traced_step(self.step, self.options(verbose), graph),
+                lambda: plan_traced_step(
+                    self.step, self.options(verbose).after(time.perf_counter() - t0), graph
+                ),
                 *_cache_and_key(self.plan_cache, graph, self.options()),
             )
         progress.log_solver_result(plan)

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from .options import PlannerOptions, plan_graph
+from .options import DEFAULT_TIME_LIMIT_S, PlannerOptions, plan_graph
 
 
 def python_command(argv: list[str]):
@@ -124,7 +124,7 @@ def plan_with_preset(argv: list[str]) -> int:
     )
     if args.param_memory:
         options.parameter_memory = tuple(args.param_memory)
-    plan = _plan(graph, options, args.time_limit or 20.0)
+    plan = _plan(graph, options, args.time_limit or DEFAULT_TIME_LIMIT_S)
     if isinstance(plan, str):
         print(f"autoshard plan: {plan}", file=sys.stderr)
         return 1

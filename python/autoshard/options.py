@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_BUDGET = "default"  # parameter_memory: the planner's default bounds
+# time_limit_s None: the C++ planner's default (PlannerOptions::time_limit_s, planner.h)
+DEFAULT_TIME_LIMIT_S = 20.0
+# the least share of its limit the planner gets when the caller spent the rest (it always
+# returns a plan: the greedy start takes a fraction of a second even on Llama-3-405B)
+MIN_PLANNER_SHARE = 0.1
 
 
 @dataclass
@@ -35,7 +40,7 @@ class PlannerOptions:
     # (low, high)
     parameter_memory: str | tuple[float, float] | None = DEFAULT_BUDGET
     memory_limit_bytes: int | None = None  # peak bytes per device; None: no limit
-    time_limit_s: float | None = None  # None: the planner's default (20 s)
+    time_limit_s: float | None = None  # None: the planner's default (DEFAULT_TIME_LIMIT_S)
     gap_tolerance: float | None = None  # None: the planner's default (0.001)
     max_problem_bytes: int | None = None  # None: the planner's cap on the problem's size
     repeated_layers: str = "auto"  # "auto", "tie" or "untie" (docs/repeated_layers.md)
@@ -43,6 +48,13 @@ class PlannerOptions:
 
     def replace(self, **changes: Any) -> "PlannerOptions":
         return dataclasses.replace(self, **changes)
+
+    def after(self, spent_s: float) -> "PlannerOptions":
+        """These options for a planner call made ``spent_s`` into the planning time (graph
+        export, rank agreement, cache lookup): the time limit caps the whole, so the planner
+        gets what is left (at least MIN_PLANNER_SHARE of it)."""
+        limit = DEFAULT_TIME_LIMIT_S if self.time_limit_s is None else self.time_limit_s
+        return self.replace(time_limit_s=max(MIN_PLANNER_SHARE * limit, limit - spent_s))
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {

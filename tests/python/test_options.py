@@ -57,3 +57,10 @@ def test_bad_json_is_refused_with_the_key_named():
 def test_the_core_reads_the_json_it_writes():
     found = enumerate_strategies(tiny_graph(), PlannerOptions(mesh_shape=[2]))
     assert found["nodes"]["y"] and not found["unsupported"]
+
+
+def test_time_spent_before_the_planner_call_comes_off_its_limit():
+    opts = PlannerOptions(mesh_shape=[2], time_limit_s=10.0)
+    assert opts.after(3.0).time_limit_s == 7.0
+    assert opts.after(30.0).time_limit_s == 1.0  # the planner always gets a share
+    assert PlannerOptions(mesh_shape=[2]).after(5.0).time_limit_s == 15.0  # default 20 s
