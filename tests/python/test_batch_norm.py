@@ -12,6 +12,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from autoshard import AutoParallel, _core
 from autoshard.fake_pg import fake_world
+from autoshard.testing import models
 from local_ranks import per_rank
 
 pytestmark = pytest.mark.skipif(
@@ -19,18 +20,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class ConvBn(nn.Module):
-    def __init__(self):
-        super().__init__()
-        # no bias before a BatchNorm (its gradient is zero: only rounding noise to compare)
-        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 4, bias=False)
-        self.bn1d = nn.BatchNorm1d(4)
+class ConvBn(models.ConvBn):
+    """The features (not the loss): outputs to compare with one device."""
 
     def forward(self, x):
-        h = torch.relu(self.bn(self.conv(x)))
-        return self.bn1d(self.head(h.mean(dim=(2, 3))))
+        return self.features(x)
 
 
 def _x():

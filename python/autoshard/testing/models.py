@@ -1,4 +1,5 @@
-"""Test and demo models: a small MLP and a Llama-style decoder-only transformer.
+"""Test and demo models: a small MLP, a Llama-style decoder-only transformer and a small
+convolutional net with BatchNorm.
 
 Every model's ``forward`` returns a scalar training loss, so one traced step holds the whole
 forward and backward pass. Attention is written with plain matmul + softmax (``attention=
@@ -186,3 +187,23 @@ class Llama(nn.Module):
             h = layer(h, cos, sin)
         logits = self.output(self.norm(h))
         return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(b * s))
+
+
+class ConvBn(nn.Module):
+    """A convolution and a linear head, each followed by BatchNorm: in training, batch
+    statistics and running statistics written in place. No bias before a BatchNorm (its
+    gradient is zero, only rounding noise)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 4, bias=False)
+        self.bn1d = nn.BatchNorm1d(4)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn(self.conv(x)))
+        return self.bn1d(self.head(h.mean(dim=(2, 3))))
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(self.features(x), target)

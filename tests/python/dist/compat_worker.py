@@ -22,6 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from autoshard import AutoParallel, local_inputs
+from autoshard.testing import models
 
 DIM, HEADS, SEQ, VOCAB = 32, 4, 8, 64
 
@@ -232,21 +233,12 @@ def dcp_reshard(mesh4, ckpt_dir: str) -> dict:
             "layouts_b": layouts_b}
 
 
-class ConvBn(nn.Module):
-    """BatchNorm in training, and an input scaled in place (written back to each rank's
-    shard)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 4, bias=False)
-        self.bn1d = nn.BatchNorm1d(4)
+class ConvBn(models.ConvBn):
+    """Scales its input in place first (written back to each rank's shard)."""
 
     def forward(self, x, target):
         x.mul_(0.5)
-        h = torch.relu(self.bn(self.conv(x)))
-        return F.mse_loss(self.bn1d(self.head(h.mean(dim=(2, 3)))), target)
+        return super().forward(x, target)
 
 
 def batch_norm_training(mesh4) -> dict:
