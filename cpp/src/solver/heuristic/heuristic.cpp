@@ -40,6 +40,8 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
     case 1:
       c.polish_share_dual = 0.35;
       c.polish_share_primal = 0.7;
+      c.first_step_scale = 0.6;
+      c.first_target_gap = 0.3;
       break;
     case 2:
       c.polish_share_dual = 0.1;

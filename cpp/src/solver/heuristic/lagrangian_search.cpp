@@ -314,7 +314,8 @@ void Search::update_multipliers(bool primal_phase, Cost bound, double step_scale
 SearchOutcome Search::run() {
   t0_ = Clock::now();
   out_.lower_bound = -std::numeric_limits<Cost>::infinity();
-  double step_scale = 1.0, target_gap = 0.15;  // Polyak target above the bound; shrinks as it stalls
+  // Polyak target above the bound; both shrink as the bound stalls
+  double step_scale = config_.first_step_scale, target_gap = config_.first_target_gap;
   int rounds_without_bound_gain = 0;
   int64_t last_gain_round = 0;  // the last round that improved the bound or the plan
   Cost best_seen = best_cost();

@@ -32,6 +32,10 @@ struct SearchConfig {
   double gap_tolerance = 0;
   // > 0: stop after this many rounds without a better plan or bound.
   int64_t stall_rounds = 0;
+  // The multipliers' first step (scaled) and Polyak target gap above the bound: portfolio
+  // runs that differ here follow other dual paths, so they decode other plans.
+  double first_step_scale = 1.0;
+  double first_target_gap = 0.15;
 };
 
 struct SearchStop {
