@@ -4,16 +4,15 @@ the module's buffers, and eval mode using them."""
 
 import pytest
 import torch
-import torch.distributed.config as dist_config
 import torch.nn as nn
 import torch.utils._pytree as pytree
 from torch.distributed._local_tensor import LocalTensorMode
-from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard
 
 from autoshard import AutoParallel, _core
 from autoshard.fake_pg import fake_world
 from autoshard.testing import models
-from local_ranks import per_rank
+from local_ranks import one_program, shards
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -45,25 +44,11 @@ def test_batch_statistics_span_every_ranks_shard():
     x = _x()
     ref_out = ref(x)
     with fake_world((4,), ("dp",), device_type="cpu") as mesh:
-        with torch.device("meta"):
-            meta = ConvBn()
         batch = (Shard(0),)
-        with dist_config.patch(compile_on_one_rank=True):
-            with AutoParallel(meta, _x, mesh) as autop:
-                autop.add_input_constraints([batch])
-                autop.add_output_constraints([batch])
-                placement = autop.optimize_placement()
-                autop.apply_placement(placement)
-                joint = autop.parallel_gm
+        autop, joint, layouts = one_program(ConvBn, _x, mesh, [batch], [batch])
         fqns = list(autop.step.param_fqns.values()) + list(autop.step.buffer_fqns.values())
-        primals = [n for n in autop.gm.graph.nodes if n.op == "placeholder"][: len(fqns) + 1]
-        layouts = [tuple(placement[n].output_specs.placements) for n in primals]
         with LocalTensorMode(frozenset(range(4))):
-            values = [before[f] for f in fqns] + [x]
-            locals_ = [
-                per_rank(distribute_tensor(v, mesh, lay).to_local(), 4)
-                for v, lay in zip(values, layouts)
-            ]
+            locals_ = shards([before[f] for f in fqns] + [x], layouts, mesh)
             outs = pytree.tree_leaves(joint(*locals_, torch.ones(2, 4)))
             got = DTensor.from_local(outs[0], mesh, batch, run_check=False).full_tensor()
             torch.testing.assert_close(got, ref_out.detach(), atol=1e-4, rtol=1e-4)

@@ -4,15 +4,14 @@ as the single-device model does; what cannot be written back is refused by name.
 
 import pytest
 import torch
-import torch.distributed.config as dist_config
 import torch.nn as nn
 import torch.utils._pytree as pytree
 from torch.distributed._local_tensor import LocalTensorMode
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from autoshard import AutoParallel, _core
 from autoshard.fake_pg import fake_world
-from local_ranks import per_rank
+from local_ranks import one_program, shards
 from autoshard.trace import UnsupportedModelError, trace_training_step
 
 pytestmark = pytest.mark.skipif(
@@ -50,21 +49,10 @@ def test_writes_land_on_every_ranks_shard():
     x_ref, scale_ref = x.clone(), scale.clone()
     ref(x_ref, scale_ref)
     with fake_world((4,), ("dp",), device_type="cpu") as mesh:
-        with torch.device("meta"):
-            meta = Writes()
-        with dist_config.patch(compile_on_one_rank=True):
-            with AutoParallel(meta, _inputs, mesh) as autop:
-                autop.add_input_constraints([(Shard(0),), (Replicate(),)])
-                placement = autop.optimize_placement()
-                autop.apply_placement(placement)
-                joint = autop.parallel_gm
-        primals = [n for n in autop.gm.graph.nodes if n.op == "placeholder"][:5]
-        layouts = [tuple(placement[n].output_specs.placements) for n in primals]
+        _, joint, layouts = one_program(Writes, _inputs, mesh, [(Shard(0),), (Replicate(),)])
         with LocalTensorMode(frozenset(range(4))):
             full = [ref.lin.weight.detach(), ref.lin.bias.detach(), torch.zeros(()), x, scale]
-            dts = [distribute_tensor(t, mesh, lay) for t, lay in zip(full, layouts)]
-            # a replicated value comes back as one plain tensor: one copy per rank instead
-            locals_ = [per_rank(d.to_local(), 4) for d in dts]
+            locals_ = shards(full, layouts, mesh)
             pytree.tree_leaves(joint(*locals_, torch.ones(())))
 
             def full_of(k):

@@ -15,8 +15,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from autoshard import AutoParallel, _core
+from autoshard import _core
 from autoshard.fake_pg import fake_world
+from local_ranks import one_program, shards
 from autoshard.runtime import rank_local_shape, zero_unless_first
 
 pytestmark = pytest.mark.skipif(
@@ -36,25 +37,6 @@ class Mlp(nn.Module):
         return self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-def _parallel_joint(mesh, model: nn.Module, param_share: tuple | None):
-    """(parallel_gm, the layouts of its primals in order: parameters, then the input)."""
-    with torch.device("meta"):
-        meta_model = type(model)()
-    batch_layout = (Shard(0),) + (Replicate(),) * (mesh.ndim - 1)
-    with dist_config.patch(compile_on_one_rank=True):
-        with AutoParallel(meta_model, lambda: torch.randn(BATCH, DIM), mesh) as autop:
-            autop.add_input_constraints([batch_layout])
-            autop.add_output_constraints([batch_layout])
-            if param_share is not None:
-                autop.add_parameter_memory_constraint(*param_share)
-            placement = autop.optimize_placement()
-            autop.apply_placement(placement)
-            joint = autop.parallel_gm
-    primals = [n for n in autop.gm.graph.nodes if n.op == "placeholder"][: len(placement)]
-    layouts = [tuple(placement[n].output_specs.placements) for n in primals]
-    return joint, layouts[: len(list(model.parameters())) + 1], batch_layout
-
-
 @pytest.mark.parametrize(
     "shape, names, param_share",
     [
@@ -71,14 +53,20 @@ def test_parallel_gm_matches_single_device_on_every_rank(shape, names, param_sha
     grad_out = torch.randn_like(ref)
     ref.backward(grad_out)
     with fake_world(shape, names, device_type="cpu") as mesh:
-        joint, layouts, batch_layout = _parallel_joint(mesh, model, param_share)
+        batch_layout = (Shard(0),) + (Replicate(),) * (mesh.ndim - 1)
+        _, joint, layouts = one_program(
+            Mlp,
+            lambda: torch.randn(BATCH, DIM),
+            mesh,
+            [batch_layout],
+            [batch_layout],
+            param_share,
+        )
         params = list(model.parameters())
-        world = mesh.size()
-        with LocalTensorMode(frozenset(range(world))):
-            full = [p.detach() for p in params] + [x]
-            primals = [distribute_tensor(t, mesh, lay) for t, lay in zip(full, layouts)]
-            tangent = distribute_tensor(grad_out, mesh, batch_layout)
-            outs = pytree.tree_leaves(joint(*[p.to_local() for p in primals], tangent.to_local()))
+        with LocalTensorMode(frozenset(range(mesh.size()))):
+            primals = shards([p.detach() for p in params] + [x], layouts, mesh)
+            tangent = distribute_tensor(grad_out, mesh, batch_layout).to_local()
+            outs = pytree.tree_leaves(joint(*primals, tangent))
 
             def gathered(local, layout):
                 return DTensor.from_local(local, mesh, layout, run_check=False).full_tensor()
