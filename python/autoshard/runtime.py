@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 import torch
+import torch.distributed.config as dist_config
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
@@ -61,13 +62,11 @@ def rank_local_shape(shape: Sequence[int], layout, mesh: DeviceMesh) -> list[int
     """This rank's shard shape of a ``shape`` tensor in ``layout``. Under torch's
     ``compile_on_one_rank`` (the program is traced once for every rank) only shapes that are
     the same on every rank can be traced: an uneven shard raises."""
-    import torch.distributed.config as dist_config
-
+    if not dist_config.compile_on_one_rank:  # one shape: inputs are checked every step
+        return local_shape(shape, layout, mesh.shape, mesh.get_coordinate() or [0] * mesh.ndim)
     first = local_shape(shape, layout, mesh.shape, [0] * mesh.ndim)
     last = local_shape(shape, layout, mesh.shape, [s - 1 for s in mesh.shape])
-    if first == last:  # chunks are equal but the last, which is no larger: even
-        return first
-    if dist_config.compile_on_one_rank:
+    if first != last:  # chunks are equal but the last, which is no larger: equal means even
         raise NotImplementedError(
             f"compile_on_one_rank: a tensor of shape {list(shape)} in layout "
             f"{layout_to_strs(layout)} is sharded unevenly on mesh {tuple(mesh.shape)}, so "
@@ -75,7 +74,7 @@ def rank_local_shape(shape: Sequence[int], layout, mesh: DeviceMesh) -> list[int
             "that dimension to a multiple of the mesh size, pin an even layout "
             "(add_node_constraint), or lower per rank (compile_on_one_rank off)"
         )
-    return local_shape(shape, layout, mesh.shape, mesh.get_coordinate() or [0] * mesh.ndim)
+    return first
 
 
 def zero_unless_first(local: torch.Tensor, mesh: DeviceMesh, mesh_dim: int) -> torch.Tensor:
