@@ -96,6 +96,9 @@ class _BnBlock(nn.Module):
         return x + torch.relu(self.bn(self.lin(x)))
 
 
+_BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
 class _BnStack(nn.Module):
     def __init__(self, n_layers):
         super().__init__()
@@ -117,9 +120,6 @@ def test_layers_writing_buffers_extrapolated_equals_full_trace(caplog):
     _assert_same(fast, full)
     written = [fast.buffer_fqns[o.grad_of] for o in fast.outputs if o.role == "mutation"]
     assert written == [f"layers.{k}.bn.{b}" for k in range(7) for b in _BN_BUFFERS]
-
-
-_BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 
 def test_forward_only_extrapolated_equals_full_trace(caplog):
