@@ -25,6 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
+from .compat import ParallelJoint, check_autoparallel_keywords
 from .options import DEFAULT_BUDGET, DEFAULT_TIME_LIMIT_S, PlannerOptions
 from .placements import layout_to_strs, normalize_placements
 from .presets import apply_preset, check_auto_parallel_args, check_preset
@@ -97,7 +98,6 @@ class AutoParallel:
         plan_cache: Any = True,
         repeated_layers: str | None = None,
     ):
-        from .compat import check_autoparallel_keywords
         from .mixed_precision import canonical_policy
         from .plan_cache import PlanCache
 
@@ -239,8 +239,15 @@ class AutoParallel:
     @property
     def joint_with_descriptors(self):
         """torch's JointWithDescriptors of the trace (``aot_export_joint_with_descriptors``).
-        A deep model's step is extrapolated from 3 of its layers (trace_blocks.py) and holds
-        none: the first read traces every layer once for it (the same graph, node for node)."""
+        After apply_placement, as AutoParallel's, its ``graph_module`` is the parallel graph
+        (``parallel_gm``) and the rest is the trace's (compat.ParallelJoint). A deep model's
+        step is extrapolated from 3 of its layers (trace_blocks.py) and holds none: the first
+        read traces every layer once for it (the same graph, node for node)."""
+        if self.parallel_model is not None:
+            return ParallelJoint(lambda: self.parallel_gm, self._traced_joint_with_descriptors)
+        return self._traced_joint_with_descriptors()
+
+    def _traced_joint_with_descriptors(self):
         if self._state == "new":
             raise RuntimeError(_NOT_ENTERED)
         if self.step.joint_with_descriptors is None:
@@ -882,7 +889,6 @@ def auto_parallel(
     ``dynamic``, ``gap_tolerance``, ``plan_cache``, ``repeated_layers`` and AutoParallel's
     other keywords
     (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``): see AutoParallel."""
-    from .compat import check_autoparallel_keywords
 
     unknown = set(autoparallel_kwargs) - {
         "reshard_after_forward",

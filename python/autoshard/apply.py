@@ -422,6 +422,7 @@ def _inspect_program(module: nn.Module):
             inputs,
             prefetch_bytes=module._autoshard_prefetch_bytes,
             bucket_bytes=module._autoshard_bucket_bytes,
+            dynamic=module._autoshard_dynamic,
         )
         module.__dict__["_autoshard_meta_program"] = prog
     return prog
@@ -468,6 +469,7 @@ def lower_program(module: nn.Module, runner: StepRunner, flat_inputs: list | Non
         prefetch_bytes=module._autoshard_prefetch_bytes,
         bucket_bytes=module._autoshard_bucket_bytes,
         reduce_inplace=not module._autoshard_compile,
+        dynamic=module._autoshard_dynamic,
     )
     if module._autoshard_compile:
         program = compile_program(program)

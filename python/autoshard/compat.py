@@ -85,3 +85,22 @@ def autoparallel_backend(
 
     backend.__name__ = "autoshard_inductor"
     return backend
+
+
+class ParallelJoint:
+    """``AutoParallel.joint_with_descriptors`` after apply_placement: AutoParallel swaps the
+    parallel graph into it, so its ``graph_module`` is the lowered step (``parallel_gm``);
+    every other attribute (``params_spec``, ``buffers_spec``, ``_aot_state``, ...) is the
+    trace's JointWithDescriptors, fetched on first use (a deep model's full trace costs
+    seconds)."""
+
+    def __init__(self, parallel_gm: Callable[[], Any], traced: Callable[[], Any]):
+        self._parallel_gm = parallel_gm
+        self._traced = traced
+
+    @property
+    def graph_module(self):
+        return self._parallel_gm()
+
+    def __getattr__(self, name: str):
+        return getattr(self._traced(), name)

@@ -28,7 +28,7 @@ import contextlib
 import copy
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
@@ -36,6 +36,7 @@ import torch.utils._pytree as pytree
 from torch.distributed.tensor import DTensor
 
 from .runtime import StepRunner, contiguous_stride, mark_integer_outputs
+from .uneven import UnevenDims
 
 OUTSIDE = "<graph outputs>"
 COLLECTIVE_OPS = {
@@ -147,8 +148,19 @@ class LocalProgram:
         return out
 
 
-def _fake_like(mode, t: torch.Tensor) -> torch.Tensor:
-    return mode.from_tensor(t, static_shapes=True)
+def _fake_like(mode, t: torch.Tensor, symbolic_dims: Sequence[int] = ()) -> torch.Tensor:
+    """A fake copy of ``t``, with a size symbol (hinted by ``t``'s size) for each of
+    ``symbolic_dims``, static otherwise."""
+    if not symbolic_dims:
+        return mode.from_tensor(t, static_shapes=True)
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    context = StatelessSymbolicContext(
+        dynamic_sizes=[
+            DimDynamic.DYNAMIC if d in symbolic_dims else DimDynamic.STATIC for d in range(t.dim())
+        ]
+    )
+    return mode.from_tensor(t, symbolic_context=context)
 
 
 @contextlib.contextmanager
@@ -180,6 +192,7 @@ def lower_step(
     prefetch_bytes: int | None = None,
     bucket_bytes: int | None = None,
     reduce_inplace: bool = True,
+    dynamic: bool = False,
 ) -> LocalProgram:
     """Trace ``runner``'s forward and backward into local graphs. The example tensors give
     local shapes and dtypes only (they are replaced by fake tensors; nothing runs).
@@ -204,10 +217,18 @@ def lower_step(
 
     # torch's compile_on_one_rank: DTensor takes mesh coordinates from a runtime op
     # (device_mesh._runtime_compute_coordinate_on_dim) when the fake mode has a shape env, so
-    # the program is every rank's, not this one's (shapes stay static)
+    # the program is every rank's, not this one's. Dims sharded unevenly (their size differs
+    # by rank) are then symbolic, and so are they with dynamic=True, as AutoParallel's: DTensor
+    # pads and unpads them by sizes computed at run time
     one_rank = bool(dist_config.compile_on_one_rank)
-    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv() if one_rank else None)
-    fake_flat = [_fake_like(mode, flat[i]) for i in tensor_pos]
+    shape_env = ShapeEnv() if one_rank or dynamic else None
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
+    names = [*runner.param_names, *runner.buffer_names, *runner.step.input_nodes]
+    uneven = UnevenDims(runner, names, tensor_pos, symbolic=shape_env is not None)
+    fake_flat = [_fake_like(mode, flat[i], uneven.dims[i]) for i in tensor_pos]
+    uneven_symbols = uneven.size_symbols(dict(zip(tensor_pos, fake_flat)))
+    # symbolic: ops decompose through the Python dispatcher, which keeps sizes symbolic
+    tracing = "symbolic" if uneven else "fake"
 
     def rebuild(tensors):
         full = list(flat)
@@ -248,8 +269,8 @@ def lower_step(
         )
         return (*tensor_outs, *saved_tensors)
 
-    with _annotating_nodes(runner):
-        fwd_gm = make_fx(forward, tracing_mode="fake", _allow_non_fake_inputs=True)(*fake_flat)
+    with _annotating_nodes(runner), uneven.tracing_for_every_rank(one_rank):
+        fwd_gm = make_fx(forward, tracing_mode=tracing, _allow_non_fake_inputs=True)(*fake_flat)
     n_out = meta["n_outputs"]
     out_vals = [n.meta["val"] for n in _graph_outputs(fwd_gm)]
     fake_outs, fake_saved = out_vals[:n_out], out_vals[n_out:]
@@ -298,10 +319,12 @@ def lower_step(
             grads_out.append(result.get(name) if name is not None else None)
         return tuple(grads_out)
 
-    with _annotating_nodes(runner):
-        bwd_gm = make_fx(backward, tracing_mode="fake", _allow_non_fake_inputs=True)(
+    with _annotating_nodes(runner), uneven.tracing_for_every_rank(one_rank):
+        bwd_gm = make_fx(backward, tracing_mode=tracing, _allow_non_fake_inputs=True)(
             *fake_saved, *grad_examples
         )
+    if one_rank and uneven:
+        uneven.check_every_rank(uneven_symbols, shape_env)
     info = {"saved_tensors": n_saved}
     for gm in (fwd_gm, bwd_gm):
         _tidy(gm)
@@ -482,7 +505,7 @@ def _label_outside_nodes(gm: fx.GraphModule) -> None:
 
 def joint_graph(program: LocalProgram) -> fx.GraphModule:
     """The step as one forward + backward graph, as AutoParallel's ``parallel_gm``: the
-    forward's placeholders, then one ``tangents_k`` placeholder per module output; the
+    forward's placeholders (``primals_k``), then one ``tangents_k`` per module output; the
     forward's nodes, then the backward's (tagged ``meta["partitioner_tag"] =
     "is_backward"``, reading the forward's saved values directly); outputs: the module
     outputs, then the gradients (None where an input has none). A step with no gradient
@@ -499,8 +522,10 @@ def joint_graph(program: LocalProgram) -> fx.GraphModule:
         [n for n in program.bwd_gm.graph.nodes if n.op == "placeholder"] if backward else []
     )
     n_saved = len(fwd_outs) - program.n_outputs
-    for n in (n for n in fwd_nodes if n.op == "placeholder"):
-        env[n] = g.node_copy(n)
+    # placeholders named as in AOTAutograd's joint graph (primals_k, tangents_k)
+    for k, n in enumerate(n for n in fwd_nodes if n.op == "placeholder"):
+        env[n] = g.placeholder(f"primals_{k + 1}")
+        env[n].meta = dict(n.meta)
     for k, ph in enumerate(bwd_inputs[n_saved:]):
         env[ph] = g.placeholder(f"tangents_{k + 1}")
         env[ph].meta = {key: v for key, v in ph.meta.items() if key != "custom"}

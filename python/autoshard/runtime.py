@@ -54,27 +54,43 @@ def contiguous_stride(shape: Sequence[int]) -> tuple:
     stride, acc = [], 1
     for s in reversed(shape):
         stride.append(acc)
-        acc *= max(int(s), 1)
+        acc *= torch.sym_max(s, 1)  # a size symbol (uneven shard) stays one, unguarded
     return tuple(reversed(stride))
 
 
-def rank_local_shape(shape: Sequence[int], layout, mesh: DeviceMesh) -> list[int]:
-    """This rank's shard shape of a ``shape`` tensor in ``layout``. Under torch's
-    ``compile_on_one_rank`` (the program is traced once for every rank) only shapes that are
-    the same on every rank can be traced: an uneven shard raises."""
-    if not dist_config.compile_on_one_rank:  # one shape: inputs are checked every step
-        return local_shape(shape, layout, mesh.shape, mesh.get_coordinate() or [0] * mesh.ndim)
+def rank_varying_dims(shape: Sequence[int], layout, mesh: DeviceMesh) -> list[int]:
+    """The dims of a ``shape`` tensor in ``layout`` whose local size differs by rank (uneven
+    shards). torch.chunk's chunks are equal but the trailing ones, which are smaller, so
+    the first and the last coordinate tell."""
     first = local_shape(shape, layout, mesh.shape, [0] * mesh.ndim)
     last = local_shape(shape, layout, mesh.shape, [s - 1 for s in mesh.shape])
-    if first != last:  # chunks are equal but the last, which is no larger: equal means even
-        raise NotImplementedError(
-            f"compile_on_one_rank: a tensor of shape {list(shape)} in layout "
-            f"{layout_to_strs(layout)} is sharded unevenly on mesh {tuple(mesh.shape)}, so "
-            "its local shape differs by rank and one program cannot serve every rank: pad "
-            "that dimension to a multiple of the mesh size, pin an even layout "
-            "(add_node_constraint), or lower per rank (compile_on_one_rank off)"
+    return [d for d, (a, b) in enumerate(zip(first, last)) if a != b]
+
+
+def tracing_for_every_rank() -> bool:
+    """True while torch's ``compile_on_one_rank`` traces one program for every rank: the
+    mesh coordinates are then a runtime op, not this rank's numbers."""
+    from torch._guards import detect_fake_mode
+
+    if not dist_config.compile_on_one_rank:
+        return False
+    mode = detect_fake_mode()
+    return mode is not None and mode.shape_env is not None
+
+
+def rank_local_shape(shape: Sequence[int], layout, mesh: DeviceMesh) -> list:
+    """This rank's shard shape of a ``shape`` tensor in ``layout``. While one program is
+    traced for every rank (tracing_for_every_rank), a dim sharded unevenly has a size that
+    depends on the rank: a symbolic size computed from the runtime mesh coordinate, by
+    DTensor's own rule."""
+    if tracing_for_every_rank() and rank_varying_dims(shape, layout, mesh):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        sizes, _ = compute_local_shape_and_global_offset(
+            tuple(shape), mesh, tuple(layout), skip_offset=True
         )
-    return first
+        return list(sizes)
+    return local_shape(shape, layout, mesh.shape, mesh.get_coordinate() or [0] * mesh.ndim)
 
 
 def zero_unless_first(local: torch.Tensor, mesh: DeviceMesh, mesh_dim: int) -> torch.Tensor:
@@ -226,6 +242,10 @@ class StepRunner:
 
     def expected_local_shape(self, name: str) -> list[int]:
         return rank_local_shape(self.global_shape(name), self.placeholder_layout(name), self.mesh)
+
+    def placeholder_varying_dims(self, name: str) -> list[int]:
+        """Dims of placeholder ``name``'s local tensor whose size differs by rank."""
+        return rank_varying_dims(self.global_shape(name), self.placeholder_layout(name), self.mesh)
 
     # ---- values ----------------------------------------------------------------------------
     def wrap_local(self, local: torch.Tensor, name: str, layout=None) -> DTensor:

@@ -3,7 +3,8 @@ embeddings + a non-contiguous flatten after attention train like the single-proc
 init_weights written for full tensors fills the shards, a free output comes back as a
 sharded DTensor, and a DCP checkpoint saved under an FSDP-like plan loads under a (dp, tp)
 plan with the same next-step loss; BatchNorm trains with synchronised batch statistics and
-an input written in place reaches each rank's shard."""
+an input written in place reaches each rank's shard; dynamic=True with uneven parameter
+shards trains like the single-process model."""
 
 import math
 
@@ -21,6 +22,7 @@ SCENARIOS = [
     {"name": "free_output"},
     {"name": "dcp_reshard"},
     {"name": "batch_norm_training"},
+    {"name": "uneven_dynamic"},
 ]
 
 
@@ -58,3 +60,11 @@ def test_batch_norm_and_an_input_written_in_place_train_like_the_reference(resul
         for loss, ref in r["losses"]:
             assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
         assert r["state_ok"] and r["inputs_ok"], r
+
+
+def test_uneven_shards_with_dynamic_train_like_the_reference(results):
+    for r in ok_on_every_rank(results, "uneven_dynamic"):
+        assert r["uneven"], "the FSDP-like plan should shard a width of 6 or 10 on 4 ranks"
+        for loss, ref in r["losses"]:
+            assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
+        assert r["params_ok"]

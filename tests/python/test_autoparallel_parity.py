@@ -399,8 +399,9 @@ def test_parallel_gm_is_the_joint_of_the_graphs_the_module_runs(mesh22):
     assert [str(n.target) for n in nodes if n not in tagged] == calls(fwd)
     assert [str(n.target) for n in tagged] == calls(bwd)
     placeholders = [n.name for n in joint.graph.nodes if n.op == "placeholder"]
-    fwd_in = [n.name for n in fwd.graph.nodes if n.op == "placeholder"]
-    assert placeholders == fwd_in + ["tangents_1"]  # the Net has one output
+    n_fwd_in = sum(n.op == "placeholder" for n in fwd.graph.nodes)
+    # named as AOTAutograd names a joint graph's inputs; the Net has one output
+    assert placeholders == [f"primals_{k + 1}" for k in range(n_fwd_in)] + ["tangents_1"]
     outs = joint.graph.output_node().args[0]
     assert len(outs) == 1 + len(bwd.graph.output_node().args[0])
     assert all("custom" not in n.meta for n in joint.graph.nodes if n.op == "placeholder")
@@ -415,8 +416,9 @@ def test_parallel_gm_without_gradients_is_the_forward_alone(mesh22):
         autop.add_input_constraints([(Shard(0), Replicate())])
         parallel = autop.apply_placement(autop.optimize_placement())
     joint = autop.parallel_gm
+    n_inputs = sum(n.op == "placeholder" for n in parallel.parallel_gm.graph.nodes)
     assert [n.name for n in joint.graph.nodes if n.op == "placeholder"] == [
-        n.name for n in parallel.parallel_gm.graph.nodes if n.op == "placeholder"
+        f"primals_{k + 1}" for k in range(n_inputs)
     ]
     assert not any(n.meta.get("partitioner_tag") == "is_backward" for n in joint.graph.nodes)
 
@@ -544,3 +546,19 @@ def test_aliased_submodules_stay_aliased(mesh22):
     assert parallel.ema is parallel.teacher and parallel.ema.weight is parallel.teacher.weight
     names = dict(parallel.named_parameters(remove_duplicate=False))
     assert "ema.weight" in names and "teacher.weight" in names
+
+
+def test_joint_with_descriptors_holds_the_parallel_graph_after_apply_placement(mesh22):
+    """As AutoParallel swaps the parallel graph into it: before apply_placement the traced
+    joint, after it the lowered step, with the trace's descriptors still readable."""
+    with AutoParallel(_net(), _x, mesh22) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        assert autop.joint_with_descriptors.graph_module is autop.gm
+        autop.apply_placement(autop.optimize_placement())
+    joint = autop.joint_with_descriptors
+    lowered = joint.graph_module
+    assert lowered is not autop.gm
+    assert [n.name for n in lowered.graph.nodes if n.op == "placeholder"] == [
+        n.name for n in autop.parallel_gm.graph.nodes if n.op == "placeholder"
+    ]
+    assert list(joint.params_spec) == [n for n, _ in _net().named_parameters()]

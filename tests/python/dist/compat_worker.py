@@ -109,13 +109,13 @@ def batch(seed: int):
             torch.randint(0, VOCAB, (4, SEQ), generator=g))
 
 
-def plan(cls, mesh, example, *, in_layout, budget=None, out=None):
+def plan(cls, mesh, example, *, in_layout, budget=None, out=None, dynamic=False):
     with torch.device("meta"):
         meta = cls()
     shapes = [(tuple(t.shape), t.dtype) for t in example]
     with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=d) for s, d in shapes), mesh,
                       capture="direct", time_limit_s=8.0, hardware="H100",
-                      strict=True) as autop:
+                      strict=True, dynamic=dynamic) as autop:
         autop.add_input_constraints([in_layout] * len(example))
         if budget is not None:
             autop.add_parameter_memory_constraint(*budget)
@@ -271,8 +271,50 @@ def batch_norm_training(mesh4) -> dict:
     return {"losses": losses, "state_ok": bool(state_ok), "inputs_ok": bool(inputs_ok)}
 
 
+class Narrow(nn.Module):
+    """Widths 4 ranks shard unevenly: 10 (3, 3, 3, 1) and 6 (2, 2, 2, 0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(10, 6)
+        self.down = nn.Linear(6, 10)
+
+    def forward(self, x, target):
+        return F.mse_loss(self.down(F.gelu(self.up(x))), target)
+
+
+def uneven_dynamic(mesh4) -> dict:
+    """dynamic=True with FSDP-like parameter shards of uneven widths (traced with size
+    symbols, as AutoParallel's): trains like the single-process model, and a later batch of
+    another size too."""
+    g = torch.Generator().manual_seed(5)
+    par, _ = plan(Narrow, mesh4, (torch.randn(8, 10), torch.randn(8, 10)),
+                  in_layout=(Shard(0),), budget=(0.0, 0.25), dynamic=True)
+    par.to_empty(device="cpu")
+    ref = Narrow()
+    par.load_state_dict(ref.state_dict())
+    uneven = [n for n, p in par.named_parameters()
+              if any(isinstance(pl, Shard) and p.shape[pl.dim] % 4 for pl in p.placements)]
+    opt, ref_opt = torch.optim.SGD(par.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    losses = []
+    for rows in (8, 12):  # 12: a batch size the plan was not made for
+        x, target = torch.randn(rows, 10, generator=g), torch.randn(rows, 10, generator=g)
+        a, k = local_inputs(par, x, target)
+        loss = par(*a, **k)
+        loss.backward()
+        opt.step(), opt.zero_grad()
+        ref_loss = ref(x, target)
+        ref_loss.backward()
+        ref_opt.step(), ref_opt.zero_grad()
+        losses.append([float(loss), float(ref_loss)])
+    state = dict(ref.named_parameters())
+    params_ok = all(close(t.full_tensor(), state[n], 1e-4) for n, t in par.named_parameters())
+    return {"losses": losses, "params_ok": bool(params_ok), "uneven": uneven}
+
+
 SCENARIOS = {"rope_training": rope_training, "free_output": free_output,
-             "dcp_reshard": dcp_reshard, "batch_norm_training": batch_norm_training}
+             "dcp_reshard": dcp_reshard, "batch_norm_training": batch_norm_training,
+             "uneven_dynamic": uneven_dynamic}
 
 
 def main() -> None:
