@@ -33,11 +33,15 @@ def results(tmp_path_factory):
     )
 
 
+def assert_same_losses(pairs):
+    for loss, ref in pairs:
+        assert math.isclose(loss, ref, rel_tol=1e-5), pairs
+
+
 def test_complex_rope_and_flatten_after_attention_train_like_the_reference(results):
     for r in ok_on_every_rank(results, "rope_training"):
         assert r["init_ok"], "init_weights (assign, copy_, .data[:], .data =) on shards"
-        for loss, ref in r["losses"]:
-            assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
+        assert_same_losses(r["losses"])
         assert r["params_ok"]
 
 
@@ -51,20 +55,17 @@ def test_dcp_checkpoint_of_one_plan_loads_into_another(results):
     for r in ok_on_every_rank(results, "dcp_reshard"):
         assert r["layouts_differ"], (r["layouts_a"], r["layouts_b"])
         assert r["weights_ok"]
-        for a, b in r["losses"]:
-            assert math.isclose(a, b, rel_tol=1e-5), r["losses"]
+        assert_same_losses(r["losses"])
 
 
 def test_batch_norm_and_an_input_written_in_place_train_like_the_reference(results):
     for r in ok_on_every_rank(results, "batch_norm_training"):
-        for loss, ref in r["losses"]:
-            assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
+        assert_same_losses(r["losses"])
         assert r["state_ok"] and r["inputs_ok"], r
 
 
 def test_uneven_shards_with_dynamic_train_like_the_reference(results):
     for r in ok_on_every_rank(results, "uneven_dynamic"):
         assert r["uneven"], "the FSDP-like plan should shard a width of 6 or 10 on 4 ranks"
-        for loss, ref in r["losses"]:
-            assert math.isclose(loss, ref, rel_tol=1e-5), r["losses"]
+        assert_same_losses(r["losses"])
         assert r["params_ok"]

@@ -132,6 +132,19 @@ def reference(cls):
     return ref
 
 
+def train_both(par, opt, ref, ref_opt, full_args) -> list[float]:
+    """One optimizer step of the parallel module on this rank's shards of ``full_args`` and
+    of the reference on the full values: [loss, reference loss]."""
+    a, k = local_inputs(par, *full_args)
+    loss = par(*a, **k)
+    loss.backward()
+    opt.step(), opt.zero_grad()
+    ref_loss = ref(*full_args)
+    ref_loss.backward()
+    ref_opt.step(), ref_opt.zero_grad()
+    return [float(loss), float(ref_loss)]
+
+
 def close(a, b, tol=1e-5) -> bool:
     return torch.allclose(a, b, rtol=tol, atol=tol)
 
@@ -147,17 +160,7 @@ def rope_training(mesh4) -> dict:
     init_ok = all(close(p.full_tensor(), ref.get_parameter(n)) for n, p in par.named_parameters())
     init_ok = init_ok and close(par.freqs_cis.full_tensor(), ref.freqs_cis)
     opt, ref_opt = torch.optim.SGD(par.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
-    losses = []
-    for step in range(2):
-        tokens, labels = batch(10 + step)
-        a, k = local_inputs(par, tokens, labels)
-        loss = par(*a, **k)
-        loss.backward()
-        opt.step(), opt.zero_grad()
-        ref_loss = ref(tokens, labels)
-        ref_loss.backward()
-        ref_opt.step(), ref_opt.zero_grad()
-        losses.append([float(loss), float(ref_loss)])
+    losses = [train_both(par, opt, ref, ref_opt, batch(10 + step)) for step in range(2)]
     params_ok = all(close(p.full_tensor(), ref.get_parameter(n), 1e-4)
                     for n, p in par.named_parameters())
     return {"init_ok": bool(init_ok), "losses": losses, "params_ok": bool(params_ok)}
@@ -296,17 +299,9 @@ def uneven_dynamic(mesh4) -> dict:
     uneven = [n for n, p in par.named_parameters()
               if any(isinstance(pl, Shard) and p.shape[pl.dim] % 4 for pl in p.placements)]
     opt, ref_opt = torch.optim.SGD(par.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
-    losses = []
-    for rows in (8, 12):  # 12: a batch size the plan was not made for
-        x, target = torch.randn(rows, 10, generator=g), torch.randn(rows, 10, generator=g)
-        a, k = local_inputs(par, x, target)
-        loss = par(*a, **k)
-        loss.backward()
-        opt.step(), opt.zero_grad()
-        ref_loss = ref(x, target)
-        ref_loss.backward()
-        ref_opt.step(), ref_opt.zero_grad()
-        losses.append([float(loss), float(ref_loss)])
+    losses = [train_both(par, opt, ref, ref_opt,  # 12: a batch size not planned for
+                         (torch.randn(rows, 10, generator=g), torch.randn(rows, 10, generator=g)))
+              for rows in (8, 12)]
     state = dict(ref.named_parameters())
     params_ok = all(close(t.full_tensor(), state[n], 1e-4) for n, t in par.named_parameters())
     return {"losses": losses, "params_ok": bool(params_ok), "uneven": uneven}
