@@ -17,7 +17,9 @@ the region becomes the custom op ``autoshard::local_map(tensors, region, consts)
 - its backward is the op ``autoshard::local_map_backward(grads, tensors, region, consts)``,
   planned the same way: output gradients in the output layouts (a Partial output's gradient
   as Replicate), input gradients in ``in_grad_placements`` (default the input layouts, a
-  Partial one as Replicate); it recomputes ``fn`` on the local shards under autograd;
+  Partial one as Replicate); it recomputes ``fn`` on the local shards under autograd (a
+  region that draws random numbers from the generator state its forward started from,
+  which the forward returns as one more output);
 - on the ranks the runtime runs both on local shards (runtime._LOCAL_OPS) through their
   local twins ``autoshard::local_map_local`` / ``local_map_backward_local``, which call
   ``fn`` itself.
@@ -29,6 +31,7 @@ Outside a trace: DTensor arguments go through torch's ``local_map``; plain tenso
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -36,6 +39,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import collectives
 from .placements import local_shape, placement_to_str
@@ -51,6 +55,10 @@ class Region:
     in_layouts: tuple | None  # per positional argument: placements, or None (non-tensor)
     in_grad_layouts: tuple | None
     redistribute_inputs: bool
+    # fn draws random numbers (dropout): the forward op also returns the device generator's
+    # state from before fn ran, and the backward recomputes fn from that state, so the
+    # gradient is that of the values the forward produced (checkpoint's rule)
+    random: bool = False
 
     @property
     def name(self) -> str:
@@ -277,7 +285,8 @@ def _call(region: Region, args: tuple, kwargs: dict):
                 )
             consts.append((k, a))
     out = torch.ops.autoshard.local_map.default(tensors, region.index, repr(tuple(consts)))
-    return out[1] if region.single_output else tuple(out[1:])
+    outs = out[1 : 1 + len(region.out_layouts)]  # after the selector; before a random state
+    return outs[0] if region.single_output else tuple(outs)
 
 
 # ---- the ops --------------------------------------------------------------------------------
@@ -372,12 +381,15 @@ def _region(tensors: list[torch.Tensor], region: int, consts: str) -> list[torch
 def _(tensors, region, consts):
     r = _REGIONS[region]
     local = _fake_local_inputs(r, tensors)
-    with torch.no_grad():
+    with torch.no_grad(), _RandomOps() as seen:
         outs = _run_fn(r, _args(r, local, consts))
+    r.random = seen.drawn
     like = tensors[0] if tensors else None
-    return [_selector(like, r.mesh, False)] + [
-        o.new_empty(_global_shape(o.shape, lay, r.mesh)) for o, lay in zip(outs, r.out_layouts)
-    ]
+    return (
+        [_selector(like, r.mesh, False)]
+        + [o.new_empty(_global_shape(o.shape, lay, r.mesh)) for o, lay in zip(outs, r.out_layouts)]
+        + _fake_rng_state(r, like)
+    )
 
 
 @torch.library.custom_op("autoshard::local_map_local", mutates_args=())
@@ -387,10 +399,11 @@ def _region_local(tensors: list[torch.Tensor], region: int, consts: str) -> list
 
 def _local_impl(tensors, region, consts):
     r = _REGIONS[region]
+    like = tensors[0] if tensors else None
+    state = [_rng_state(_device(like))] if r.random else []
     with torch.no_grad():
         outs = _run_fn(r, _args(r, list(tensors), consts))
-    like = tensors[0] if tensors else None
-    return [_selector(like, r.mesh, True)] + _unaliased(outs, tensors)
+    return [_selector(like, r.mesh, True)] + _unaliased(outs, tensors) + state
 
 
 def _unaliased(outs: list, inputs: Sequence[torch.Tensor]) -> list:
@@ -412,7 +425,11 @@ def _(tensors, region, consts):
     with torch.no_grad():
         outs = _run_fn(r, _args(r, list(tensors), consts))
     like = tensors[0] if tensors else None
-    return [_selector(like, r.mesh, True)] + [o.new_empty(o.shape) for o in outs]
+    return (
+        [_selector(like, r.mesh, True)]
+        + [o.new_empty(o.shape) for o in outs]
+        + _fake_rng_state(r, like)
+    )
 
 
 @torch.library.custom_op("autoshard::local_map_backward", mutates_args=())
@@ -449,11 +466,14 @@ def _(grads, tensors, region, consts):
 
 
 def _backward_impl(grads, tensors, region, consts):
-    """Recompute ``fn`` on the local shards under autograd; the gradient of every
-    floating-point input (zeros where it does not reach the outputs)."""
+    """Recompute ``fn`` on the local shards under autograd (a random region from the
+    generator state its forward started from: ``tensors`` ends with it); the gradient of
+    every floating-point input (zeros where it does not reach the outputs)."""
     r = _REGIONS[region]
+    state = tensors[-1] if r.random else None
+    tensors = list(tensors[:-1]) if r.random else tensors
     inputs = [t.detach().requires_grad_(_differentiable(t)) for t in tensors]
-    with _autograd_dispatch(), torch.enable_grad():
+    with _autograd_dispatch(), torch.enable_grad(), _rng_state_set(state, inputs):
         outs = _run_fn(r, _args(r, inputs, consts))
     wrt = [t for t in inputs if t.requires_grad]
     pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
@@ -484,19 +504,23 @@ def _autograd_dispatch():
 
 def _setup_context(ctx, inputs, output) -> None:
     tensors, region, consts = inputs
-    ctx.save_for_backward(*tensors)
-    ctx.region, ctx.consts = region, consts
-    ctx.out_meta = [(o.shape, o.dtype) for o in output[1:]]
+    # a random region's last output (the generator state) goes to the backward as its
+    # last input
+    random = _REGIONS[region].random
+    ctx.save_for_backward(*tensors, *(output[-1:] if random else ()))
+    ctx.region, ctx.consts, ctx.n_tensors = region, consts, len(tensors)
+    ctx.out_meta = [(o.shape, o.dtype) for o in output[1 : len(output) - random]]
 
 
 def _autograd_backward(ctx, grads):
-    tensors = list(ctx.saved_tensors)
+    saved = list(ctx.saved_tensors)
+    tensors = saved[: ctx.n_tensors]
     outs = [
         g if g is not None else torch.zeros(s, dtype=d, device=tensors[0].device)
         for g, (s, d) in zip(list(grads)[1:], ctx.out_meta)
     ]
     res = iter(
-        torch.ops.autoshard.local_map_backward.default(outs, tensors, ctx.region, ctx.consts)[1:]
+        torch.ops.autoshard.local_map_backward.default(outs, saved, ctx.region, ctx.consts)[1:]
     )
     return [next(res) if _differentiable(t) else None for t in tensors], None, None
 
@@ -505,6 +529,55 @@ _region.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 _FWD = torch.ops.autoshard.local_map.default
 _BWD = torch.ops.autoshard.local_map_backward.default
+
+
+class _RandomOps(TorchDispatchMode):
+    """Notes whether any op run under it draws random numbers."""
+
+    drawn = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.drawn = True
+        return func(*args, **(kwargs or {}))
+
+
+def _device(like: torch.Tensor | None) -> torch.device:
+    return like.device if like is not None else torch.device("cpu")
+
+
+def _rng_state(device: torch.device) -> torch.Tensor:
+    """The state of ``device``'s default generator (a CPU byte tensor, as torch keeps it)."""
+    if device.type in ("cpu", "meta"):
+        return torch.get_rng_state()
+    return torch.get_device_module(device.type).get_rng_state(device)
+
+
+def _fake_rng_state(r: Region, like: torch.Tensor | None) -> list[torch.Tensor]:
+    if not r.random:
+        return []
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        size = _rng_state(_device(like)).numel()
+    return [torch.empty(size, dtype=torch.uint8, device="cpu")]
+
+
+@contextlib.contextmanager
+def _rng_state_set(state: torch.Tensor | None, inputs: list[torch.Tensor]):
+    """Runs the block from generator ``state`` (None: as is), then puts back the state the
+    generator had (the recomputation draws nothing from the step's sequence)."""
+    if state is None:
+        yield
+        return
+    device = _device(inputs[0] if inputs else None)
+    module = None if device.type == "cpu" else torch.get_device_module(device.type)
+    before = _rng_state(device)
+    (torch.set_rng_state(state) if module is None else module.set_rng_state(state, device))
+    try:
+        yield
+    finally:
+        (torch.set_rng_state(before) if module is None else module.set_rng_state(before, device))
 
 
 # ---- planning: the single declared strategy ---------------------------------------------------
@@ -533,14 +606,20 @@ def _rows(out_cols: list[tuple], in_cols: list[tuple], nd: int) -> list:
 def _forward_rule(tensors, region, consts):
     r = _REGIONS[region]
     _check_mesh(r, tensors)
-    return _rows(list(r.out_layouts), _tensor_layouts(r), r.mesh.ndim)
+    return _rows(list(r.out_layouts) + _rng_state_layout(r), _tensor_layouts(r), r.mesh.ndim)
 
 
 def _backward_rule(grads, tensors, region, consts):
     r = _REGIONS[region]
     _check_mesh(r, tensors)
     diff = [g for g, t in zip(_grad_layouts(r), tensors) if _differentiable_spec(t)]
-    return _rows(diff, _out_grad_layouts(r) + _tensor_layouts(r), r.mesh.ndim)
+    ins = _out_grad_layouts(r) + _tensor_layouts(r) + _rng_state_layout(r)
+    return _rows(diff, ins, r.mesh.ndim)
+
+
+def _rng_state_layout(r: Region) -> list[tuple]:
+    """A random region's generator state: each rank's own, never moved (Replicate)."""
+    return [(Replicate(),) * r.mesh.ndim] if r.random else []
 
 
 def _differentiable_spec(spec) -> bool:
