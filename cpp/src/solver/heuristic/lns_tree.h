@@ -29,6 +29,8 @@ class TreeLns {
   // Stops early once the steps have added max_work to state.work().
   int64_t run(PlanState& state, Clock::time_point deadline, int64_t max_steps, int32_t tree_size, std::mt19937_64& rng,
               int64_t max_work = std::numeric_limits<int64_t>::max());
+  // The group graph: one node per group, labelled by its root's label (PairKick moves on it).
+  const GraphView& groups() const { return super_; }
 
  private:
   const GraphView& g_;
