@@ -553,6 +553,13 @@ def _rng_state(device: torch.device) -> torch.Tensor:
     return torch.get_device_module(device.type).get_rng_state(device)
 
 
+def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
+    if device.type in ("cpu", "meta"):
+        torch.set_rng_state(state)
+    else:
+        torch.get_device_module(device.type).set_rng_state(state, device)
+
+
 def _fake_rng_state(r: Region, like: torch.Tensor | None) -> list[torch.Tensor]:
     if not r.random:
         return []
@@ -571,13 +578,12 @@ def _rng_state_set(state: torch.Tensor | None, inputs: list[torch.Tensor]):
         yield
         return
     device = _device(inputs[0] if inputs else None)
-    module = None if device.type == "cpu" else torch.get_device_module(device.type)
     before = _rng_state(device)
-    (torch.set_rng_state(state) if module is None else module.set_rng_state(state, device))
+    _set_rng_state(device, state)
     try:
         yield
     finally:
-        (torch.set_rng_state(before) if module is None else module.set_rng_state(before, device))
+        _set_rng_state(device, before)
 
 
 # ---- planning: the single declared strategy ---------------------------------------------------

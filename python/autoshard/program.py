@@ -269,7 +269,7 @@ def lower_step(
         )
         return (*tensor_outs, *saved_tensors)
 
-    with _annotating_nodes(runner), uneven.tracing_for_every_rank(one_rank):
+    with _annotating_nodes(runner), uneven.refusing_untraceable_collectives(one_rank):
         fwd_gm = make_fx(forward, tracing_mode=tracing, _allow_non_fake_inputs=True)(*fake_flat)
     n_out = meta["n_outputs"]
     out_vals = [n.meta["val"] for n in _graph_outputs(fwd_gm)]
@@ -319,7 +319,7 @@ def lower_step(
             grads_out.append(result.get(name) if name is not None else None)
         return tuple(grads_out)
 
-    with _annotating_nodes(runner), uneven.tracing_for_every_rank(one_rank):
+    with _annotating_nodes(runner), uneven.refusing_untraceable_collectives(one_rank):
         bwd_gm = make_fx(backward, tracing_mode=tracing, _allow_non_fake_inputs=True)(
             *fake_saved, *grad_examples
         )

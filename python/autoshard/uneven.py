@@ -53,7 +53,7 @@ class UnevenDims:
         )
 
     @contextlib.contextmanager
-    def tracing_for_every_rank(self, one_rank: bool):
+    def refusing_untraceable_collectives(self, one_rank: bool):
         """Turns torch's failure to trace an uneven collective for every rank (DTensor
         indexes a list by the runtime mesh coordinate) into a refusal that says why."""
         from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
@@ -82,25 +82,26 @@ class UnevenDims:
     def check_every_rank(self, symbols: list[tuple], shape_env) -> None:
         """Raises unless every shape guard the trace recorded on the uneven dims' symbols
         (``size_symbols``) holds for every rank's local sizes."""
-        mesh = self.runner.mesh
-        per_coordinate = []
         if not symbols:
             return
-        for coord in _coordinates(mesh.shape):
-            sizes = {}
-            for expr, name, d in symbols:
-                shape = self.runner.global_shape(name)
-                layout = self.runner.placeholder_layout(name)
-                sizes[expr] = local_shape(shape, layout, mesh.shape, coord)[d]
-            per_coordinate.append(sizes)
-        distinct = {tuple(sorted((str(k), v) for k, v in s.items())): s for s in per_coordinate}
+        mesh = self.runner.mesh
+        placed = [
+            (self.runner.global_shape(name), self.runner.placeholder_layout(name), d)
+            for _, name, d in symbols
+        ]
+        # the symbols' values on each rank; ranks with the same values need one check
+        distinct = {
+            tuple(local_shape(shape, layout, mesh.shape, coord)[d] for shape, layout, d in placed)
+            for coord in _coordinates(mesh.shape)
+        }
+        ours = [expr for expr, _, _ in symbols]
         exprs = [g.expr for g in shape_env.guards]
         exprs += [sym - value for sym, value in shape_env.replacements.items()]
-        ours = {expr for expr, _, _ in symbols}
         for expr in exprs:
-            if not (expr.free_symbols & ours):
+            if not (expr.free_symbols & set(ours)):
                 continue
-            for sizes in distinct.values():
+            for values in distinct:
+                sizes = dict(zip(ours, values))
                 got = expr.xreplace(sizes)
                 holds = bool(got) if got.is_Boolean else got == 0
                 if not holds:
