@@ -50,6 +50,32 @@ TEST(HeuristicRandom, ValidCloseToOptimumAndBoundBelowIt) {
   EXPECT_GE(optimal, feasible * 85 / 100) << "optimal " << optimal << " of " << feasible;
 }
 
+TEST(HeuristicRandom, PortfolioPlansValidAndBoundBelowOptimum) {
+  // The second portfolio run pushes the multipliers where decodes keep breaking the limit
+  // (SearchConfig::push_after_over_rounds): its plans must stay valid and its bound below the
+  // optimum.
+  std::mt19937_64 rng(9090);
+  int feasible = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    const Problem p = random_problem(rng, 6 + trial % 4, 5, false);
+    const Brute truth = brute_force(p);
+    SolveOptions o;
+    o.time_limit_s = 0.05;
+    o.threads = 2;
+    const SolveResult r = solve_heuristic(p, o);
+    if (r.found) {
+      Cost c;
+      ASSERT_TRUE(plan_valid(p, r.solution, &c)) << "trial " << trial << " returned an invalid plan";
+      ASSERT_TRUE(truth.feasible) << "trial " << trial;
+      EXPECT_GE(r.cost, truth.best) << "trial " << trial;
+    }
+    if (!truth.feasible) continue;
+    ++feasible;
+    EXPECT_LE(r.lower_bound, truth.best + 1e-6) << "trial " << trial << ": bound above the optimum";
+  }
+  ASSERT_GT(feasible, 30);
+}
+
 TEST(HeuristicRandom, GroupsTiedByBijectiveEdges) {
   // XLA-style "follow" edges: a permutation of finite entries, everything else infeasible.
   // The groups they form must be decoded and moved together; results still match brute force.

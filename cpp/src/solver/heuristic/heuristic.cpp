@@ -42,6 +42,7 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
       c.polish_share_primal = 0.7;
       c.first_step_scale = 0.6;
       c.first_target_gap = 0.3;
+      c.push_after_over_rounds = 10;
       break;
     case 2:
       c.polish_share_dual = 0.1;

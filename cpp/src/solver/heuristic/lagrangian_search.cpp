@@ -25,10 +25,11 @@ int64_t sweep_work(const GraphView& g) {
 
 // Tree-LNS work after each polished plan, in TRW-S sweeps.
 constexpr int64_t kLnsSweeps = 50;
-constexpr double kLnsTimeShare = 0.1;  // of the whole time limit, per tree LNS
+constexpr double kLnsTimeShare = 0.1;   // of the whole time limit, per tree LNS
 constexpr int32_t kKickTrials = 2048;   // pair kicks per kick round (pair_kick.h)
 constexpr int64_t kKickSweeps = 15;     // kick work per polish, in TRW-S sweeps
 constexpr double kKickNearBest = 0.02;  // kicks only for plans at most this much above the best
+constexpr double kNearPeak = 1.3;       // a decode at most this many times the limit is polished directly
 
 class Search {
  public:
@@ -105,6 +106,7 @@ class Search {
   double boost_unit_ = 1e-12, boost_cap_ = 1e300;
   const int64_t one_sweep_;
   int64_t dual_work_ = 0;
+  int over_rounds_ = 0;  // rounds in a row whose decode broke the memory limit
   Clock::time_point t0_ = Clock::now();
   SearchOutcome out_;
 
@@ -119,6 +121,7 @@ class Search {
   bool polish(const char* how, bool with_lns = true);
   void redecode_with_boost();
   void update_multipliers(bool primal_phase, Cost bound, double step_scale, double target_gap);
+  void scale_memory_multipliers(double lowest);
   double mean_positive_lambda() const;
   bool has_budgets() const { return !budget_index_.empty(); }
   // Time points whose multipliers move (none without a memory limit).
@@ -283,6 +286,19 @@ void Search::redecode_with_boost() {
   }
 }
 
+// The multiplicative "adaptive penalty" update of the memory multipliers: up by up to 30 %
+// where the decoded plan breaks the limit (from at least `unit`), down to `lowest` x where it
+// leaves room. The bound stays valid for any multipliers >= 0.
+void Search::scale_memory_multipliers(double lowest) {
+  const double mean = mean_positive_lambda();
+  const double unit = mean > 0 ? 0.02 * mean : boost_unit_;
+  for (int32_t t = 0; t < mem_points(); ++t) {
+    const double rel = (double(profile_[t]) - limit_) / limit_;
+    if (rel > 0) lambda_[t] = std::max(lambda_[t], unit);
+    lambda_[t] *= std::clamp(1.0 + 0.5 * rel, lowest, 1.3);
+  }
+}
+
 // Two phases. First, projected subgradient steps (Polyak) raise the lower bound quickly. Once
 // the bound stalls, gentle multiplicative "adaptive penalty" updates keep the decoded plans
 // near the limit, where the best plans are; the bound stays valid for any multipliers >= 0.
@@ -313,13 +329,7 @@ void Search::update_multipliers(bool primal_phase, Cost bound, double step_scale
     }
     return;
   }
-  const double mean = mean_positive_lambda();
-  const double unit = mean > 0 ? 0.02 * mean : boost_unit_;
-  for (int32_t t = 0; t < mem_points(); ++t) {
-    const double rel = (double(profile_[t]) - limit_) / limit_;
-    if (rel > 0) lambda_[t] = std::max(lambda_[t], unit);
-    lambda_[t] *= std::clamp(1.0 + 0.5 * rel, 0.8, 1.3);
-  }
+  scale_memory_multipliers(0.8);
   for (size_t b = 0; b < budget_index_.size(); ++b) {
     const auto& bud = g_.budgets[budget_index_[b]];
     const double sum = double(budget_sums_[b]);
@@ -384,7 +394,8 @@ SearchOutcome Search::run() {
     const bool polish_now = out_.best.empty() || double(state_.work()) * (1 - share) <= share * double(dual_work_);
     const double decoded_peak = double(memory_.peak());
     // Over the limit by a little: the greedy group repair of the decoded plan loses least.
-    const bool near = !limited || decoded_peak <= 1.3 * limit_;
+    const bool near = !limited || decoded_peak <= kNearPeak * limit_;
+    over_rounds_ = decoded_peak > limit_ ? over_rounds_ + 1 : 0;
     const Cost decoded_cost = state_.cost();
     if (polish_now) {
       // A first plan decoded far over the memory limit (round 0's multipliers know nothing of
@@ -443,6 +454,16 @@ SearchOutcome Search::run() {
     if ((!limited || T_ == 0) && !has_budgets()) continue;  // no multipliers to move: keep passing messages
     if (!primal_phase && step_scale < 0.3) primal_phase = true;
     update_multipliers(primal_phase, bound, step_scale, target_gap);
+    // Decodes that keep breaking the limit in the dual phase: the subgradient steps alone can
+    // leave them there for long. On L-memmid (the limit halfway between the least-usage peak
+    // and a good plan's) they stayed at 4.8x the limit for 160 rounds, then at 1.065x for 100,
+    // while the bound crept up; nothing near the limit was decoded, so nothing better than
+    // 2.129e9 was polished before 33 s. Pushing the multipliers up where the limit breaks
+    // gave 2.015e9 at 7.9 s. Only some portfolio runs push: on public S, whose best plans are
+    // repaired from decodes 2-12 % over the limit near the dual optimum, pushing in run 0
+    // lost 0.27 % at a quarter of its limit.
+    if (!primal_phase && config_.push_after_over_rounds > 0 && over_rounds_ >= config_.push_after_over_rounds)
+      scale_memory_multipliers(1.0);
   }
   out_.work = work();
   return out_;

@@ -36,6 +36,10 @@ struct SearchConfig {
   // runs that differ here follow other dual paths, so they decode other plans.
   double first_step_scale = 1.0;
   double first_target_gap = 0.15;
+  // > 0: after this many rounds in a row whose decoded plan breaks the memory limit, the
+  // multipliers where it breaks grow by up to 30 % a round on top of the subgradient step
+  // (see Search::run); 0: never.
+  int32_t push_after_over_rounds = 0;
 };
 
 struct SearchStop {
