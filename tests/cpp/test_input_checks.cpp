@@ -113,6 +113,41 @@ TEST(FileInput, DirectoryAndTruncatedGzipAreRefused) {
   std::remove(cut.c_str());
 }
 
+TEST(FileInput, GzipReadAsItInflatesGivesTheWholeProblem) {
+  // Over 8 MB of text: read_problem parses it while another thread inflates it chunk by
+  // chunk (4 MB), and must build what parse_problem builds from the whole text.
+  const int S = 1000;
+  std::string text = R"({"problem": {"nodes": {"costs": [[)";
+  for (int s = 0; s < S; ++s) text += (s ? ",1" : "1");
+  text += "],[";
+  for (int s = 0; s < S; ++s) text += (s ? ",2" : "2");
+  text += R"(]]}, "edges": {"nodes": [[0, 1], [1, 0], [0, 1], [1, 0], [0, 1]], "costs": [)";
+  for (int e = 0; e < 5; ++e) {
+    text += e ? ",[" : "[";
+    for (int k = 0; k < S * S; ++k) {
+      if (k) text += ',';
+      text += char('0' + (k * 7 + e) % 10);
+    }
+    text += "]";
+  }
+  text += "]}}}";
+  ASSERT_GT(text.size(), size_t(8) << 20);
+  const Problem whole = parse_problem(text, "whole");
+  const std::string gz = gzip_bytes(text), path = temp_path("big.json.gz");
+  write_bytes(path, gz);
+  const Problem streamed = read_problem(path);
+  ASSERT_EQ(streamed.edges.size(), whole.edges.size());
+  for (size_t e = 0; e < whole.edges.size(); ++e) EXPECT_EQ(streamed.edges[e].costs, whole.edges[e].costs) << e;
+  EXPECT_EQ(streamed.node_costs, whole.node_costs);
+  // Cut in the middle or just before the end: the reader names the damage, not a JSON error.
+  for (size_t keep : {gz.size() / 2, gz.size() - 4}) {
+    write_bytes(path, gz.substr(0, keep));
+    const std::string e = error_of([&] { read_problem(path); });
+    EXPECT_NE(e.find("truncated or damaged gzip file"), std::string::npos) << keep << ": " << e;
+  }
+  std::remove(path.c_str());
+}
+
 TEST(ProblemCosts, CostsTheSolverCannotHoldExactlyAreRefused) {
   // 999999999999999999 used to round to 1e18 and be called infeasible.
   std::string e = error_of([] { parse_problem(two_node_problem("[999999999999999999, 5]"), "p.json"); });

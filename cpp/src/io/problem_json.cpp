@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <istream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -629,16 +631,17 @@ std::optional<Problem> ProblemEvents::finish() {
   return std::move(p_);
 }
 
-}  // namespace
-
-Problem parse_problem(std::string_view text, const std::string& source) {
+// A problem the event reader accepts from `input` (text or stream), or nothing.
+template <class Input>
+std::optional<Problem> read_events(Input&& input) {
   ProblemEvents events;
-  if (Json::sax_parse(text.begin(), text.end(), &events))
-    if (std::optional<Problem> p = events.finish()) {
-      validate_problem(*p, source);
-      return std::move(*p);
-    }
-  // Not a valid problem: the tree reader finds the first fault in its order and words it.
+  if (!Json::sax_parse(std::forward<Input>(input), &events)) return std::nullopt;
+  return events.finish();
+}
+
+// What the event reader gave up on (a fault, or what it leaves to the tree reader, such as a
+// repeated key): the tree reader finds the first fault in its order and words it.
+Problem read_tree(std::string_view text, const std::string& source) {
   Json doc;
   try {
     doc = parse_json(text);
@@ -647,15 +650,37 @@ Problem parse_problem(std::string_view text, const std::string& source) {
   }
   return problem_from_json(doc, source);
 }
+}  // namespace
 
+Problem parse_problem(std::string_view text, const std::string& source) {
+  if (std::optional<Problem> p = read_events(text)) {
+    validate_problem(*p, source);
+    return std::move(*p);
+  }
+  return read_tree(text, source);
+}
+
+// The event reader parses the file as it is read (and inflated, on another thread); only a
+// file it gives up on is read whole, for the tree reader.
 Problem read_problem(const std::string& path) {
+  std::optional<Problem> p;
+  try {
+    const std::unique_ptr<std::istream> in = open_text_stream(path);
+    p = read_events(*in);
+  } catch (const std::runtime_error& e) {
+    throw ProblemError(e.what());
+  }
+  if (p) {
+    validate_problem(*p, path);
+    return std::move(*p);
+  }
   std::string text;
   try {
     text = read_file_maybe_gzip(path);
   } catch (const std::exception& e) {
     throw ProblemError(e.what());
   }
-  return parse_problem(text, path);
+  return read_tree(text, path);
 }
 
 namespace {
