@@ -95,13 +95,14 @@ class UnevenDims:
             for coord in _coordinates(mesh.shape)
         }
         ours = [expr for expr, _, _ in symbols]
+        our_symbols = set(ours)
+        per_rank_sizes = [dict(zip(ours, values)) for values in sorted(distinct)]
         exprs = [g.expr for g in shape_env.guards]
         exprs += [sym - value for sym, value in shape_env.replacements.items()]
         for expr in exprs:
-            if not (expr.free_symbols & set(ours)):
+            if not (expr.free_symbols & our_symbols):
                 continue
-            for values in distinct:
-                sizes = dict(zip(ours, values))
+            for sizes in per_rank_sizes:
                 got = expr.xreplace(sizes)
                 holds = bool(got) if got.is_Boolean else got == 0
                 if not holds:

@@ -151,18 +151,13 @@ std::string read_file_maybe_gzip(const std::string& path) {
     if (in.bad()) throw std::runtime_error("error while reading '" + path + "': " + std::strerror(errno));
     return ss.str();
   }
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error("cannot open gzip file '" + path + "'");
-  gzbuffer(f, 1 << 20);
+  // The pipe's reads rethrow its inflating thread's errors (sgetn, unlike istream::read,
+  // does not turn them into a failbit).
+  GzipPipe pipe(path);
   std::string out;
   std::vector<char> buf(1 << 20);
-  try {
-    while (const size_t n = gz_read_chunk(f, path, buf.data(), buf.size(), out.size())) out.append(buf.data(), n);
-  } catch (...) {
-    gzclose(f);
-    throw;
-  }
-  gzclose(f);
+  while (const std::streamsize n = pipe.sgetn(buf.data(), static_cast<std::streamsize>(buf.size())))
+    out.append(buf.data(), static_cast<size_t>(n));
   return out;
 }
 
