@@ -20,6 +20,7 @@
 #include "test_data_paths.h"
 #include "test_planner_util.h"
 #include "io/json.h"
+#include "io/problem_json.h"
 #include "io/read_file.h"
 
 using namespace autoshard;
@@ -146,6 +147,39 @@ TEST(FileInput, GzipReadAsItInflatesGivesTheWholeProblem) {
     EXPECT_NE(e.find("truncated or damaged gzip file"), std::string::npos) << keep << ": " << e;
   }
   std::remove(path.c_str());
+}
+
+TEST(FileInput, TextAfterANulByteIsRefused) {
+  // Both JSON readers take a NUL byte for the end of the text; a file with one after its
+  // value is damaged, and must not be read as if it ended there.
+  const std::string text = std::string(kTiny) + std::string("\0 [1]", 5);
+  std::string e = error_of([&] { parse_problem(text, "nul.json"); });
+  EXPECT_NE(e.find("a NUL byte after the JSON value"), std::string::npos) << e;
+  const std::string path = temp_path("nul.json");
+  write_bytes(path, text);
+  e = error_of([&] { read_problem(path); });
+  EXPECT_NE(e.find("a NUL byte after the JSON value"), std::string::npos) << e;
+  std::remove(path.c_str());
+}
+
+TEST(ProblemCosts, EventAndTreeReadersRoundDecimalCostsAlike) {
+  // Costs written with 17 significant digits, as the planner writes microseconds: both readers
+  // must give the correctly rounded double, bit for bit.
+  std::mt19937_64 rng(7);
+  std::string costs = "[";
+  for (int k = 0; k < 2000; ++k) {
+    char buf[40];
+    const double mantissa = std::uniform_real_distribution<double>(1.0, 10.0)(rng);
+    std::snprintf(buf, sizeof buf, "%s%.16fe%d", k ? "," : "", mantissa, int(rng() % 30) - 15);
+    costs += buf;
+  }
+  costs += "]";
+  const std::string text =
+      R"({"problem": {"nodes": {"costs": [)" + costs + R"(]}, "edges": {"nodes": [], "costs": []}}})";
+  const Problem events = parse_problem(text, "events");
+  const Problem tree = problem_from_json(parse_json(text), "tree");
+  ASSERT_EQ(events.node_costs[0].size(), 2000u);
+  for (size_t s = 0; s < 2000; ++s) EXPECT_EQ(events.node_costs[0][s], tree.node_costs[0][s]) << s;
 }
 
 TEST(ProblemCosts, CostsTheSolverCannotHoldExactlyAreRefused) {

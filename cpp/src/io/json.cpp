@@ -173,6 +173,9 @@ Json parse_json(std::string_view text) {
   }
   if (size_t deep = too_deep_at(text); deep != std::string_view::npos)
     fail_at(text, deep, fmt::format("nesting deeper than {} levels", kMaxDepth));
+  // nlohmann's lexer ends the text at a NUL byte and would drop whatever follows it.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail_at(text, nul, "a NUL byte after the JSON value: the file is damaged or not a JSON text file");
   return doc;
 }
 

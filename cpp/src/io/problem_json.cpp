@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "autoshard/problem_io.h"
+#include "io/json_events.h"
 #include "io/read_file.h"
 
 namespace autoshard {
@@ -251,40 +252,36 @@ Problem problem_from_json(const Json& doc, const std::string& source) {
 
 namespace {
 
-// The event reader: nlohmann's SAX events straight into a Problem, without the document tree
-// the reader above walks (that tree costs ~0.6 s on a 93 MB problem file). It accepts only
-// what the tree reader accepts and builds the same Problem from it; at anything else (a
-// syntax error, a value of the wrong kind, a repeated key, a failed check) it gives up, and
-// parse_problem reads the text again with the tree reader, whose checks word the error. So
-// both readers give the same results and the same messages, and the rules for costs and
-// integers are the shared ones above.
+// The event reader: JSON events (io/json_events.h) straight into a Problem, without the
+// document tree the reader above walks (that tree costs ~0.6 s on a 93 MB problem file). It
+// accepts only what the tree reader accepts and builds the same Problem from it; at anything
+// else (a syntax error, a value of the wrong kind, a repeated key, a failed check) it gives
+// up, and the text is read again by the tree reader, whose checks word the error. So both
+// readers give the same results and the same messages, and the rules for costs and integers
+// are the shared ones above.
 class ProblemEvents {
  public:
-  using number_integer_t = Json::number_integer_t;
-  using number_unsigned_t = Json::number_unsigned_t;
-  using number_float_t = Json::number_float_t;
-  using string_t = Json::string_t;
-  using binary_t = Json::binary_t;
-
   // The problem, or nothing when the tree reader must decide.
   std::optional<Problem> finish();
 
-  bool null() { return slot() == Slot::Ignore || slot() == Slot::UsageLimit; }
-  bool boolean(bool) { return slot() == Slot::Ignore; }
-  bool number_integer(number_integer_t v) { return integer(v); }
-  bool number_unsigned(number_unsigned_t v) {
-    if (v > static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max())) return slot() == Slot::Ignore;
+  // The handler interface of json_events (RapidJSON's).
+  bool Null() { return slot() == Slot::Ignore || slot() == Slot::UsageLimit; }
+  bool Bool(bool) { return slot() == Slot::Ignore; }
+  bool Int(int v) { return integer(v); }
+  bool Uint(unsigned v) { return integer(v); }
+  bool Int64(int64_t v) { return integer(v); }
+  bool Uint64(uint64_t v) {
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return slot() == Slot::Ignore;
     return integer(static_cast<int64_t>(v));
   }
-  bool number_float(number_float_t d, const string_t&);
-  bool string(string_t& v);
-  bool binary(binary_t&) { return false; }
-  bool start_object(std::size_t);
-  bool key(string_t& k);
-  bool end_object() { return pop(); }
-  bool start_array(std::size_t);
-  bool end_array();
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+  bool Double(double d);
+  bool RawNumber(const char*, rapidjson::SizeType, bool) { return false; }
+  bool String(const char* s, rapidjson::SizeType n, bool) { return string(std::string(s, n)); }
+  bool StartObject();
+  bool Key(const char* s, rapidjson::SizeType n, bool) { return key(std::string_view(s, n)); }
+  bool EndObject(rapidjson::SizeType) { return pop(); }
+  bool StartArray();
+  bool EndArray(rapidjson::SizeType);
 
  private:
   // What the next value is: a field of a known object, an element of a known array, or
@@ -368,6 +365,8 @@ class ProblemEvents {
   static bool is_cost_list(Slot s) { return s == Slot::NodeCosts || s == Slot::EdgeCosts; }
   bool integer(int64_t v);
   bool int_value(int64_t v);
+  bool string(std::string v);
+  bool key(std::string_view k);
   bool cost_value(Cost c) {
     cost_row_.push_back(c);
     return true;
@@ -400,7 +399,7 @@ bool ProblemEvents::integer(int64_t v) {
   return int_value(v);
 }
 
-bool ProblemEvents::number_float(number_float_t d, const string_t&) {
+bool ProblemEvents::Double(double d) {
   const Slot s = slot();
   if (s == Slot::Ignore) return true;
   if (s == Slot::Number && is_cost_list(stack_.back().list)) {
@@ -435,7 +434,7 @@ bool ProblemEvents::int_value(int64_t v) {
   }
 }
 
-bool ProblemEvents::string(string_t& v) {
+bool ProblemEvents::string(std::string v) {
   switch (slot()) {
     case Slot::Ignore:
       return true;
@@ -453,7 +452,7 @@ bool ProblemEvents::string(string_t& v) {
   }
 }
 
-bool ProblemEvents::start_object(std::size_t) {
+bool ProblemEvents::StartObject() {
   switch (slot()) {
     case Slot::Doc:
       return push(Frame::DocObj);
@@ -476,7 +475,7 @@ bool ProblemEvents::start_object(std::size_t) {
   }
 }
 
-bool ProblemEvents::key(string_t& k) {
+bool ProblemEvents::key(std::string_view k) {
   Level& top = stack_.back();
   Slot s = Slot::Ignore;
   switch (top.frame) {
@@ -533,7 +532,7 @@ bool ProblemEvents::key(string_t& k) {
   return true;
 }
 
-bool ProblemEvents::start_array(std::size_t) {
+bool ProblemEvents::StartArray() {
   const Slot s = slot();
   switch (s) {
     case Slot::Budgets:
@@ -559,7 +558,7 @@ bool ProblemEvents::start_array(std::size_t) {
   }
 }
 
-bool ProblemEvents::end_array() {
+bool ProblemEvents::EndArray(rapidjson::SizeType) {
   const Level top = stack_.back();
   if (top.frame == Frame::RowArr) {
     switch (top.list) {
@@ -632,10 +631,9 @@ std::optional<Problem> ProblemEvents::finish() {
 }
 
 // A problem the event reader accepts from `input` (text or stream), or nothing.
-template <class Input>
-std::optional<Problem> read_events(Input&& input) {
+std::optional<Problem> read_events(detail::JsonInput&& input) {
   ProblemEvents events;
-  if (!Json::sax_parse(std::forward<Input>(input), &events)) return std::nullopt;
+  if (!detail::json_events(input, events)) return std::nullopt;
   return events.finish();
 }
 
@@ -653,7 +651,7 @@ Problem read_tree(std::string_view text, const std::string& source) {
 }  // namespace
 
 Problem parse_problem(std::string_view text, const std::string& source) {
-  if (std::optional<Problem> p = read_events(text)) {
+  if (std::optional<Problem> p = read_events(detail::JsonInput(text))) {
     validate_problem(*p, source);
     return std::move(*p);
   }
@@ -666,7 +664,7 @@ Problem read_problem(const std::string& path) {
   std::optional<Problem> p;
   try {
     const std::unique_ptr<std::istream> in = open_text_stream(path);
-    p = read_events(*in);
+    p = read_events(detail::JsonInput(*in->rdbuf()));
   } catch (const std::runtime_error& e) {
     throw ProblemError(e.what());
   }
