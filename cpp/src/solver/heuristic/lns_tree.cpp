@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "heuristic/min_plus.h"
+
 namespace autoshard::detail {
 
 TreeLns::TreeLns(const GraphView& g, const Clusters& cl) : g_(g), cl_(cl) {
@@ -187,7 +189,6 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
       total += super_.labels(v);
     }
     best_.assign(total, 0.0);
-    arg_.assign(total, 0);  // for each v and parent label: v's best label (filled per child)
     for (int32_t v : order_) {
       const int32_t S = super_.labels(v);
       Cost* bv = best_.data() + table_offset_[v];
@@ -201,39 +202,42 @@ int64_t TreeLns::run(PlanState& state, Clock::time_point deadline, int64_t max_s
         for (int32_t l = 0; l < S; ++l) bv[l] += super_.edge_cost(e, v, l, yj);
       }
     }
-    // Children into parents, in reverse BFS order; arg_ of child w stores, per parent label,
-    // the child's best label.
-    std::vector<int32_t>& child_choice = label_;  // reused below as the decoded labels
-    std::vector<std::vector<int32_t>> choice(order_.size());
+    // Children into parents, in reverse BFS order: each parent label gets its child's best
+    // subtree cost (min-plus over the edge, min_plus.h).
     for (size_t idx = order_.size(); idx-- > 1;) {
       const int32_t w = order_[idx], v = parent_[w];
       const int32_t e = super_.adj_edge[parent_slot_[w]];
       const int32_t Sv = super_.labels(v), Sw = super_.labels(w);
       const Cost* bw = best_.data() + table_offset_[w];
       Cost* bv = best_.data() + table_offset_[v];
-      auto& ch = choice[idx];
-      ch.assign(Sv, 0);
-      for (int32_t l = 0; l < Sv; ++l) {
+      child_best_.resize(Sv);
+      if (super_.edge_a[e] == v)  // rows are v's labels
+        min_plus_by_cols(bw, super_.edge_matrix(e), Sv, Sw, child_best_.data());
+      else
+        min_plus_by_rows(bw, super_.edge_matrix(e), Sw, Sv, child_best_.data());
+      for (int32_t l = 0; l < Sv; ++l) bv[l] += child_best_[l];
+      state.add_work(int64_t(Sv) * Sw);
+    }
+    // Labels from the root down: each child's first best label under its parent's label (found
+    // here, for that one parent label, instead of for every label above).
+    std::vector<int32_t>& child_choice = label_;
+    {
+      const Cost* b0 = best_.data() + table_offset_[seed];
+      child_choice[seed] = int32_t(std::min_element(b0, b0 + super_.labels(seed)) - b0);
+      for (size_t idx = 1; idx < order_.size(); ++idx) {
+        const int32_t w = order_[idx], v = parent_[w];
+        const int32_t e = super_.adj_edge[parent_slot_[w]], l = child_choice[v];
+        const Cost* bw = best_.data() + table_offset_[w];
         Cost m = std::numeric_limits<Cost>::max();
         int32_t a = 0;
-        for (int32_t q = 0; q < Sw; ++q) {
+        for (int32_t q = 0; q < super_.labels(w); ++q) {
           const Cost c = bw[q] + super_.edge_cost(e, v, l, q);
           if (c < m) {
             m = c;
             a = q;
           }
         }
-        bv[l] += m;
-        ch[l] = a;
-      }
-      state.add_work(int64_t(Sv) * Sw);
-    }
-    {
-      const Cost* b0 = best_.data() + table_offset_[seed];
-      child_choice[seed] = int32_t(std::min_element(b0, b0 + super_.labels(seed)) - b0);
-      for (size_t idx = 1; idx < order_.size(); ++idx) {
-        const int32_t w = order_[idx];
-        child_choice[w] = choice[idx][child_choice[parent_[w]]];
+        child_choice[w] = a;
       }
     }
     // Apply to the plan; keep only a valid, cheaper result.

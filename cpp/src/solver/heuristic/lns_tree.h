@@ -42,8 +42,7 @@ class TreeLns {
   // scratch
   std::vector<int32_t> order_, parent_, parent_slot_, in_tree_, label_;
   std::vector<int64_t> table_offset_;
-  std::vector<Cost> best_, arg_cost_;
-  std::vector<int32_t> arg_;
+  std::vector<Cost> best_, child_best_;
 };
 
 }  // namespace autoshard::detail

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "heuristic/min_plus.h"
+
 namespace autoshard::detail {
 
 Trws::Trws(const GraphView& g) : g_(g), unary_(g.node_cost) {
@@ -48,22 +50,10 @@ void Trws::send(int32_t i, int64_t slot) {
   for (int32_t s = 0; s < Si; ++s) tmp_[s] = gam * h_[s] - in[s];
   Cost* out = msg_.data() + msg_offset_[reverse_slot_[slot]];
   const Cost* m = g_.edge_matrix(e);
-  constexpr Cost kBig = std::numeric_limits<Cost>::max();
-  if (g_.edge_a[e] == i) {  // rows are i's labels
-    std::fill(out, out + Sj, kBig);
-    for (int32_t s = 0; s < Si; ++s) {
-      const Cost base = tmp_[s];
-      const Cost* row = m + int64_t(s) * Sj;
-      for (int32_t t = 0; t < Sj; ++t) out[t] = std::min(out[t], base + row[t]);
-    }
-  } else {  // rows are j's labels
-    for (int32_t t = 0; t < Sj; ++t) {
-      const Cost* row = m + int64_t(t) * Si;
-      Cost best = kBig;
-      for (int32_t s = 0; s < Si; ++s) best = std::min(best, tmp_[s] + row[s]);
-      out[t] = best;
-    }
-  }
+  if (g_.edge_a[e] == i)  // rows are i's labels
+    min_plus_by_rows(tmp_.data(), m, Si, Sj, out);
+  else
+    min_plus_by_cols(tmp_.data(), m, Sj, Si, out);
   Cost lo = *std::min_element(out, out + Sj);
   for (int32_t t = 0; t < Sj; ++t) out[t] -= lo;
 }
@@ -177,9 +167,8 @@ Cost Trws::lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cos
   kept.clear();
   if (!keep.empty()) terms.resize(g_.node_cost.size());
   std::vector<Cost> pushed(g_.node_cost.size(), 0.0);
-  std::vector<Cost> h, tmp;
+  std::vector<Cost> h, tmp, best;
   Cost bound = 0;
-  constexpr Cost kBig = std::numeric_limits<Cost>::max();
   for (int32_t i = 0; i < n; ++i) {
     belief(i, h);
     const int32_t Si = g_.labels(i);
@@ -205,20 +194,12 @@ Cost Trws::lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cos
       for (int32_t s = 0; s < Si; ++s) tmp[s] = h[s] / later - into_i[s];
       const Cost* m = g_.edge_matrix(e);
       Cost* dst = pushed.data() + g_.label_offset[j];
-      if (g_.edge_a[e] == i) {
-        for (int32_t t = 0; t < Sj; ++t) {
-          Cost best = kBig;
-          for (int32_t s = 0; s < Si; ++s) best = std::min(best, tmp[s] + m[int64_t(s) * Sj + t]);
-          dst[t] += best - into_j[t];
-        }
-      } else {
-        for (int32_t t = 0; t < Sj; ++t) {
-          const Cost* row = m + int64_t(t) * Si;
-          Cost best = kBig;
-          for (int32_t s = 0; s < Si; ++s) best = std::min(best, tmp[s] + row[s]);
-          dst[t] += best - into_j[t];
-        }
-      }
+      best.resize(Sj);
+      if (g_.edge_a[e] == i)
+        min_plus_by_rows(tmp.data(), m, Si, Sj, best.data());
+      else
+        min_plus_by_cols(tmp.data(), m, Sj, Si, best.data());
+      for (int32_t t = 0; t < Sj; ++t) dst[t] += best[t] - into_j[t];
     }
   }
   return bound;
