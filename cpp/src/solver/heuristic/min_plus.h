@@ -1,5 +1,5 @@
 // Min-plus products of a vector with an edge's cost matrix (row-major), the inner loops of
-// message passing and of its lower bound.
+// message passing, of its lower bound and of the tree LNS's dynamic programming.
 #pragma once
 
 #include <algorithm>
