@@ -304,7 +304,7 @@ PLANNER_CASES = [
     # (file stem, demo options, plan mesh, dim names): tiny Llama-shaped models, so that the
     # strategy counts come from autoshard's own rules on 2-D and 3-D meshes. The 3-D ones have
     # ~300 strategies per node: 1.5 GB of JSON (mostly the 1e18 infeasible marker), which
-    # `solve` takes ~16 s and 2.2 GB to read.
+    # `solve` takes ~5 s and 1.3 GB to read.
     ("llama2L-4x8", ["--layers", "2", "--mesh", "4x8", "--dim-names", "dp,tp"], "4x8", "dp,tp"),
     (
         "llama2L-2x2x2",

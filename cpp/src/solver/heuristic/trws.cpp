@@ -1,7 +1,6 @@
 #include "heuristic/trws.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "heuristic/min_plus.h"
 
