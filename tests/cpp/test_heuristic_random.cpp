@@ -156,6 +156,35 @@ TEST(HeuristicRandom, SharedEdgeMatricesViewLikeCopies) {
   }
 }
 
+TEST(HeuristicRandom, IdenticalEdgeMatricesShareOneCopy) {
+  // A chain whose edges repeat two tables (a model's repeated layers), one of them also in a
+  // transposed shape: edges with equal shape and entries point at one copy, the others keep
+  // their own, and every plan is priced as from the input.
+  const std::vector<Cost> first = {0, 1, 2, 3, 4, 5}, second = {0, 1, 2, 3, 4, 6};
+  Problem p;
+  for (int i = 0; i < 6; ++i) p.node_costs.push_back(i % 2 == 0 ? std::vector<Cost>{1, 2} : std::vector<Cost>{3, 4, 5});
+  p.edges.push_back({0, 1, first});   // 2 x 3
+  p.edges.push_back({2, 3, first});   // the same table
+  p.edges.push_back({4, 5, second});  // one entry differs
+  p.edges.push_back({1, 2, first});   // 3 x 2: same bytes, other shape
+  p.edges.push_back({3, 4, first});   // the 3 x 2 table again
+  const detail::GraphView g = detail::build_graph_view(p);
+  ASSERT_EQ(g.num_edges(), 5);
+  EXPECT_EQ(g.edge_matrix(0), g.edge_matrix(1));
+  EXPECT_NE(g.edge_matrix(0), g.edge_matrix(2));
+  EXPECT_NE(g.edge_matrix(0), g.edge_matrix(3));
+  EXPECT_EQ(g.edge_matrix(3), g.edge_matrix(4));
+  std::mt19937_64 rng(5);
+  for (int k = 0; k < 50; ++k) {
+    std::vector<int32_t> x(p.num_nodes());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(rng() % p.num_strategies(i));
+    Cost expected = 0;
+    for (size_t i = 0; i < x.size(); ++i) expected += p.node_costs[i][x[i]];
+    for (const Edge& e : p.edges) expected += e.costs[size_t(x[e.u]) * p.num_strategies(e.v) + x[e.v]];
+    EXPECT_EQ(detail::graph_cost(g, x), expected);
+  }
+}
+
 TEST(HeuristicRandom, TreeLnsSolvesATreeExactly) {
   // On a tree, the grown neighbourhood is the whole tree, so one DP step reaches the optimum.
   std::mt19937_64 rng(31);

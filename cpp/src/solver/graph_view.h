@@ -37,6 +37,7 @@ struct GraphView {
 
   // Merged undirected edges: a < b, matrix |S_a| x |S_b| row-major at matrix_at[e]: in
   // `matrix` (at matrix_offset[e]), or in storage shared with the view it was built from.
+  // Edges with equal matrices (same shape and entries) all point at the first one's.
   std::vector<int32_t> edge_a, edge_b;
   std::vector<int64_t> matrix_offset;
   std::vector<Cost> matrix;
