@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -16,20 +15,27 @@ namespace {
 // bandwidth on large tables; models repeat layers, so most tables come in copies (the 3-D
 // Llama planner problem: 71 M entries, 14 M distinct), and one copy stays in cache longer.
 void share_identical_matrices(GraphView& g) {
-  // A hash of the shape and of up to 64 entries spread over the matrix; a full comparison
-  // decides. Hashing every entry would read all of them once more than the comparison does.
-  auto sample_hash = [&](int32_t e) {
+  // A hash of the shape and of every entry, in four independent lanes so that it runs near
+  // memory speed; equal hashes are then compared in full. (A hash of sampled entries was
+  // cheaper but would let tables that differ in a few entries pile up in one bucket, each
+  // new one compared in full against all of them.)
+  auto hash = [&](int32_t e) {
     const int64_t rows = g.num_labels[g.edge_a[e]], cols = g.num_labels[g.edge_b[e]], size = rows * cols;
-    uint64_t h = std::hash<uint64_t>{}(static_cast<uint64_t>(rows) << 32 | static_cast<uint64_t>(cols));
-    const int64_t stride = std::max<int64_t>(1, size / 64);
-    for (int64_t k = 0; k < size; k += stride)
-      h = (h ^ std::bit_cast<uint64_t>(g.matrix_at[e][k])) * 0x100000001B3ull + (h >> 29);
+    constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    uint64_t lane[4] = {uint64_t(rows), uint64_t(cols), 1, 2};
+    const Cost* m = g.matrix_at[e];
+    int64_t k = 0;
+    for (; k + 4 <= size; k += 4)
+      for (int l = 0; l < 4; ++l) lane[l] = (lane[l] ^ std::bit_cast<uint64_t>(m[k + l])) * kMul;
+    for (; k < size; ++k) lane[0] = (lane[0] ^ std::bit_cast<uint64_t>(m[k])) * kMul;
+    uint64_t h = 0;
+    for (uint64_t v : lane) h = (h ^ (v >> 29) ^ v) * kMul;
     return h;
   };
   std::unordered_map<uint64_t, std::vector<int32_t>> first_of_hash;
   for (int32_t e = 0; e < static_cast<int32_t>(g.num_edges()); ++e) {
     const int32_t rows = g.num_labels[g.edge_a[e]], cols = g.num_labels[g.edge_b[e]];
-    auto& candidates = first_of_hash[sample_hash(e)];
+    auto& candidates = first_of_hash[hash(e)];
     bool shared = false;
     for (int32_t f : candidates) {
       if (g.num_labels[g.edge_a[f]] != rows || g.num_labels[g.edge_b[f]] != cols) continue;
