@@ -8,6 +8,48 @@
 #include <unordered_map>
 
 namespace autoshard::detail {
+namespace {
+
+// Points every edge whose matrix equals an earlier edge's (same shape, same bytes) at that
+// earlier copy. Message passing reads every matrix twice per sweep and is bound by memory
+// bandwidth on large tables; models repeat layers, so most tables come in copies (the 3-D
+// Llama planner problem: 71 M entries, 14 M distinct), and one copy stays in cache longer.
+void share_identical_matrices(GraphView& g) {
+  // A hash of the shape and of every entry, in four independent lanes so that it runs near
+  // memory speed; equal hashes are then compared in full. (A hash of sampled entries was
+  // cheaper but would let tables that differ in a few entries pile up in one bucket, each
+  // new one compared in full against all of them.)
+  auto hash = [&](int32_t e) {
+    const int64_t rows = g.num_labels[g.edge_a[e]], cols = g.num_labels[g.edge_b[e]], size = rows * cols;
+    constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    uint64_t lane[4] = {uint64_t(rows), uint64_t(cols), 1, 2};
+    const Cost* m = g.matrix_at[e];
+    int64_t k = 0;
+    for (; k + 4 <= size; k += 4)
+      for (int l = 0; l < 4; ++l) lane[l] = (lane[l] ^ std::bit_cast<uint64_t>(m[k + l])) * kMul;
+    for (; k < size; ++k) lane[0] = (lane[0] ^ std::bit_cast<uint64_t>(m[k])) * kMul;
+    uint64_t h = 0;
+    for (uint64_t v : lane) h = (h ^ (v >> 29) ^ v) * kMul;
+    return h;
+  };
+  std::unordered_map<uint64_t, std::vector<int32_t>> first_of_hash;
+  for (int32_t e = 0; e < static_cast<int32_t>(g.num_edges()); ++e) {
+    const int32_t rows = g.num_labels[g.edge_a[e]], cols = g.num_labels[g.edge_b[e]];
+    auto& candidates = first_of_hash[hash(e)];
+    bool shared = false;
+    for (int32_t f : candidates) {
+      if (g.num_labels[g.edge_a[f]] != rows || g.num_labels[g.edge_b[f]] != cols) continue;
+      if (std::memcmp(g.matrix_at[f], g.matrix_at[e], sizeof(Cost) * static_cast<size_t>(rows) * cols) == 0) {
+        g.matrix_at[e] = g.matrix_at[f];
+        shared = true;
+        break;
+      }
+    }
+    if (!shared) candidates.push_back(e);
+  }
+}
+
+}  // namespace
 
 GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* shared) {
   auto shared_at = [&](size_t k) -> const Cost* { return shared && k < shared->size() ? (*shared)[k] : nullptr; };
@@ -102,6 +144,7 @@ GraphView build_graph_view(const Problem& p, const std::vector<const Cost*>* sha
   for (Cost& c : g.node_cost) c = std::min(c, kInfeasibleCost);
   for (int32_t e = 0; e < m; ++e)
     if (!g.matrix_at[e]) g.matrix_at[e] = g.matrix.data() + g.matrix_offset[e];
+  share_identical_matrices(g);
 
   g.adj_offset.assign(n + 1, 0);
   for (int32_t e = 0; e < m; ++e) {
@@ -150,41 +193,6 @@ std::vector<const Cost*> referable_matrices(const Problem& p) {
 GraphView build_referencing_view(const Problem& p) {
   const std::vector<const Cost*> shared = referable_matrices(p);
   return build_graph_view(p, &shared);
-}
-
-void share_identical_matrices(GraphView& g) {
-  // A hash of the shape and of every entry, in four independent lanes so that it runs near
-  // memory speed; equal hashes are then compared in full. (A hash of sampled entries was
-  // cheaper but would let tables that differ in a few entries pile up in one bucket, each
-  // new one compared in full against all of them.)
-  auto hash = [&](int32_t e) {
-    const int64_t rows = g.num_labels[g.edge_a[e]], cols = g.num_labels[g.edge_b[e]], size = rows * cols;
-    constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
-    uint64_t lane[4] = {uint64_t(rows), uint64_t(cols), 1, 2};
-    const Cost* m = g.matrix_at[e];
-    int64_t k = 0;
-    for (; k + 4 <= size; k += 4)
-      for (int l = 0; l < 4; ++l) lane[l] = (lane[l] ^ std::bit_cast<uint64_t>(m[k + l])) * kMul;
-    for (; k < size; ++k) lane[0] = (lane[0] ^ std::bit_cast<uint64_t>(m[k])) * kMul;
-    uint64_t h = 0;
-    for (uint64_t v : lane) h = (h ^ (v >> 29) ^ v) * kMul;
-    return h;
-  };
-  std::unordered_map<uint64_t, std::vector<int32_t>> first_of_hash;
-  for (int32_t e = 0; e < static_cast<int32_t>(g.num_edges()); ++e) {
-    const int32_t rows = g.num_labels[g.edge_a[e]], cols = g.num_labels[g.edge_b[e]];
-    auto& candidates = first_of_hash[hash(e)];
-    bool shared = false;
-    for (int32_t f : candidates) {
-      if (g.num_labels[g.edge_a[f]] != rows || g.num_labels[g.edge_b[f]] != cols) continue;
-      if (std::memcmp(g.matrix_at[f], g.matrix_at[e], sizeof(Cost) * static_cast<size_t>(rows) * cols) == 0) {
-        g.matrix_at[e] = g.matrix_at[f];
-        shared = true;
-        break;
-      }
-    }
-    if (!shared) candidates.push_back(e);
-  }
 }
 
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x) {

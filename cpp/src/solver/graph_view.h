@@ -37,7 +37,7 @@ struct GraphView {
 
   // Merged undirected edges: a < b, matrix |S_a| x |S_b| row-major at matrix_at[e]: in
   // `matrix` (at matrix_offset[e]), or in storage shared with the view it was built from.
-  // After share_identical_matrices, edges with equal matrices point at the first one's.
+  // Edges with equal matrices (same shape and entries) all point at the first one's.
   std::vector<int32_t> edge_a, edge_b;
   std::vector<int64_t> matrix_offset;
   std::vector<Cost> matrix;
@@ -82,15 +82,6 @@ std::vector<const Cost*> referable_matrices(const Problem& problem);
 
 // build_graph_view referencing the referable matrices of `problem`, which must outlive the view.
 GraphView build_referencing_view(const Problem& problem);
-
-// Points every edge whose matrix equals an earlier edge's (same shape, same entries) at that
-// earlier copy. For views that message passing sweeps (the heuristic's, the budget branch and
-// bound's): it reads every matrix twice per sweep and is bound by memory bandwidth on large
-// tables; models repeat layers, so most tables come in copies (the 3-D Llama planner problem:
-// 71 M entries, 14 M distinct), and one copy stays in cache longer. It reads every matrix once,
-// so views only searched locally (the greedy's, the probes) are left without it; a view built
-// from a shared view's pointers (the tree LNS's) inherits the sharing.
-void share_identical_matrices(GraphView& g);
 
 // Objective of a full assignment (sum of node costs and edge entries); exact for valid plans.
 Cost graph_cost(const GraphView& g, const std::vector<int32_t>& x);

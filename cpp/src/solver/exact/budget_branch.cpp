@@ -642,8 +642,7 @@ bool solve_budget_branch(const Problem& problem, const SolveOptions& options, co
         if (varies[i] == pass) order.push_back(i);
   }
   const Problem ordered = permuted(red.reduced, order);
-  GraphView g = build_referencing_view(ordered);  // `ordered` outlives it
-  share_identical_matrices(g);                    // its bound passes messages
+  const GraphView g = build_referencing_view(ordered);  // `ordered` outlives it
   const int32_t budget = branching_budget(g, ordered.usage_limit);
   if (budget < 0) return false;
   // The warm start maps onto the reduced problem when every choice survived the reductions.

@@ -169,8 +169,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const auto t_views = Clock::now();
   // The view references the reduced problem's matrices (lone u < v edges, already clamped by
   // the reductions) instead of copying them: `red` outlives it.
-  detail::GraphView g = detail::build_referencing_view(red.reduced);
-  detail::share_identical_matrices(g);  // message passing sweeps it
+  const detail::GraphView g = detail::build_referencing_view(red.reduced);
   const detail::Clusters clusters = detail::find_clusters(g);
   if (options.verbose)
     std::fprintf(stderr, "[heuristic] graph view and clusters in %.2fs (%.2fs since the start)\n",
