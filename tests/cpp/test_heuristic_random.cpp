@@ -52,8 +52,8 @@ TEST(HeuristicRandom, ValidCloseToOptimumAndBoundBelowIt) {
 
 TEST(HeuristicRandom, PortfolioPlansValidAndBoundBelowOptimum) {
   // The second portfolio run pushes the multipliers where decodes keep breaking the limit
-  // (SearchConfig::push_after_over_rounds): its plans must stay valid and its bound below the
-  // optimum.
+  // (SearchConfig::push_after_over_rounds) and passes messages in reverse node order
+  // (SearchConfig::reverse_sweeps): its plans must stay valid and its bound below the optimum.
   std::mt19937_64 rng(9090);
   int feasible = 0;
   for (int trial = 0; trial < 100; ++trial) {
@@ -264,11 +264,13 @@ TEST(HeuristicRandom, TrwsBoundIsExactOnTrees) {
     const Brute truth = brute_force(p);
     ASSERT_TRUE(truth.feasible);
     const detail::GraphView g = detail::build_graph_view(p);
-    detail::Trws trws(g);
-    std::vector<int32_t> x;
-    for (int k = 0; k < 30; ++k) trws.iterate(x);
-    EXPECT_NEAR(trws.lower_bound(), truth.best, 1e-6) << "trial " << trial;
-    EXPECT_DOUBLE_EQ(detail::graph_cost(g, x), truth.best) << "trial " << trial;
+    for (const bool reversed : {false, true}) {
+      detail::Trws trws(g, reversed);
+      std::vector<int32_t> x;
+      for (int k = 0; k < 30; ++k) trws.iterate(x);
+      EXPECT_NEAR(trws.lower_bound(), truth.best, 1e-6) << "trial " << trial << " reversed " << reversed;
+      EXPECT_DOUBLE_EQ(detail::graph_cost(g, x), truth.best) << "trial " << trial << " reversed " << reversed;
+    }
   }
 }
 

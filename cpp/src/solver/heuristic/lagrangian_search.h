@@ -40,6 +40,8 @@ struct SearchConfig {
   // multipliers where it breaks grow by up to 30 % a round on top of the subgradient step
   // (see Search::run); 0: never.
   int32_t push_after_over_rounds = 0;
+  // Message passing sweeps the nodes in reverse index order (trws.h): another dual path.
+  bool reverse_sweeps = false;
 };
 
 struct SearchStop {

@@ -6,7 +6,11 @@
 
 namespace autoshard::detail {
 
-Trws::Trws(const GraphView& g) : g_(g), unary_(g.node_cost) {
+Trws::Trws(const GraphView& g, bool reversed) : g_(g), unary_(g.node_cost) {
+  order_.resize(g.num_nodes);
+  rank_.resize(g.num_nodes);
+  for (int32_t k = 0; k < g.num_nodes; ++k) order_[k] = reversed ? g.num_nodes - 1 - k : k;
+  for (int32_t k = 0; k < g.num_nodes; ++k) rank_[order_[k]] = k;
   const int64_t slots = g.adj_offset[g.num_nodes];
   msg_offset_.assign(slots + 1, 0);
   reverse_slot_.assign(slots, -1);
@@ -25,7 +29,7 @@ Trws::Trws(const GraphView& g) : g_(g), unary_(g.node_cost) {
   gamma_.assign(g.num_nodes, 1.0);
   for (int32_t i = 0; i < g.num_nodes; ++i) {
     int32_t before = 0, after = 0;
-    for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) (g.adj_other[k] < i ? before : after)++;
+    for (int64_t k = g.adj_offset[i]; k < g.adj_offset[i + 1]; ++k) (earlier(g.adj_other[k], i) ? before : after)++;
     gamma_[i] = 1.0 / std::max({before, after, 1});
   }
 }
@@ -86,7 +90,7 @@ int32_t Trws::pick(int32_t i, const Cost* unary, const std::vector<int32_t>& lab
             if (g_.edge_a[e] != m) continue;  // inside the group: count once
             const int32_t* labj = clusters_->label_of_root.data() + clusters_->map_offset[j];
             for (int32_t r = 0; r < S; ++r) score_[r] += g_.edge_cost(e, m, lab[r], labj[r]);
-          } else if (j < i) {
+          } else if (earlier(j, i)) {
             for (int32_t r = 0; r < S; ++r) score_[r] += g_.edge_cost(e, m, lab[r], labeling[j]);
           } else {
             const Cost* msg = msg_.data() + msg_offset_[a];
@@ -103,15 +107,14 @@ int32_t Trws::pick(int32_t i, const Cost* unary, const std::vector<int32_t>& lab
 }
 
 void Trws::decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling) {
-  const int32_t n = g_.num_nodes;
-  labeling.assign(n, 0);
+  labeling.assign(g_.num_nodes, 0);
   start_decode();
-  for (int32_t i = 0; i < n; ++i) {
+  for (const int32_t i : order_) {
     const int32_t S = g_.labels(i);
     tmp_.assign(unary.begin() + g_.label_offset[i], unary.begin() + g_.label_offset[i] + S);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
       const int32_t j = g_.adj_other[k], e = g_.adj_edge[k];
-      if (j > i) {
+      if (earlier(i, j)) {
         const Cost* m = msg_.data() + msg_offset_[k];
         for (int32_t s = 0; s < S; ++s) tmp_[s] += m[s];
       } else {
@@ -123,29 +126,29 @@ void Trws::decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling
 }
 
 void Trws::iterate(std::vector<int32_t>& labeling) {
-  const int32_t n = g_.num_nodes;
-  labeling.assign(n, 0);
+  labeling.assign(g_.num_nodes, 0);
   start_decode();
-  for (int32_t i = 0; i < n; ++i) {
+  for (const int32_t i : order_) {
     belief(i, h_);
     // Decode: earlier neighbours by their labels, later ones by their messages.
     const int32_t S = g_.labels(i);
     tmp_.assign(h_.begin(), h_.end());
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
       const int32_t j = g_.adj_other[k];
-      if (j > i) continue;
+      if (earlier(i, j)) continue;
       const Cost* m = msg_.data() + msg_offset_[k];
       const int32_t e = g_.adj_edge[k];
       for (int32_t s = 0; s < S; ++s) tmp_[s] += g_.edge_cost(e, i, s, labeling[j]) - m[s];
     }
     labeling[i] = pick(i, unary_.data(), labeling);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
-      if (g_.adj_other[k] > i) send(i, k);
+      if (earlier(i, g_.adj_other[k])) send(i, k);
   }
-  for (int32_t i = n - 1; i >= 0; --i) {
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    const int32_t i = *it;
     belief(i, h_);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
-      if (g_.adj_other[k] < i) send(i, k);
+      if (earlier(g_.adj_other[k], i)) send(i, k);
   }
 }
 
@@ -162,18 +165,17 @@ Cost Trws::lower_bound() const {
 
 Cost Trws::lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cost>& terms,
                                std::vector<int32_t>& kept) const {
-  const int32_t n = g_.num_nodes;
   kept.clear();
   if (!keep.empty()) terms.resize(g_.node_cost.size());
   std::vector<Cost> pushed(g_.node_cost.size(), 0.0);
   std::vector<Cost> h, tmp, best;
   Cost bound = 0;
-  for (int32_t i = 0; i < n; ++i) {
+  for (const int32_t i : order_) {
     belief(i, h);
     const int32_t Si = g_.labels(i);
     for (int32_t s = 0; s < Si; ++s) h[s] += pushed[g_.label_offset[i] + s];
     int32_t later = 0;
-    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) later += g_.adj_other[k] > i;
+    for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) later += earlier(i, g_.adj_other[k]);
     if (later == 0) {
       if (!keep.empty() && keep[i]) {
         std::copy(h.begin(), h.end(), terms.begin() + g_.label_offset[i]);
@@ -185,7 +187,7 @@ Cost Trws::lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cos
     }
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
       const int32_t j = g_.adj_other[k];
-      if (j < i) continue;
+      if (earlier(j, i)) continue;
       const int32_t e = g_.adj_edge[k], Sj = g_.labels(j);
       const Cost* into_i = msg_.data() + msg_offset_[k];
       const Cost* into_j = msg_.data() + msg_offset_[reverse_slot_[k]];

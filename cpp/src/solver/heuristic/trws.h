@@ -15,7 +15,12 @@ namespace autoshard::detail {
 
 class Trws {
  public:
-  explicit Trws(const GraphView& g);
+  // Sweeps visit the nodes in index order, or in reverse with `reversed`. The order decides
+  // which neighbours a node's decode conditions on (the earlier ones, by their labels) and
+  // the path the messages take, so searches in opposite orders decode different plans: at
+  // the same work, reverse order led to a plan 2.4 % cheaper on C-perturb-s7 and index order
+  // to one 3 % cheaper on public C. The bound is valid in either order.
+  explicit Trws(const GraphView& g, bool reversed = false);
 
   // Flattened like GraphView::node_cost.
   void set_unary(const std::vector<Cost>& unary) { unary_ = unary; }
@@ -46,6 +51,8 @@ class Trws {
 
  private:
   const GraphView& g_;
+  std::vector<int32_t> order_, rank_;  // nodes in sweep order; each node's place in it
+  bool earlier(int32_t a, int32_t b) const { return rank_[a] < rank_[b]; }
   std::vector<Cost> unary_;
   std::vector<int64_t> msg_offset_;  // per adjacency slot: message INTO the slot's node
   std::vector<Cost> msg_;
