@@ -6,11 +6,7 @@
 
 namespace autoshard::detail {
 
-Trws::Trws(const GraphView& g, bool reversed) : g_(g), unary_(g.node_cost) {
-  order_.resize(g.num_nodes);
-  rank_.resize(g.num_nodes);
-  for (int32_t k = 0; k < g.num_nodes; ++k) order_[k] = reversed ? g.num_nodes - 1 - k : k;
-  for (int32_t k = 0; k < g.num_nodes; ++k) rank_[order_[k]] = k;
+Trws::Trws(const GraphView& g, bool reversed) : g_(g), reversed_(reversed), unary_(g.node_cost) {
   const int64_t slots = g.adj_offset[g.num_nodes];
   msg_offset_.assign(slots + 1, 0);
   reverse_slot_.assign(slots, -1);
@@ -109,7 +105,8 @@ int32_t Trws::pick(int32_t i, const Cost* unary, const std::vector<int32_t>& lab
 void Trws::decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling) {
   labeling.assign(g_.num_nodes, 0);
   start_decode();
-  for (const int32_t i : order_) {
+  for (int32_t place = 0; place < g_.num_nodes; ++place) {
+    const int32_t i = node_at(place);
     const int32_t S = g_.labels(i);
     tmp_.assign(unary.begin() + g_.label_offset[i], unary.begin() + g_.label_offset[i] + S);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k) {
@@ -128,7 +125,8 @@ void Trws::decode(const std::vector<Cost>& unary, std::vector<int32_t>& labeling
 void Trws::iterate(std::vector<int32_t>& labeling) {
   labeling.assign(g_.num_nodes, 0);
   start_decode();
-  for (const int32_t i : order_) {
+  for (int32_t place = 0; place < g_.num_nodes; ++place) {
+    const int32_t i = node_at(place);
     belief(i, h_);
     // Decode: earlier neighbours by their labels, later ones by their messages.
     const int32_t S = g_.labels(i);
@@ -144,8 +142,8 @@ void Trws::iterate(std::vector<int32_t>& labeling) {
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
       if (earlier(i, g_.adj_other[k])) send(i, k);
   }
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    const int32_t i = *it;
+  for (int32_t place = g_.num_nodes - 1; place >= 0; --place) {
+    const int32_t i = node_at(place);
     belief(i, h_);
     for (int64_t k = g_.adj_offset[i]; k < g_.adj_offset[i + 1]; ++k)
       if (earlier(g_.adj_other[k], i)) send(i, k);
@@ -170,7 +168,8 @@ Cost Trws::lower_bound_keeping(const std::vector<uint8_t>& keep, std::vector<Cos
   std::vector<Cost> pushed(g_.node_cost.size(), 0.0);
   std::vector<Cost> h, tmp, best;
   Cost bound = 0;
-  for (const int32_t i : order_) {
+  for (int32_t place = 0; place < g_.num_nodes; ++place) {
+    const int32_t i = node_at(place);
     belief(i, h);
     const int32_t Si = g_.labels(i);
     for (int32_t s = 0; s < Si; ++s) h[s] += pushed[g_.label_offset[i] + s];
