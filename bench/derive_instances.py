@@ -16,18 +16,21 @@ generalises. Families (each one file per source instance, same gzip JSON format)
   cloneK   nodes with few strategies get up to K near-copies of existing strategies (costs
            x lognormal noise): near-ties the search has to tell apart
 
-"Base plan": a plan of the source instance, found by `autoshard solve --work-limit` (the
-work limit makes it the same plan on every machine) and cached in OUT/base/. Families that
-keep it valid (perturb, sub, subset, clone, mem1.1) are feasible by construction; for
-mem0.9/0.97 the script checks the necessary condition "peak of the per-node minimum usage
-<= limit" and skips the instance when it fails.
+"Base plan": a fixed valid plan of each source instance, kept in bench/derived_base/ so that
+the derived files, and so the references of bench/derived_refs.json, stay the same from
+solver version to solver version. A source without one there (another --dir, or
+--fresh-base) gets one from `autoshard solve --work-limit` (the same plan on every machine
+for one solver version), cached in OUT/base/. Families that keep it valid (perturb, sub,
+subset, clone, mem1.1) are feasible by construction; for mem0.9/0.97 the script checks the
+necessary condition "peak of the per-node minimum usage <= limit" and skips the instance
+when it fails.
 
     python3 bench/derive_instances.py                    # default set -> /tmp/autoshard_derived
     python3 bench/derive_instances.py --only B,G --families mem0.9,perturb --out DIR
     python3 bench/derive_instances.py --planner          # also autoshard's own planner problems
 
 Writes OUT/manifest.json (per instance: source, family, nodes, time limit, notes). Generated
-files are never committed: rerun the script (same seed -> same files).
+files are never committed: rerun the script (same seed and base plans -> same files).
 """
 
 import argparse
@@ -46,6 +49,8 @@ from iopddl import DEFAULT_DIR, INSTANCES, find_cli  # noqa: E402
 
 INF = 10**18
 DEFAULT_OUT = Path("/tmp/autoshard_derived")
+REPO = Path(__file__).resolve().parents[1]
+BASE_DIR = REPO / "bench" / "derived_base"
 DEFAULT_FAMILIES = "mem0.9,mem0.97,mem1.1,memmid,perturb,sub500,sub2000,subset0.5,clone2"
 # Big sources get only the families that change a scalar or a few numbers per entry; the
 # strategy-changing ones multiply already large edge tables.
@@ -70,8 +75,23 @@ def save(problem, path):
         f.write(data)
 
 
-def base_plan(cli, name, src, out):
-    """The cached base plan of source `name` (list of strategy indices)."""
+def base_plan(cli, name, src, out, p, base_dir):
+    """The base plan of source `name` (list of strategy indices): bench/derived_base's (or
+    `base_dir`'s) when it has one, else a cached or new solver plan."""
+    kept = base_dir / f"{name}.sol.json.gz" if base_dir else None
+    if kept is not None and kept.exists():
+        with gzip.open(kept, "rt") as f:
+            plan = json.load(f)["solution"]
+        costs = p["nodes"]["costs"]
+        bad = len(plan) != len(costs) or any(
+            not 0 <= s < len(row) or row[s] >= INF for s, row in zip(plan, costs)
+        )
+        if bad:
+            sys.exit(
+                f"{kept} is not a valid plan of {src} (another instance of that name?): "
+                "pass --fresh-base to derive from a new solver plan"
+            )
+        return plan
     sol = out / "base" / f"{name}.sol.json"
     if not sol.exists():
         sol.parent.mkdir(parents=True, exist_ok=True)
@@ -258,10 +278,10 @@ def derived_limit(src_name, n_nodes, n_src):
     return max(20, round(full * n_nodes / n_src)) if n_nodes < n_src else full
 
 
-def derive_one(cli, name, src, out, families, seed, manifest):
+def derive_one(cli, name, src, out, families, seed, manifest, base_dir):
     p = load(src)
     n_src = len(p["nodes"]["costs"])
-    base = base_plan(cli, name, src, out)
+    base = base_plan(cli, name, src, out, p, base_dir)
     for fam in families:
         # One independent stream per (source, family, seed): adding a family changes no other file.
         rng = random.Random(f"{seed}:{name}:{fam}")
@@ -400,6 +420,11 @@ def main(argv=None):
     ap.add_argument(
         "--planner", action="store_true", help="also write autoshard's own planner problems"
     )
+    ap.add_argument(
+        "--fresh-base",
+        action="store_true",
+        help=f"derive from new solver plans (OUT/base/) instead of {BASE_DIR.relative_to(REPO)}/",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -409,7 +434,14 @@ def main(argv=None):
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     for name in [s.strip() for s in args.only.split(",") if s.strip()]:
         derive_one(
-            cli, name, Path(args.dir) / f"{name}.json.gz", out, families, args.seed, manifest
+            cli,
+            name,
+            Path(args.dir) / f"{name}.json.gz",
+            out,
+            families,
+            args.seed,
+            manifest,
+            None if args.fresh_base else BASE_DIR,
         )
         mpath.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     if args.planner:

@@ -3,15 +3,20 @@
 
 Two steps, both on the folder the derive script wrote (default /tmp/autoshard_derived):
 
-    python3 bench/derived.py --refs                  # references -> DIR/refs.json (long runs)
+    python3 bench/derived.py --refs                  # references (long runs)
     python3 bench/derived.py --time-scale 0.25       # score runs at 25% of each time limit
+
+References live in bench/derived_refs.json (committed, so that a fresh machine scores at
+once), each with a digest of the instance it belongs to: a file that differs (other base
+plans, another planner version) is scored as having none, and its new reference replaces the
+old one.
 
 Reference per instance: up to --exact-nodes nodes, `solve --exact` for --exact-limit s (a
 proven optimum when it finishes); otherwise, or when that proves nothing, the best cost of
 a run at --ref-scale x the instance's time limit. The best lower bound seen by any run is
 kept too, so "gap" (cost / lower bound - 1) is a reference-free measure. Reruns only
-improve refs.json (best cost, highest bound); a score run that beats the reference updates
-it as well and shows a score above 1 (the reference was weak).
+improve the references (best cost, highest bound); a score run that beats the reference
+updates it as well and shows a score above 1 (the reference was weak).
 
 Every plan is checked here, independently of the solver: the solution file is re-evaluated
 (cost, every strategy in range and finite, memory at every time point); a plan failing that
@@ -21,6 +26,7 @@ scores 0 and is flagged INVALID.
 import argparse
 import fnmatch
 import gzip
+import hashlib
 import json
 import sys
 import tempfile
@@ -31,6 +37,7 @@ from iopddl import field, find_cli, run_one  # noqa: E402
 
 INF = 10**18
 DEFAULT_DIR = Path("/tmp/autoshard_derived")
+REFS = Path(__file__).resolve().parent / "derived_refs.json"
 
 
 def load(path):
@@ -111,9 +118,40 @@ def solve(cli, path, limit, extra):
     return res
 
 
-def merge_ref(refs, name, res, kind):
-    """Keeps the best cost and the highest lower bound over all runs."""
-    r = refs.setdefault(name, {"cost": None, "lb": None, "kind": None})
+def digest(path):
+    """First 16 hex digits of the sha256 of the problem's JSON text. Of the text, not of the
+    .gz file: gzip's bytes may differ between zlib versions for the same text."""
+    h = hashlib.sha256()
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def load_refs(path):
+    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+
+
+def save_refs(refs, path):
+    Path(path).write_text(json.dumps(refs, indent=1, sort_keys=True) + "\n")
+
+
+def ref_of(refs, name, dig):
+    """The reference of instance `name` whose file has digest `dig`, else {}."""
+    r = refs.get(name, {})
+    if r and r.get("sha256") != dig:
+        print(f"note: the reference of {name} is for another file (digest {r.get('sha256')})")
+        return {}
+    return r
+
+
+def merge_ref(refs, name, res, kind, dig):
+    """Keeps the best cost and the highest lower bound over all runs on the file with digest
+    `dig`; a reference of another file is replaced."""
+    if refs.get(name, {}).get("sha256") != dig:
+        refs[name] = {"cost": None, "lb": None, "kind": None, "sha256": dig}
+    r = refs[name]
     if res["cost"] is not None and (r["cost"] is None or res["cost"] < r["cost"]):
         r["cost"], r["kind"] = res["cost"], kind
     if res["lb"] is not None and (r["lb"] is None or res["lb"] > r["lb"]):
@@ -153,33 +191,38 @@ def main(argv=None):
         "--ref-scale", type=float, default=2.0, help="--refs: long run at this x the time limit"
     )
     ap.add_argument("--json-out", help="also write the per-instance results there")
+    ap.add_argument(
+        "--refs-file",
+        default=str(REFS),
+        help="references to score against and improve (default %(default)s)",
+    )
     args = ap.parse_args(argv)
     d = Path(args.dir)
     manifest = json.loads((d / "manifest.json").read_text())
-    refs_path = d / "refs.json"
-    refs = json.loads(refs_path.read_text()) if refs_path.exists() else {}
+    refs = load_refs(args.refs_file)
     cli = find_cli(args.cli)
     names = select(manifest, args.only, args.max_nodes)
 
     if args.refs:
         for name in names:
             m = manifest[name]
+            dig = digest(d / name)
             if m["nodes"] <= args.exact_nodes:
                 res = solve(cli, d / name, args.exact_limit, ["--exact"])
-                merge_ref(refs, name, res, f"exact {args.exact_limit:g}s")
+                merge_ref(refs, name, res, f"exact {args.exact_limit:g}s", dig)
                 print(
                     f"{name}: exact -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)",
                     flush=True,
                 )
-            if refs.get(name, {}).get("kind") != "optimal":
+            if ref_of(refs, name, dig).get("kind") != "optimal":
                 limit = m["time_limit"] * args.ref_scale
                 res = solve(cli, d / name, limit, [])
-                merge_ref(refs, name, res, f"run {limit:g}s")
+                merge_ref(refs, name, res, f"run {limit:g}s", dig)
                 print(
                     f"{name}: long run -> {res['status']} cost {res['cost']} lb {res['lb']} ({res['wall']:.1f} s)",
                     flush=True,
                 )
-            refs_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
+            save_refs(refs, args.refs_file)
         return 0
 
     print(
@@ -196,7 +239,8 @@ def main(argv=None):
         m = manifest[name]
         limit = m["time_limit"] * args.time_scale
         res = solve(cli, d / name, limit, args.extra)
-        r = refs.get(name, {})
+        dig = digest(d / name)
+        r = ref_of(refs, name, dig)
         ref = r.get("cost")
         if ref is None and res["status"] == "proven optimal":  # its own reference: an optimum
             r, ref = {"kind": "optimal"}, res["cost"]
@@ -220,8 +264,8 @@ def main(argv=None):
         rows.append(
             dict(name=name, limit=limit, score=score, gap=gap, ref=ref, ref_kind=kind, **res)
         )
-        merge_ref(refs, name, res, f"score run {limit:g}s")
-    refs_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
+        merge_ref(refs, name, res, f"score run {limit:g}s", dig)
+        save_refs(refs, args.refs_file)
     print(
         f"total score: {total:.4f} / {len(names)}   below 0.99: "
         f"{sum(1 for r in rows if r['score'] < 0.99)}   invalid: {sum(1 for r in rows if r['invalid'])}"

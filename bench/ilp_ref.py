@@ -12,12 +12,11 @@ Checks the solver's own "proven optimal" claims with a different method (issue 1
 Budgets (planner problems) are not modelled: run it on IOPDDL-derived instances only.
 
     pip install highspy
-    python3 bench/ilp_ref.py DIR/B-sub500.json.gz [--time-limit 120] [--refs DIR/refs.json]
+    python3 bench/ilp_ref.py DIR/B-sub500.json.gz [--time-limit 120] [--refs]
 """
 
 import argparse
 import bisect
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from derived import INF, evaluate, load, merge_ref  # noqa: E402
+from derived import INF, REFS, digest, evaluate, load, load_refs, merge_ref, save_refs  # noqa: E402
 
 
 def build(p):
@@ -151,9 +150,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("problems", nargs="+")
     ap.add_argument("--time-limit", type=float, default=120)
-    ap.add_argument("--refs", help="refs.json to update (best cost, highest bound)")
+    ap.add_argument(
+        "--refs",
+        nargs="?",
+        const=str(REFS),
+        help="references to improve (best cost, highest bound; default file %(const)s)",
+    )
     args = ap.parse_args(argv)
-    refs = json.loads(Path(args.refs).read_text()) if args.refs and Path(args.refs).exists() else {}
+    refs = load_refs(args.refs) if args.refs else {}
     for path in args.problems:
         p = load(path)
         r = solve_ilp(p, args.time_limit)
@@ -165,9 +169,10 @@ def main(argv=None):
             flush=True,
         )
         if args.refs:
-            merge_ref(refs, Path(path).name, dict(cost=cost, lb=lb), f"HiGHS {args.time_limit:g}s")
+            kind = f"HiGHS {args.time_limit:g}s"
+            merge_ref(refs, Path(path).name, dict(cost=cost, lb=lb), kind, digest(path))
     if args.refs:
-        Path(args.refs).write_text(json.dumps(refs, indent=1, sort_keys=True))
+        save_refs(refs, args.refs)
     return 0
 
 
