@@ -45,9 +45,9 @@ from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from derived import INF, evaluate, load  # noqa: E402
 from iopddl import DEFAULT_DIR, INSTANCES, find_cli  # noqa: E402
 
-INF = 10**18
 DEFAULT_OUT = Path("/tmp/autoshard_derived")
 REPO = Path(__file__).resolve().parents[1]
 BASE_DIR = REPO / "bench" / "derived_base"
@@ -58,11 +58,6 @@ SMALL_ONLY = ("clone",)
 # Work units for the base plan (~0.2 s per 1e8 on one core; B is proven optimal in 1e8).
 BASE_WORK = {"B": 4e8, "G": 4e8}
 BASE_WORK_DEFAULT = 3e9
-
-
-def load(path):
-    with gzip.open(path, "rt") as f:
-        return json.load(f)["problem"]
 
 
 def save(problem, path):
@@ -82,14 +77,11 @@ def base_plan(cli, name, src, out, p, base_dir):
     if kept is not None and kept.exists():
         with gzip.open(kept, "rt") as f:
             plan = json.load(f)["solution"]
-        costs = p["nodes"]["costs"]
-        bad = len(plan) != len(costs) or any(
-            not 0 <= s < len(row) or row[s] >= INF for s, row in zip(plan, costs)
-        )
-        if bad:
+        _, why = evaluate(p, plan)
+        if why is not None:
             sys.exit(
-                f"{kept} is not a valid plan of {src} (another instance of that name?): "
-                "pass --fresh-base to derive from a new solver plan"
+                f"{kept} is not a valid plan of {src} ({why}; another instance of that "
+                "name?): pass --fresh-base to derive from a new solver plan"
             )
         return plan
     sol = out / "base" / f"{name}.sol.json"

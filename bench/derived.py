@@ -40,10 +40,31 @@ DEFAULT_DIR = Path("/tmp/autoshard_derived")
 REFS = Path(__file__).resolve().parent / "derived_refs.json"
 
 
-def load(path):
+def _text(path):
+    """The problem file's JSON text, as bytes (gzip or plain)."""
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return json.load(f)["problem"]
+    with opener(path, "rb") as f:
+        return f.read()
+
+
+def _digest_of(text):
+    """First 16 hex digits of the sha256 of a problem's JSON text. Of the text, not of the
+    .gz file: gzip's bytes may differ between zlib versions for the same text."""
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def read_problem(path):
+    """(problem, digest) from one read of the file."""
+    text = _text(path)
+    return json.loads(text)["problem"], _digest_of(text)
+
+
+def load(path):
+    return read_problem(path)[0]
+
+
+def digest(path):
+    return _digest_of(_text(path))
 
 
 def evaluate(p, sol):
@@ -86,7 +107,8 @@ def evaluate(p, sol):
 
 
 def solve(cli, path, limit, extra):
-    """Runs the solver with --out; returns dict(cost, lb, wall, status, invalid)."""
+    """Runs the solver with --out; returns dict(cost, lb, wall, status, invalid, digest).
+    The file is read once, after the run, for both the plan's check and the digest."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "sol.json"
         rc, stdout, err, wall, _ = run_one(cli, path, limit, extra + ["--out", str(out)])
@@ -100,13 +122,14 @@ def solve(cli, path, limit, extra):
         }
         if "proven optimal" in stdout:
             res["status"] = "proven optimal"
+        problem, res["digest"] = read_problem(path)
         if rc != 0 or not out.exists():
             res["status"] = f"rc={rc} " + (
                 err.strip().splitlines()[-1] if err.strip() else "no plan"
             )
             return res
         sol = json.loads(out.read_text())["solution"]
-    cost, why = evaluate(load(path), sol)
+    cost, why = evaluate(problem, sol)
     if cost is None:
         res["invalid"] = why
         res["status"] = "INVALID: " + why
@@ -116,17 +139,6 @@ def solve(cli, path, limit, extra):
         res["status"] += f" (solver said {reported}, recomputed {cost})"
     res["cost"] = cost
     return res
-
-
-def digest(path):
-    """First 16 hex digits of the sha256 of the problem's JSON text. Of the text, not of the
-    .gz file: gzip's bytes may differ between zlib versions for the same text."""
-    h = hashlib.sha256()
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()[:16]
 
 
 def load_refs(path):
@@ -239,7 +251,7 @@ def main(argv=None):
         m = manifest[name]
         limit = m["time_limit"] * args.time_scale
         res = solve(cli, d / name, limit, args.extra)
-        dig = digest(d / name)
+        dig = res["digest"]
         r = ref_of(refs, name, dig)
         ref = r.get("cost")
         if ref is None and res["status"] == "proven optimal":  # its own reference: an optimum

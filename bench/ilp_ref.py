@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from derived import INF, REFS, digest, evaluate, load, load_refs, merge_ref, save_refs  # noqa: E402
+from derived import INF, REFS, evaluate, load_refs, merge_ref, read_problem, save_refs  # noqa: E402
 
 
 def build(p):
@@ -159,7 +159,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     refs = load_refs(args.refs) if args.refs else {}
     for path in args.problems:
-        p = load(path)
+        p, dig = read_problem(path)
         r = solve_ilp(p, args.time_limit)
         cost, why = evaluate(p, r["sol"]) if r["sol"] is not None else (None, "no solution")
         lb = float(np.ceil(r["lb"] - 1e-6)) if np.isfinite(r["lb"]) else None
@@ -170,7 +170,7 @@ def main(argv=None):
         )
         if args.refs:
             kind = f"HiGHS {args.time_limit:g}s"
-            merge_ref(refs, Path(path).name, dict(cost=cost, lb=lb), kind, digest(path))
+            merge_ref(refs, Path(path).name, dict(cost=cost, lb=lb), kind, dig)
     if args.refs:
         save_refs(refs, args.refs)
     return 0
