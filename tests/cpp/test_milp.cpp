@@ -2,6 +2,7 @@
 // parallel and reversed edges, memory limits and global budgets; with and without a start.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -10,6 +11,7 @@
 #include "autoshard/problem.h"
 #include "autoshard/solver.h"
 #include "solver/graph_view.h"
+#include "solver/heuristic/graph_clusters.h"
 #include "solver/heuristic/milp.h"
 #include "test_heuristic_util.h"
 
@@ -17,6 +19,53 @@ namespace autoshard {
 namespace {
 
 using namespace testing_util;
+
+// The MILP over the problem's own clusters.
+SolveResult milp_of(const Problem& p, int64_t usage_limit, bool integer_costs, const SolveOptions& o,
+                    const Solution* start, const std::atomic<bool>* interrupt = nullptr,
+                    int64_t eager_memory_nonzeros = 1'000'000) {
+  const detail::GraphView g = detail::build_graph_view(p);
+  return detail::solve_milp(g, detail::find_clusters(g), usage_limit, integer_costs, o, start, interrupt,
+                            eager_memory_nonzeros);
+}
+
+// Ties nodes into clusters as the XLA graphs do: chains of nodes with the same label count
+// joined by bijective edges (a permutation of finite entries, every other entry infeasible),
+// each chain with its own memory interval per node, plus dense random edges between chains.
+Problem clustered_problem(std::mt19937_64& rng, int chains, int length, int labels) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Problem p;
+  const int n = chains * length;
+  p.node_costs.resize(n);
+  p.node_usages.resize(n);
+  p.intervals.resize(n);
+  for (int i = 0; i < n; ++i) {
+    for (int s = 0; s < labels; ++s) {
+      p.node_costs[i].push_back(uni(0, 12) == 0 ? kInfeasibleCost : Cost(uni(0, 30)));
+      p.node_usages[i].push_back(uni(0, 10));
+    }
+    const int start = uni(0, 8);
+    p.intervals[i] = {start, start + uni(1, 5)};
+  }
+  for (int c = 0; c < chains; ++c)
+    for (int k = 0; k + 1 < length; ++k) {
+      std::vector<int> perm(labels);
+      for (int s = 0; s < labels; ++s) perm[s] = s;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      Edge e{c * length + k, c * length + k + 1, std::vector<Cost>(size_t(labels) * labels, kInfeasibleCost)};
+      for (int s = 0; s < labels; ++s) e.costs[size_t(s) * labels + perm[s]] = uni(0, 5);
+      p.edges.push_back(std::move(e));
+    }
+  for (int k = 0; k < chains + 1; ++k) {
+    const int u = uni(0, n - 1), v = uni(0, n - 1);
+    if (u == v) continue;
+    Edge e{u, v, {}};
+    for (int s = 0; s < labels * labels; ++s) e.costs.push_back(uni(0, 20));
+    p.edges.push_back(std::move(e));
+  }
+  p.usage_limit = uni(10, 30);
+  return p;
+}
 
 void expect_matches_brute_force(const Problem& p, const Brute& b, const SolveResult& r, int trial) {
   ASSERT_EQ(r.found, b.feasible) << "trial " << trial << ": " << r.status;
@@ -38,10 +87,37 @@ TEST(Milp, RandomProblemsMatchBruteForce) {
     feasible += b.feasible;
     SolveOptions o;
     o.time_limit_s = 10;
-    const SolveResult r = detail::solve_milp(detail::build_graph_view(p), p.usage_limit, true, o, nullptr);
+    const SolveResult r = milp_of(p, p.usage_limit, true, o, nullptr);
     expect_matches_brute_force(p, b, r, trial);
   }
   EXPECT_GT(feasible, 50);  // the generator makes both kinds
+}
+
+TEST(Milp, ClusteredProblemsMatchBruteForceWithLazyMemoryRows) {
+  // The model over clusters (a few root labels per chain) must give the optimum of the whole
+  // problem, with the memory rows in the model from the start and added only where plans
+  // break them (eager threshold 0).
+  std::mt19937_64 rng(20261128);
+  int feasible = 0, clustered = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const Problem p = clustered_problem(rng, 2 + trial % 2, 3, 3);
+    const detail::GraphView g = detail::build_graph_view(p);
+    clustered += detail::find_clusters(g).num_clusters() < g.num_nodes;
+    const Brute b = brute_force(p);
+    feasible += b.feasible;
+    SolveOptions o;
+    o.time_limit_s = 10;
+    for (int64_t eager : {int64_t(1'000'000), int64_t(0)}) {
+      const SolveResult r = milp_of(p, p.usage_limit, true, o, nullptr, nullptr, eager);
+      expect_matches_brute_force(p, b, r, trial);
+    }
+    if (b.feasible) {
+      const SolveResult r = milp_of(p, p.usage_limit, true, o, &b.plan, nullptr, 0);
+      expect_matches_brute_force(p, b, r, trial);
+    }
+  }
+  EXPECT_GT(feasible, 15);
+  EXPECT_EQ(clustered, 60);
 }
 
 TEST(Milp, StartsFromAGivenPlan) {
@@ -52,7 +128,7 @@ TEST(Milp, StartsFromAGivenPlan) {
     if (!b.feasible) continue;
     SolveOptions o;
     o.time_limit_s = 10;
-    const SolveResult r = detail::solve_milp(detail::build_graph_view(p), p.usage_limit, true, o, &b.plan);
+    const SolveResult r = milp_of(p, p.usage_limit, true, o, &b.plan);
     expect_matches_brute_force(p, b, r, trial);
   }
 }
@@ -81,7 +157,7 @@ TEST(Milp, DispatcherProvesADenseProblemOptimal) {
     }
   SolveOptions o;
   o.time_limit_s = 20;
-  const SolveResult m = detail::solve_milp(detail::build_graph_view(p), -1, true, o, nullptr);
+  const SolveResult m = milp_of(p, -1, true, o, nullptr);
   ASSERT_TRUE(m.found);
   // One thread: the MILP after the search's share; two: beside the search, from the start.
   for (int threads : {1, 2}) {
@@ -101,8 +177,7 @@ TEST(Milp, StopsWhenInterrupted) {
   o.time_limit_s = 30;
   const std::atomic<bool> proven_elsewhere{true};
   const auto t0 = Clock::now();
-  const SolveResult r =
-      detail::solve_milp(detail::build_graph_view(p), p.usage_limit, true, o, nullptr, &proven_elsewhere);
+  const SolveResult r = milp_of(p, p.usage_limit, true, o, nullptr, &proven_elsewhere);
   EXPECT_LT(seconds_since(t0), 5.0);
   if (r.found) EXPECT_TRUE(plan_valid(p, r.solution, nullptr));
 }

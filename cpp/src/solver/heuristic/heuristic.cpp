@@ -73,41 +73,79 @@ constexpr double kMilpSecondsPerColumn = 5e-5;
 // With one thread, the search's share of the time before the MILP takes over.
 constexpr double kSearchShareBeforeMilp = 0.3;
 
-// Whether the reduced problem gets the MILP: small enough, its presolve and root LP likely to
-// take at most 30 % of the time, no work limit (HiGHS's clock would make the run depend on
-// the machine), and no budget branch and bound to follow (the dispatcher then sets
+// The problem the MILP solves: the reduced one or the original, whichever has the smaller
+// model over its clusters. The reductions usually shrink it, but on the XLA graphs they break
+// the bijective edges that tie clusters (strategies removed on one end only, chains folded):
+// C-perturb's 451 clusters become 6,924 after reduction, a model past the caps, while the
+// original's has 93 k columns.
+struct MilpTarget {
+  const detail::GraphView* g = nullptr;
+  const detail::Clusters* clusters = nullptr;
+  int64_t usage_limit = -1;
+  bool original = false;  // plans and bounds are the original problem's, else the reduced one's
+  int64_t columns = -1;   // of its model; -1: past the caps
+};
+
+// Whether the MILP gets a turn: its model small enough that HiGHS's presolve and root LP
+// likely take at most 30 % of the time, no work limit (HiGHS's clock would make the run depend
+// on the machine), and no budget branch and bound to follow (the dispatcher then sets
 // stall_rounds; that branching closes the planner's budget gaps in well under a second).
-bool milp_gets_a_turn(const Problem& reduced, const detail::GraphView& g, const SolveOptions& o) {
-  if (o.work_limit > 0 || o.stall_rounds > 0 || detail::milp_column_bound(reduced) < 0) return false;
-  return kMilpSecondsPerColumn * static_cast<double>(detail::milp_columns(g)) < 0.3 * o.time_limit_s;
+bool milp_gets_a_turn(const MilpTarget& t, const SolveOptions& o) {
+  if (o.work_limit > 0 || o.stall_rounds > 0 || t.columns < 0) return false;
+  return kMilpSecondsPerColumn * static_cast<double>(t.columns) < 0.3 * o.time_limit_s;
 }
 
-// The MILP on the reduced problem until `deadline`, as a portfolio run's outcome (costs and
-// bound in the reduced problem's terms; the gap is relative to the whole cost, offset
-// included, as the searches measure it). Its plan is kept only if the reduced problem's own
-// evaluation accepts it; a proof (or the gap tolerance) sets `proven` for the other runs.
-detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& reduced, bool integer_costs,
-                                   const SolveOptions& options, Clock::time_point deadline,
-                                   const std::vector<int32_t>* start, std::atomic<bool>* proven, Clock::time_point t0,
-                                   Cost cost_offset) {
-  detail::SearchOutcome out;
-  out.lower_bound = -kInfeasibleCost;
+// What the MILP found, in the original problem's terms.
+struct MilpOutcome {
+  Solution plan;  // empty when none
+  Cost cost = 0;
+  Cost lower_bound = -kInfeasibleCost;
+  const char* stopped_by = "time limit";  // or "proven optimal", "gap tolerance", "another run's proof"
+  double time_to_first_s = -1;
+};
+
+// The MILP until `deadline` from `start` (an original plan, or none). Its plan is kept only if
+// the original problem's own evaluation accepts it; a proof (or the gap tolerance) sets
+// `proven` for the searches.
+MilpOutcome run_milp(const MilpTarget& t, const Problem& problem, const Reduction& red, bool integer_costs,
+                     const SolveOptions& options, Clock::time_point deadline, const Solution* start,
+                     std::atomic<bool>* proven, Clock::time_point t0) {
+  MilpOutcome out;
   SolveOptions mo = options;
   mo.time_limit_s = to_seconds(deadline - Clock::now());
   if (mo.time_limit_s <= 0.05) return out;
-  const SolveResult m = detail::solve_milp(g, reduced.usage_limit, integer_costs, mo,
-                                           start != nullptr && !start->empty() ? start : nullptr, proven);
-  out.lower_bound = m.lower_bound;
+  // The MILP's start, in the terms of the problem it solves.
+  Solution own_start;
+  if (start != nullptr && !start->empty()) {
+    if (t.original) {
+      own_start = *start;
+    } else {
+      own_start.assign(red.reduced.num_nodes(), -1);
+      for (size_t r = 0; r < own_start.size(); ++r) {
+        const auto& orig = red.original_strategy[r];
+        const auto it = std::find(orig.begin(), orig.end(), (*start)[red.original_node[r]]);
+        if (it == orig.end()) {
+          own_start.clear();
+          break;
+        }
+        own_start[r] = static_cast<int32_t>(it - orig.begin());
+      }
+    }
+  }
+  const SolveResult m = detail::solve_milp(*t.g, *t.clusters, t.usage_limit, integer_costs, mo,
+                                           own_start.empty() ? nullptr : &own_start, proven);
+  const Cost offset = t.original ? 0.0 : red.cost_offset;
+  out.lower_bound = m.lower_bound + offset;
   if (m.found) {
-    const Evaluation ev = evaluate(reduced, m.solution);
+    Solution plan = t.original ? m.solution : red.expand(m.solution);
+    const Evaluation ev = evaluate(problem, plan);
     if (ev.valid) {
-      out.best = m.solution;
-      out.best_cost = ev.cost;
+      out.plan = std::move(plan);
+      out.cost = ev.cost;
       out.time_to_first_s = seconds_since(t0);
-      if (bound_proves_optimal(ev.cost, m.lower_bound, integer_costs)) {
+      if (bound_proves_optimal(ev.cost, out.lower_bound, integer_costs)) {
         out.stopped_by = "proven optimal";
-      } else if (options.gap_tolerance > 0 &&
-                 ev.cost - m.lower_bound <= options.gap_tolerance * std::abs(ev.cost + cost_offset)) {
+      } else if (options.gap_tolerance > 0 && ev.cost - out.lower_bound <= options.gap_tolerance * std::abs(ev.cost)) {
         out.stopped_by = "gap tolerance";
       }
     }
@@ -117,8 +155,9 @@ detail::SearchOutcome milp_outcome(const detail::GraphView& g, const Problem& re
   else if (proven->load())
     out.stopped_by = "another run's proof";
   if (options.verbose)
-    std::fprintf(stderr, "[milp] %s after %.2fs: cost %.17g, bound %.17g\n", m.status.c_str(), seconds_since(t0),
-                 out.best.empty() ? NAN : out.best_cost, out.lower_bound);
+    std::fprintf(stderr, "[milp] %s (on the %s problem) after %.2fs: cost %.17g, bound %.17g\n", m.status.c_str(),
+                 t.original ? "original" : "reduced", seconds_since(t0), out.plan.empty() ? NAN : out.cost,
+                 out.lower_bound);
   return out;
 }
 
@@ -182,8 +221,28 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
                  seconds_since(t_views), seconds_since(t0));
   const int32_t runs = std::max(1, options.threads);
   const bool integer_costs = has_integer_costs(red.reduced) && std::nearbyint(red.cost_offset) == red.cost_offset;
-  const bool milp = milp_gets_a_turn(red.reduced, g, options);
-  std::vector<detail::SearchOutcome> outcomes(runs + (milp && runs == 1 ? 1 : 0));
+
+  // The MILP's problem (MilpTarget): the original's view is built only when the MILP may run.
+  MilpTarget milp_target{&g, &clusters, red.reduced.usage_limit, false, -1};
+  detail::GraphView original_view;
+  detail::Clusters original_clusters;
+  if (options.work_limit <= 0 && options.stall_rounds <= 0) {
+    milp_target.columns = detail::milp_columns(g, clusters);
+    original_view = detail::build_referencing_view(problem);
+    original_clusters = detail::find_clusters(original_view);
+    const int64_t original_columns = detail::milp_columns(original_view, original_clusters);
+    if (original_columns >= 0 && (milp_target.columns < 0 || original_columns < milp_target.columns))
+      milp_target = {&original_view, &original_clusters, problem.usage_limit, true, original_columns};
+  }
+  const bool milp = milp_gets_a_turn(milp_target, options);
+  const bool milp_integer_costs = milp_target.original ? has_integer_costs(problem) : integer_costs;
+  if (options.verbose)
+    std::fprintf(stderr,
+                 "[heuristic] MILP over the %s problem's %d clusters: %lld columns, %s (%.2fs since the start)\n",
+                 milp_target.original ? "original" : "reduced", milp_target.clusters->num_clusters(),
+                 (long long)milp_target.columns, milp ? "gets a turn" : "not tried", seconds_since(t0));
+  std::vector<detail::SearchOutcome> outcomes(milp && runs > 1 ? runs - 1 : runs);
+  MilpOutcome milp_out;
   auto run = [&](int32_t k, const detail::SearchStop& until) {
     detail::SearchConfig config = portfolio_config(options, k);
     config.integer_costs = integer_costs;
@@ -191,30 +250,27 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     config.stall_rounds = options.stall_rounds;
     outcomes[k] = detail::lagrangian_search(g, clusters, red.reduced.usage_limit, config, until, red.cost_offset);
   };
-  auto run_milp = [&](int32_t k, const std::vector<int32_t>* start) {
-    outcomes[k] =
-        milp_outcome(g, red.reduced, integer_costs, options, stop.deadline, start, &proven, t0, red.cost_offset);
+  auto milp_from = [&](const Solution* start) {
+    milp_out = run_milp(milp_target, problem, red, milp_integer_costs, options, stop.deadline, start, &proven, t0);
   };
   if (runs == 1 && milp) {
     detail::SearchStop first = stop;
     first.deadline = t0 + std::chrono::duration_cast<Clock::duration>((stop.deadline - t0) * kSearchShareBeforeMilp);
     run(0, first);
-    if (!proven.load()) run_milp(1, &outcomes[0].best);
+    const Solution start = outcomes[0].best.empty() ? Solution{} : red.expand(outcomes[0].best);
+    if (!proven.load()) milp_from(&start);
   } else if (runs == 1) {
     run(0, stop);
   } else {
     std::vector<std::thread> workers;
-    for (int32_t k = 0; k < runs; ++k) {
-      if (milp && k == runs - 1)
-        workers.emplace_back(run_milp, k, nullptr);
-      else
-        workers.emplace_back(run, k, std::cref(stop));
-    }
+    for (int32_t k = 0; k < static_cast<int32_t>(outcomes.size()); ++k) workers.emplace_back(run, k, std::cref(stop));
+    if (milp) workers.emplace_back(milp_from, nullptr);
     for (auto& w : workers) w.join();
   }
 
-  // A proof wins (the first run that proved); otherwise the cheapest plan, ties to the lowest
-  // run index, so the pick is deterministic.
+  // A proof wins (the first run that proved, the MILP after the searches); otherwise the
+  // cheapest plan, ties to the lowest run index and then the searches, so the pick is
+  // deterministic. Compared in the original problem's terms.
   int32_t winner = -1;
   bool by_proof = false;
   for (int32_t k = 0; k < static_cast<int32_t>(outcomes.size()); ++k) {
@@ -228,16 +284,31 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   }
   result.work = 0;
   for (const auto& o : outcomes) result.work += o.work;
+  const char* stopped_by = "time limit";
   if (winner >= 0) {
     const auto& o = outcomes[winner];
     result.found = true;
     result.solution = red.expand(o.best);
     result.cost = o.best_cost + red.cost_offset;
-    detail::MemoryProfile memory(g, red.reduced.usage_limit);
-    memory.reset(o.best);
-    result.peak_usage = memory.peak();
+    stopped_by = o.stopped_by;
+  }
+  if (milp) {
+    result.lower_bound = std::max(result.lower_bound, milp_out.lower_bound);
+    const bool milp_proof = std::string(milp_out.stopped_by) == "proven optimal";
+    if (!milp_out.plan.empty() && !by_proof && (!result.found || milp_proof || milp_out.cost < result.cost)) {
+      result.found = true;
+      result.solution = std::move(milp_out.plan);
+      result.cost = milp_out.cost;
+      stopped_by = milp_out.stopped_by;
+    }
+    if (milp_out.time_to_first_s >= 0 &&
+        (result.time_to_first_s < 0 || milp_out.time_to_first_s < result.time_to_first_s))
+      result.time_to_first_s = milp_out.time_to_first_s;
+  }
+  if (result.found) {
+    result.peak_usage = evaluate(problem, result.solution).peak_usage;
     result.proven_optimal = bound_proves_optimal(result.cost, result.lower_bound, integer_costs);
-    result.status = result.proven_optimal ? "optimal" : o.stopped_by;
+    result.status = result.proven_optimal ? "optimal" : stopped_by;
   } else {
     result.status = "no valid plan found within the time limit";
   }

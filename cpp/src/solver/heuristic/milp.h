@@ -1,14 +1,21 @@
-// The problem as a mixed-integer program, solved by HiGHS. It closes what the branch and bound
-// leaves open on small dense problems (~1,000 nodes with 20-30 strategies each: the exact
-// search's bound keeps a gap of a few percent there, where the MILP's LP relaxation with the
-// edge marginals is nearly tight and HiGHS proves the optimum in seconds).
+// The problem as a mixed-integer program over its clusters (graph_clusters.h), solved by
+// HiGHS. It closes what the branch and bound leaves open on small dense problems (~1,000 nodes
+// with 20-30 strategies each: the exact search's bound keeps a gap of a few percent there,
+// where the MILP's LP relaxation with the edge marginals is nearly tight and HiGHS proves the
+// optimum in seconds), and, contracted to clusters, it solves the XLA graphs whose tens of
+// thousands of nodes are tied into a few hundred clusters (public A, C, P): there the
+// node-level dual bound of the search stays percents below the optimum.
 //
-// Model (the local-marginal polytope):
-//   x[i,s] binary per node strategy with a finite cost, sum_s x[i,s] = 1;
-//   per edge whose matrix is not a row term plus a column term, y[e,a,b] in [0,1] per finite
-//   entry, with sum_b y[e,a,b] = x[u,a] and sum_a y[e,a,b] = x[v,b] (so y is the chosen pair
-//   when x is integral, and a missing pair is forbidden); additive matrices go to node costs;
-//   memory: one row per time where the live set is maximal, usages above each node's least;
+// Model (the local-marginal polytope of the contracted problem; singleton clusters give the
+// per-node one):
+//   x[k,s] binary per cluster label with a finite cost (the members' node costs and the edges
+//   inside the cluster at the labels s fixes), sum_s x[k,s] = 1;
+//   per cluster pair joined by edges (their matrices summed) that is not a row term plus a
+//   column term, y[kl,a,b] in [0,1] per finite entry, with sum_b y[kl,a,b] = x[k,a] and
+//   sum_a y[kl,a,b] = x[l,b] (so y is the chosen pair when x is integral, and a missing pair
+//   is forbidden); additive matrices go to the cluster costs;
+//   memory: one row per time where the live set is maximal, usages above each node's least
+//   (added lazily where the MILP's plan breaks them when there are many);
 //   global budgets: one row each.
 #pragma once
 
@@ -18,24 +25,26 @@
 #include "autoshard/problem.h"
 #include "autoshard/solver.h"
 #include "graph_view.h"
+#include "heuristic/graph_clusters.h"
 
 namespace autoshard::detail {
 
-// At most how many columns the MILP has (every edge entry a column), or -1 when the problem
-// is too large to try (the LP relaxation alone would take minutes). Reads sizes only.
-int64_t milp_column_bound(const Problem& p);
-
-// How many columns the MILP has (strategies with a finite cost, plus the finite entries of
-// the edges that are not folded into node costs; counting stops once past the model's cap).
-// Linear in the edge matrices.
-int64_t milp_columns(const GraphView& g);
+// How many columns the MILP over `clusters` has (labels with a finite cost, plus the finite
+// entries of the cluster-pair matrices that are not folded into cluster costs), or -1 when
+// the model is past its caps (too many clusters or columns: the LP relaxation alone would
+// take minutes). Linear in the edge matrices.
+int64_t milp_columns(const GraphView& g, const Clusters& clusters);
 
 // Solves the MILP within o.time_limit_s (HiGHS's own clock, one thread, seed o.seed) or until
 // `interrupt` is set (another search proved its plan), starting from `incumbent` when given.
 // Returns the best plan HiGHS found (found = false if none, or if the model grew past its caps
 // while being built) and its proven lower bound; the caller re-evaluates the plan on the
 // problem. Never throws for a problem that passed validation.
-SolveResult solve_milp(const GraphView& g, int64_t usage_limit, bool integer_costs, const SolveOptions& o,
-                       const Solution* incumbent, const std::atomic<bool>* interrupt = nullptr);
+// Memory rows go into the model at once while they have at most `eager_memory_nonzeros`
+// nonzeros; beyond, only the rows the MILP's plans break are added, round by round, and the
+// MILP solved again (each round's bound is valid, and a plan counts once it fits every row).
+SolveResult solve_milp(const GraphView& g, const Clusters& clusters, int64_t usage_limit, bool integer_costs,
+                       const SolveOptions& o, const Solution* incumbent, const std::atomic<bool>* interrupt = nullptr,
+                       int64_t eager_memory_nonzeros = 1'000'000);
 
 }  // namespace autoshard::detail
