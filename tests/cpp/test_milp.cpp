@@ -120,6 +120,34 @@ TEST(Milp, ClusteredProblemsMatchBruteForceWithLazyMemoryRows) {
   EXPECT_EQ(clustered, 60);
 }
 
+TEST(Milp, SizeCountsTheModelOverClusters) {
+  // One chain of 4 bijectively tied nodes (one cluster of 3 labels) and a lone node of 2
+  // labels joined to it by an edge that is a row term plus a column term: the model has a
+  // column per feasible label of the two clusters and none for the pairs (the edge folds into
+  // the label costs, the chain's edges into its cluster's).
+  std::mt19937_64 rng(5);
+  Problem p = clustered_problem(rng, 1, 4, 3);
+  p.edges.resize(3);  // the chain's bijective edges only
+  p.node_costs.push_back({1, 2});
+  p.node_usages.push_back({1, 2});
+  p.intervals.push_back({0, 3});
+  p.edges.push_back(Edge{4, 0, {1, 2, 3, 4, 5, 6}});
+  const detail::GraphView g = detail::build_graph_view(p);
+  const detail::Clusters c = detail::find_clusters(g);
+  ASSERT_EQ(c.num_clusters(), 2);
+  int infeasible_labels = 0;  // a label of the chain with an infeasible member has no column
+  for (int s = 0; s < 3; ++s) {
+    bool bad = false;
+    for (int32_t i = 0; i < 4; ++i) bad |= is_infeasible(g.costs(i)[c.label_of_root[c.map_offset[i] + s]]);
+    infeasible_labels += bad;
+  }
+  const detail::MilpSize size = detail::milp_size(g, c, p.usage_limit);
+  EXPECT_EQ(size.columns, 3 - infeasible_labels + 2);
+  EXPECT_FALSE(size.lazy_memory);
+  EXPECT_TRUE(detail::milp_size(g, c, p.usage_limit, 0).lazy_memory);
+  EXPECT_FALSE(detail::milp_size(g, c, -1, 0).lazy_memory);  // no memory limit, no memory rows
+}
+
 TEST(Milp, StartsFromAGivenPlan) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 40; ++trial) {

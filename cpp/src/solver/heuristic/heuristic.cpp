@@ -70,6 +70,10 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
 // G-mem0.97 (78 k columns), 1e-4 on S-sub2000 (123 k, under load). Presolve cannot be
 // interrupted, so this gates which problems the MILP may start on.
 constexpr double kMilpSecondsPerColumn = 5e-5;
+// A MILP whose memory rows are added lazily is solved again per round of rows: 2-3 rounds on
+// public A and C and C-perturb, each a presolve and LP of a larger model. At a quarter of A's
+// limit (15 s) it missed its proof and took the second search's place (A-perturb: 0.9968).
+constexpr double kLazyMemoryRounds = 3.0;
 // With one thread, the search's share of the time before the MILP takes over.
 constexpr double kSearchShareBeforeMilp = 0.3;
 
@@ -83,16 +87,28 @@ struct MilpTarget {
   const detail::Clusters* clusters = nullptr;
   int64_t usage_limit = -1;
   bool original = false;  // plans and bounds are the original problem's, else the reduced one's
-  int64_t columns = -1;   // of its model; -1: past the caps
+  detail::MilpSize size;  // of its model
 };
+
+// The original problem's view is built for the MILP only up to this many edge-matrix entries
+// (public A, C: 5.5 M; P: 0.9 M): the 3-D planner problems have 71 M, 1.5 GB of JSON, and a
+// view of them would cost seconds and a copy of what is not referenced.
+constexpr int64_t kMaxOriginalEntriesForMilp = 16'000'000;
+
+int64_t edge_entries(const Problem& p) {
+  int64_t n = 0;
+  for (const Edge& e : p.edges) n += static_cast<int64_t>(e.costs.size());
+  return n;
+}
 
 // Whether the MILP gets a turn: its model small enough that HiGHS's presolve and root LP
 // likely take at most 30 % of the time, no work limit (HiGHS's clock would make the run depend
 // on the machine), and no budget branch and bound to follow (the dispatcher then sets
 // stall_rounds; that branching closes the planner's budget gaps in well under a second).
 bool milp_gets_a_turn(const MilpTarget& t, const SolveOptions& o) {
-  if (o.work_limit > 0 || o.stall_rounds > 0 || t.columns < 0) return false;
-  return kMilpSecondsPerColumn * static_cast<double>(t.columns) < 0.3 * o.time_limit_s;
+  if (o.work_limit > 0 || o.stall_rounds > 0 || t.size.columns < 0) return false;
+  const double rounds = t.size.lazy_memory ? kLazyMemoryRounds : 1.0;
+  return kMilpSecondsPerColumn * rounds * static_cast<double>(t.size.columns) < 0.3 * o.time_limit_s;
 }
 
 // What the MILP found, in the original problem's terms.
@@ -223,24 +239,27 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const bool integer_costs = has_integer_costs(red.reduced) && std::nearbyint(red.cost_offset) == red.cost_offset;
 
   // The MILP's problem (MilpTarget): the original's view is built only when the MILP may run.
-  MilpTarget milp_target{&g, &clusters, red.reduced.usage_limit, false, -1};
+  MilpTarget milp_target{&g, &clusters, red.reduced.usage_limit, false, {}};
   detail::GraphView original_view;
   detail::Clusters original_clusters;
   if (options.work_limit <= 0 && options.stall_rounds <= 0) {
-    milp_target.columns = detail::milp_columns(g, clusters);
+    milp_target.size = detail::milp_size(g, clusters, red.reduced.usage_limit);
+  }
+  if (options.work_limit <= 0 && options.stall_rounds <= 0 && edge_entries(problem) <= kMaxOriginalEntriesForMilp) {
     original_view = detail::build_referencing_view(problem);
     original_clusters = detail::find_clusters(original_view);
-    const int64_t original_columns = detail::milp_columns(original_view, original_clusters);
-    if (original_columns >= 0 && (milp_target.columns < 0 || original_columns < milp_target.columns))
-      milp_target = {&original_view, &original_clusters, problem.usage_limit, true, original_columns};
+    const detail::MilpSize original = detail::milp_size(original_view, original_clusters, problem.usage_limit);
+    if (original.columns >= 0 && (milp_target.size.columns < 0 || original.columns < milp_target.size.columns))
+      milp_target = {&original_view, &original_clusters, problem.usage_limit, true, original};
   }
   const bool milp = milp_gets_a_turn(milp_target, options);
   const bool milp_integer_costs = milp_target.original ? has_integer_costs(problem) : integer_costs;
   if (options.verbose)
     std::fprintf(stderr,
-                 "[heuristic] MILP over the %s problem's %d clusters: %lld columns, %s (%.2fs since the start)\n",
+                 "[heuristic] MILP over the %s problem's %d clusters: %lld columns%s, %s (%.2fs since the start)\n",
                  milp_target.original ? "original" : "reduced", milp_target.clusters->num_clusters(),
-                 (long long)milp_target.columns, milp ? "gets a turn" : "not tried", seconds_since(t0));
+                 (long long)milp_target.size.columns, milp_target.size.lazy_memory ? " (lazy memory rows)" : "",
+                 milp ? "gets a turn" : "not tried", seconds_since(t0));
   std::vector<detail::SearchOutcome> outcomes(milp && runs > 1 ? runs - 1 : runs);
   MilpOutcome milp_out;
   auto run = [&](int32_t k, const detail::SearchStop& until) {

@@ -21,12 +21,14 @@ namespace {
 constexpr int32_t kMaxGroups = 6000;
 constexpr int64_t kMaxColumns = 1'500'000;
 constexpr int64_t kMaxNonzeros = 12'000'000;
-// Memory rows beyond solve_milp's eager_memory_nonzeros are added kRowsPerRound at a time,
-// the most broken first, where the MILP's plan breaks the limit. Contracted, C-perturb has
-// 19,707 maximal live sets with 3.1 M nonzeros: with every row, HiGHS's presolve alone took
-// 24 s, and the solve 70 s; 202 rows in three rounds gave the same proven optimum in 16 s
-// (1,000 rows at once: 15 s; public A: 200 rows, two rounds, 11 s).
-constexpr int32_t kRowsPerRound = 200;
+// Memory rows beyond solve_milp's eager_memory_nonzeros are added up to kRowsPerRound at a
+// time where the MILP's plan breaks the limit (broken_rows). Contracted, public C has 19,707
+// maximal live sets with 3.1 M nonzeros: with every row, HiGHS's presolve alone took 24 s on
+// C-perturb, and the solve 70 s. Seconds from the MILP's start to its proof (one thread,
+// after the search's 18 s), at 200 / 700 / 1,000 / 2,000 rows a round: public C 35 / 41 / 19
+// / 24 s, public A 9 / 10 / 16 / - s, C-perturb 18 / 14 / 15 / - s. HiGHS's branching makes
+// these vary by several seconds from run to run; 1,000 has the smallest worst case.
+constexpr int32_t kRowsPerRound = 1000;
 
 bool finite(Cost c) { return c < kInfeasibleCost; }
 Cost add_cost(Cost a, Cost b) { return finite(a) && finite(b) ? a + b : kInfeasibleCost; }
@@ -396,31 +398,61 @@ bool start_from(const Contracted& ct, const Model& md, const std::vector<int32_t
   return true;
 }
 
-// Indices of the lazy rows the cluster labels break, most broken first, at most `limit`.
+// Indices of the lazy rows the cluster labels break, at most `limit`: first the most broken
+// row of each stretch of consecutive broken rows (the rows are in time order, and neighbours
+// are nearly the same row), then the most broken of the rest.
 std::vector<size_t> broken_rows(const Model& md, const std::vector<char>& added, const std::vector<double>& x,
                                 size_t limit) {
-  std::vector<std::pair<double, size_t>> over;
+  std::vector<double> excess(md.lazy_memory.size(), 0.0);
   for (size_t r = 0; r < md.lazy_memory.size(); ++r) {
     if (added[r]) continue;
     double activity = 0;
     for (const auto& [col, v] : md.lazy_memory[r].terms) activity += v * x[col];
-    const double excess = activity - md.lazy_memory[r].cap;
-    if (excess > 0.5) over.emplace_back(-excess, r);
+    excess[r] = activity - md.lazy_memory[r].cap;
   }
-  std::sort(over.begin(), over.end());
+  std::vector<std::pair<double, size_t>> heads, rest;
+  for (size_t r = 0; r < excess.size();) {
+    if (excess[r] <= 0.5) {
+      ++r;
+      continue;
+    }
+    size_t top = r;
+    for (; r < excess.size() && excess[r] > 0.5; ++r) {
+      if (excess[r] > excess[top]) top = r;
+    }
+    heads.emplace_back(-excess[top], top);
+  }
+  std::sort(heads.begin(), heads.end());
+  std::vector<char> taken(excess.size(), 0);
   std::vector<size_t> rows;
-  for (size_t k = 0; k < over.size() && k < limit; ++k) rows.push_back(over[k].second);
+  for (size_t k = 0; k < heads.size() && rows.size() < limit; ++k) {
+    rows.push_back(heads[k].second);
+    taken[heads[k].second] = 1;
+  }
+  for (size_t r = 0; r < excess.size(); ++r)
+    if (excess[r] > 0.5 && !taken[r]) rest.emplace_back(-excess[r], r);
+  std::sort(rest.begin(), rest.end());
+  for (size_t k = 0; k < rest.size() && rows.size() < limit; ++k) rows.push_back(rest[k].second);
   return rows;
 }
 
 }  // namespace
 
-int64_t milp_columns(const GraphView& g, const Clusters& clusters) {
+MilpSize milp_size(const GraphView& g, const Clusters& clusters, int64_t usage_limit, int64_t eager_memory_nonzeros) {
+  MilpSize size;
   const Contracted ct = contract(g, clusters);
-  if (ct.too_big) return -1;
+  if (ct.too_big) return size;
   Model md;
   add_columns(ct, md);
-  return md.too_big ? -1 : static_cast<int64_t>(md.cost.size());
+  if (md.too_big) return size;
+  size.columns = static_cast<int64_t>(md.cost.size());
+  if (usage_limit >= 0) {
+    int64_t nonzeros = 0;
+    for (const Model::Row& row : memory_rows(g, clusters, ct, md, usage_limit))
+      nonzeros += static_cast<int64_t>(row.terms.size());
+    size.lazy_memory = nonzeros > eager_memory_nonzeros;
+  }
+  return size;
 }
 
 SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_limit, bool integer_costs,
@@ -500,8 +532,14 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
   std::vector<char> added(md.lazy_memory.size(), 0);
   bool proven = false;
   std::string last = "time limit";
+  double first_round_s = 0;
   for (int round = 0; Clock::now() < deadline; ++round) {
     if (interrupt != nullptr && interrupt->load()) break;
+    // A round starts with HiGHS's presolve, which it cannot interrupt: one that could not
+    // finish would overrun the limit (A-perturb at 15 s: 18.8 s). Each round's model is
+    // larger than the first's, so a round needs at least the first one's time.
+    if (round > 0 && to_seconds(deadline - Clock::now()) < first_round_s) break;
+    const auto t_round = Clock::now();
     h.setOptionValue("time_limit", std::max(0.01, to_seconds(deadline - Clock::now())));
     if (has_start) h.setSolution(start);
     h.run();
@@ -516,6 +554,7 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
     if (std::isfinite(info.mip_dual_bound)) out.lower_bound = std::max(out.lower_bound, info.mip_dual_bound);
     if (info.primal_solution_status != kSolutionStatusFeasible) break;
     const std::vector<double>& v = h.getSolution().col_value;
+    if (round == 0) first_round_s = seconds_since(t_round);
     const std::vector<size_t> broken = broken_rows(md, added, v, kRowsPerRound);
     if (o.verbose)
       std::fprintf(stderr, "[milp] round %d: %s, objective %.17g, bound %.17g, %zu of %zu memory rows broken (%.2fs)\n",

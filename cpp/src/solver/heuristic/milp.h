@@ -29,17 +29,18 @@
 
 namespace autoshard::detail {
 
-// How many columns the MILP over `clusters` has (labels with a finite cost, plus the finite
-// entries of the cluster-pair matrices that are not folded into cluster costs), or -1 when
-// the model is past its caps (too many clusters or columns: the LP relaxation alone would
-// take minutes). Linear in the edge matrices.
-int64_t milp_columns(const GraphView& g, const Clusters& clusters);
+// The size of the MILP over `clusters`: how many columns it has (labels with a finite cost,
+// plus the finite entries of the cluster-pair matrices that are not folded into cluster
+// costs), -1 when the model is past its caps (too many clusters or columns: the LP relaxation
+// alone would take minutes); and whether its memory rows are added lazily (solve_milp), so
+// that it solves several MILPs. Linear in the edge matrices and the memory rows.
+struct MilpSize {
+  int64_t columns = -1;
+  bool lazy_memory = false;
+};
+MilpSize milp_size(const GraphView& g, const Clusters& clusters, int64_t usage_limit,
+                   int64_t eager_memory_nonzeros = 1'000'000);
 
-// Solves the MILP within o.time_limit_s (HiGHS's own clock, one thread, seed o.seed) or until
-// `interrupt` is set (another search proved its plan), starting from `incumbent` when given.
-// Returns the best plan HiGHS found (found = false if none, or if the model grew past its caps
-// while being built) and its proven lower bound; the caller re-evaluates the plan on the
-// problem. Never throws for a problem that passed validation.
 // Memory rows go into the model at once while they have at most `eager_memory_nonzeros`
 // nonzeros; beyond, only the rows the MILP's plans break are added, round by round, and the
 // MILP solved again (each round's bound is valid, and a plan counts once it fits every row).
