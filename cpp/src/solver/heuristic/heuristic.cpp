@@ -20,7 +20,6 @@
 #include "heuristic/graph_clusters.h"
 #include "graph_view.h"
 #include "heuristic/lagrangian_search.h"
-#include "heuristic/memory_profile.h"
 #include "heuristic/milp.h"
 
 namespace autoshard {
@@ -78,10 +77,10 @@ constexpr double kLazyMemoryRounds = 3.0;
 constexpr double kSearchShareBeforeMilp = 0.3;
 
 // The problem the MILP solves: the reduced one or the original, whichever has the smaller
-// model over its clusters. The reductions usually shrink it, but on the XLA graphs they break
-// the bijective edges that tie clusters (strategies removed on one end only, chains folded):
-// C-perturb's 451 clusters become 6,924 after reduction, a model past the caps, while the
-// original's has 93 k columns.
+// model over its clusters. The reductions usually shrink it, but on the XLA graphs they split
+// clusters: C-perturb's 451 become 6,924 after reduction (public C without the eliminations:
+// 10,892, with 10,655 nodes left a single strategy), past the model's cap of 6,000, while the
+// original's model has 93 k columns.
 struct MilpTarget {
   const detail::GraphView* g = nullptr;
   const detail::Clusters* clusters = nullptr;
