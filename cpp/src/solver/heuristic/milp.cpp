@@ -29,6 +29,8 @@ constexpr int64_t kMaxNonzeros = 12'000'000;
 // / 24 s, public A 9 / 10 / 16 / - s, C-perturb 18 / 14 / 15 / - s. HiGHS's branching makes
 // these vary by several seconds from run to run; 1,000 has the smallest worst case.
 constexpr int32_t kRowsPerRound = 1000;
+// The relative gap of the rounds that add memory rows (solve_milp).
+constexpr double kRoundGap = 0.01;
 
 bool finite(Cost c) { return c < kInfeasibleCost; }
 Cost add_cost(Cost a, Cost b) { return finite(a) && finite(b) ? a + b : kInfeasibleCost; }
@@ -533,6 +535,9 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
   bool proven = false;
   std::string last = "time limit";
   double first_round_s = 0;
+  // Rounds that add rows only need a plan to find the rows it breaks, not its proof: they
+  // stop at kRoundGap, and the rows complete, the model is solved again to the real gap.
+  bool loose = !md.lazy_memory.empty();
   for (int round = 0; Clock::now() < deadline; ++round) {
     if (interrupt != nullptr && interrupt->load()) break;
     // A round starts with HiGHS's presolve, which it cannot interrupt: one that could not
@@ -541,6 +546,7 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
     if (round > 0 && to_seconds(deadline - Clock::now()) < first_round_s) break;
     const auto t_round = Clock::now();
     h.setOptionValue("time_limit", std::max(0.01, to_seconds(deadline - Clock::now())));
+    h.setOptionValue("mip_rel_gap", loose ? std::max(o.gap_tolerance, kRoundGap) : o.gap_tolerance);
     if (has_start) h.setSolution(start);
     h.run();
     const HighsInfo& info = h.getInfo();
@@ -561,24 +567,32 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
                    round, h.modelStatusToString(status).c_str(), info.objective_function_value, info.mip_dual_bound,
                    broken.size(), md.lazy_memory.size(), seconds_since(t_start));
     if (broken.empty()) {
-      Solution plan(g.num_nodes, 0);
-      for (int32_t i = 0; i < g.num_nodes; ++i) {
-        const int32_t k = cl.cluster_of[i];
+      std::vector<int32_t> lab(ct.labels.size(), 0);
+      for (size_t k = 0; k < lab.size(); ++k) {
         double best = -1;
         for (int32_t r = 0; r < ct.labels[k]; ++r) {
           const int32_t col = md.x_col[k][r];
           if (col >= 0 && v[col] > best) {
             best = v[col];
-            plan[i] = member_label(cl, i, r);
+            lab[k] = r;
           }
         }
       }
+      Solution plan(g.num_nodes, 0);
+      for (int32_t i = 0; i < g.num_nodes; ++i) plan[i] = member_label(cl, i, lab[cl.cluster_of[i]]);
       // exact, where HiGHS's objective carries its tolerances
       const Cost cost = graph_cost(g, plan);
       if (!out.found || cost < out.cost) {
         out.found = true;
         out.solution = std::move(plan);
         out.cost = cost;
+      }
+      const bool within = bound_proves_optimal(info.objective_function_value, info.mip_dual_bound, integer_costs) ||
+                          info.mip_gap <= o.gap_tolerance;
+      if (loose && status == HighsModelStatus::kOptimal && !within) {
+        loose = false;  // the rows are complete: the same model again, to the real gap, from this plan
+        has_start = start_from(ct, md, lab, num_cols, start) || has_start;
+        continue;
       }
       proven = status == HighsModelStatus::kOptimal;
       break;
