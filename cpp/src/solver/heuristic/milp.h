@@ -43,7 +43,8 @@ MilpSize milp_size(const GraphView& g, const Clusters& clusters, int64_t usage_l
 
 // Memory rows go into the model at once while they have at most `eager_memory_nonzeros`
 // nonzeros; beyond, only the rows the MILP's plans break are added, round by round, and the
-// MILP solved again (each round's bound is valid, and a plan counts once it fits every row).
+// MILP solved again (each round's bound is valid, and a plan counts once it fits every row;
+// the rounds that add rows stop at a 1 % gap, the last one is solved to o.gap_tolerance).
 SolveResult solve_milp(const GraphView& g, const Clusters& clusters, int64_t usage_limit, bool integer_costs,
                        const SolveOptions& o, const Solution* incumbent, const std::atomic<bool>* interrupt = nullptr,
                        int64_t eager_memory_nonzeros = 1'000'000);
