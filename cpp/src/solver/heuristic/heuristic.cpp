@@ -69,12 +69,15 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
 // G-mem0.97 (78 k columns), 1e-4 on S-sub2000 (123 k, under load). Presolve cannot be
 // interrupted, so this gates which problems the MILP may start on.
 constexpr double kMilpSecondsPerColumn = 5e-5;
-// A MILP whose memory rows are added lazily is solved again per round of rows: 2-3 rounds on
-// public A and C and C-perturb, each a presolve and LP of a larger model. At a quarter of A's
-// limit (15 s) it missed its proof and took the second search's place (A-perturb: 0.9968).
-constexpr double kLazyMemoryRounds = 3.0;
+// A MILP whose memory rows are added lazily starts with its LP relaxation without them, which
+// HiGHS can interrupt, and starts a MILP round only when the time for one is left (milp.h):
+// its first LP took 2.0e-5 s per column on C-perturb (93 k columns), 1.6e-5 on public A.
+constexpr double kLazyLpSecondsPerColumn = 2.5e-5;
 // With one thread, the search's share of the time before the MILP takes over.
 constexpr double kSearchShareBeforeMilp = 0.3;
+
+// A MILP that stops early leaves its thread to a search when at least this much time is left.
+constexpr double kMinSearchAfterMilpS = 1.0;
 
 // The problem the MILP solves: the reduced one or the original, whichever has the smaller
 // model over its clusters. The reductions usually shrink it, but on the XLA graphs they split
@@ -100,14 +103,15 @@ int64_t edge_entries(const Problem& p) {
   return n;
 }
 
-// Whether the MILP gets a turn: its model small enough that HiGHS's presolve and root LP
-// likely take at most 30 % of the time, no work limit (HiGHS's clock would make the run depend
-// on the machine), and no budget branch and bound to follow (the dispatcher then sets
-// stall_rounds; that branching closes the planner's budget gaps in well under a second).
+// Whether the MILP gets a turn: its model small enough that HiGHS's presolve and root LP (or,
+// with lazy memory rows, its first LP) likely take at most 30 % of the time, no work limit
+// (HiGHS's clock would make the run depend on the machine), and no budget branch and bound to
+// follow (the dispatcher then sets stall_rounds; that branching closes the planner's budget
+// gaps in well under a second).
 bool milp_gets_a_turn(const MilpTarget& t, const SolveOptions& o) {
   if (o.work_limit > 0 || o.stall_rounds > 0 || t.size.columns < 0) return false;
-  const double rounds = t.size.lazy_memory ? kLazyMemoryRounds : 1.0;
-  return kMilpSecondsPerColumn * rounds * static_cast<double>(t.size.columns) < 0.3 * o.time_limit_s;
+  const double per_column = t.size.lazy_memory ? kLazyLpSecondsPerColumn : kMilpSecondsPerColumn;
+  return per_column * static_cast<double>(t.size.columns) < 0.3 * o.time_limit_s;
 }
 
 // What the MILP found, in the original problem's terms.
@@ -259,7 +263,10 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
                  milp_target.original ? "original" : "reduced", milp_target.clusters->num_clusters(),
                  (long long)milp_target.size.columns, milp_target.size.lazy_memory ? " (lazy memory rows)" : "",
                  milp ? "gets a turn" : "not tried", seconds_since(t0));
-  std::vector<detail::SearchOutcome> outcomes(milp && runs > 1 ? runs - 1 : runs);
+  std::vector<detail::SearchOutcome> outcomes(runs);
+  // The last run's place goes to the MILP when it has a turn; that search runs only if the MILP
+  // stops early, unproven (outcomes of runs that did not run bound nothing).
+  if (milp && runs > 1) outcomes.back().lower_bound = -std::numeric_limits<Cost>::infinity();
   MilpOutcome milp_out;
   auto run = [&](int32_t k, const detail::SearchStop& until) {
     detail::SearchConfig config = portfolio_config(options, k);
@@ -281,8 +288,15 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     run(0, stop);
   } else {
     std::vector<std::thread> workers;
-    for (int32_t k = 0; k < static_cast<int32_t>(outcomes.size()); ++k) workers.emplace_back(run, k, std::cref(stop));
-    if (milp) workers.emplace_back(milp_from, nullptr);
+    const int32_t searches = milp ? runs - 1 : runs;
+    for (int32_t k = 0; k < searches; ++k) workers.emplace_back(run, k, std::cref(stop));
+    if (milp)
+      workers.emplace_back([&] {
+        milp_from(nullptr);
+        // A MILP that stopped early (no time for its next round, or no plan) hands its
+        // thread back to the search it replaced.
+        if (!proven.load() && to_seconds(stop.deadline - Clock::now()) > kMinSearchAfterMilpS) run(runs - 1, stop);
+      });
     for (auto& w : workers) w.join();
   }
 

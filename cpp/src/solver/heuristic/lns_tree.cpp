@@ -90,8 +90,13 @@ bool TreeLns::repair(PlanState& state, Clock::time_point deadline) {
   MemoryProfile& memory = state.memory();
   const int64_t limit = memory.limit();
   const int32_t C = cl_.num_clusters();
+  // A group move lowers the usage at the peak but may raise it where other members are live,
+  // so moves can cycle between two peaks (small clustered problems did, until the deadline).
+  // A repair that works moves each group a few times at most: past as many steps as the
+  // groups have labels, it gives up.
+  const int64_t max_steps = static_cast<int64_t>(super_.node_cost.size());
   for (int64_t step = 0; memory.limited() && memory.peak() > limit; ++step) {
-    if ((step & 7) == 0 && Clock::now() > deadline) return false;
+    if (step >= max_steps || ((step & 7) == 0 && Clock::now() > deadline)) return false;
     const auto& x = state.labels();
     const int32_t t = memory.peak_point();
     const int64_t excess = memory.peak() - limit;

@@ -42,9 +42,12 @@ MilpSize milp_size(const GraphView& g, const Clusters& clusters, int64_t usage_l
                    int64_t eager_memory_nonzeros = 1'000'000);
 
 // Memory rows go into the model at once while they have at most `eager_memory_nonzeros`
-// nonzeros; beyond, only the rows the MILP's plans break are added, round by round, and the
-// MILP solved again (each round's bound is valid, and a plan counts once it fits every row;
-// the rounds that add rows stop at a 1 % gap, the last one is solved to o.gap_tolerance).
+// nonzeros; beyond, only the rows that solutions break are added, round by round: first the
+// LP relaxation's, re-solved until it breaks none, then the MILP's (each round's bound is
+// valid; the MILP rounds that may still add rows stop at a 1 % gap, the last one is solved to
+// o.gap_tolerance). Each relaxation's plan is made to fit every row by the search's repair
+// and descents, and the best so far starts the next MILP round; a MILP round starts only
+// while the time the LP rounds took is left.
 SolveResult solve_milp(const GraphView& g, const Clusters& clusters, int64_t usage_limit, bool integer_costs,
                        const SolveOptions& o, const Solution* incumbent, const std::atomic<bool>* interrupt = nullptr,
                        int64_t eager_memory_nonzeros = 1'000'000);
