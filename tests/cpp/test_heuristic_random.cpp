@@ -248,6 +248,31 @@ TEST(HeuristicRandom, GroupRepairReturnsValidPlans) {
   EXPECT_GE(repaired, feasible * 9 / 10);
 }
 
+TEST(HeuristicRandom, GroupRepairGivesUpWhereItsMovesCycle) {
+  // Two groups of two nodes tied by identity edges, one member of each live at time 0 and the
+  // other at time 1. Label 0 puts a group's usage at time 0, label 1 at time 1, so no plan fits
+  // the limit of 9 (15 in all at one time or 10 + 5 split): moving the first group off the
+  // peak at time 0 makes time 1 the peak, whose best move takes it back. The repair must give
+  // up, not move to and fro until its deadline.
+  Problem p;
+  p.node_costs = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  p.node_usages = {{10, 0}, {0, 10}, {5, 0}, {0, 5}};
+  p.intervals = {{0, 1}, {1, 2}, {0, 1}, {1, 2}};
+  p.edges = {Edge{0, 1, {0, kInfeasibleCost, kInfeasibleCost, 0}},
+             Edge{2, 3, {0, kInfeasibleCost, kInfeasibleCost, 0}}};
+  p.usage_limit = 9;
+  const detail::GraphView g = detail::build_graph_view(p);
+  const detail::Clusters cl = detail::find_clusters(g);
+  ASSERT_EQ(cl.num_clusters(), 2);
+  detail::MemoryProfile mem(g, p.usage_limit);
+  detail::PlanState state(g, mem);
+  state.reset({0, 0, 0, 0});
+  detail::TreeLns lns(g, cl);
+  const auto deadline = detail::Clock::now() + std::chrono::seconds(60);
+  EXPECT_FALSE(lns.repair(state, deadline));
+  EXPECT_LT(detail::Clock::now(), deadline);
+}
+
 TEST(HeuristicRandom, TrwsBoundIsExactOnTrees) {
   // Without memory and on a tree, the forward-push bound of converged TRW-S is the optimum.
   std::mt19937_64 rng(99);

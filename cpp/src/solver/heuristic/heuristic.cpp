@@ -69,6 +69,13 @@ detail::SearchConfig portfolio_config(const SolveOptions& options, int32_t k) {
 // G-mem0.97 (78 k columns), 1e-4 on S-sub2000 (123 k, under load). Presolve cannot be
 // interrupted, so this gates which problems the MILP may start on.
 constexpr double kMilpSecondsPerColumn = 5e-5;
+// ... and by its nonzeros: HiGHS computes an analytic centre (an interior point solve that
+// neither the time limit nor the interrupt reaches) beside its root LP and waits for it, again
+// after each restart. Its cost grows faster than the nonzeros (the long memory rows fill the
+// normal equations): S-sub2000, 1.09 M nonzeros with its memory rows, overran a 20 s limit by
+// 6 s, C-sub2000 (0.61 M) an 8 s limit by 5 s, while A-sub2000 and L-sub2000 (0.14 M) were
+// proven optimal in 1.2 and 1.8 s. Seconds per (million nonzeros)^2, fitted on S-sub2000.
+constexpr double kMilpSecondsPerSquaredMegaNonzeros = 20.0;
 // A MILP whose memory rows are added lazily starts with its LP relaxation without them, which
 // HiGHS can interrupt, and starts a MILP round only when the time for one is left (milp.h):
 // its first LP took 2.0e-5 s per column on C-perturb (93 k columns), 1.6e-5 on public A.
@@ -111,7 +118,10 @@ int64_t edge_entries(const Problem& p) {
 bool milp_gets_a_turn(const MilpTarget& t, const SolveOptions& o) {
   if (o.work_limit > 0 || o.stall_rounds > 0 || t.size.columns < 0) return false;
   const double per_column = t.size.lazy_memory ? kLazyLpSecondsPerColumn : kMilpSecondsPerColumn;
-  return per_column * static_cast<double>(t.size.columns) < 0.3 * o.time_limit_s;
+  const double mega_nonzeros = static_cast<double>(t.size.nonzeros) / 1e6;
+  const double seconds = std::max(per_column * static_cast<double>(t.size.columns),
+                                  kMilpSecondsPerSquaredMegaNonzeros * mega_nonzeros * mega_nonzeros);
+  return seconds < 0.3 * o.time_limit_s;
 }
 
 // What the MILP found, in the original problem's terms.
@@ -259,10 +269,12 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   const bool milp_integer_costs = milp_target.original ? has_integer_costs(problem) : integer_costs;
   if (options.verbose)
     std::fprintf(stderr,
-                 "[heuristic] MILP over the %s problem's %d clusters: %lld columns%s, %s (%.2fs since the start)\n",
+                 "[heuristic] MILP over the %s problem's %d clusters: %lld columns, %lld nonzeros%s, %s (%.2fs since "
+                 "the start)\n",
                  milp_target.original ? "original" : "reduced", milp_target.clusters->num_clusters(),
-                 (long long)milp_target.size.columns, milp_target.size.lazy_memory ? " (lazy memory rows)" : "",
-                 milp ? "gets a turn" : "not tried", seconds_since(t0));
+                 (long long)milp_target.size.columns, (long long)milp_target.size.nonzeros,
+                 milp_target.size.lazy_memory ? " (lazy memory rows)" : "", milp ? "gets a turn" : "not tried",
+                 seconds_since(t0));
   std::vector<detail::SearchOutcome> outcomes(runs);
   // The last run's place goes to the MILP when it has a turn; that search runs only if the MILP
   // stops early, unproven (outcomes of runs that did not run bound nothing).

@@ -496,11 +496,15 @@ MilpSize milp_size(const GraphView& g, const Clusters& clusters, int64_t usage_l
   add_columns(ct, md);
   if (md.too_big) return size;
   size.columns = static_cast<int64_t>(md.cost.size());
+  // A label column is in its cluster's row, a pair column in its two marginal rows (budget
+  // rows, when they bind, add at most a label column's worth each).
+  size.nonzeros = md.num_x + 2 * (size.columns - md.num_x);
   if (usage_limit >= 0) {
     int64_t nonzeros = 0;
     for (const Model::Row& row : memory_rows(g, clusters, ct, md, usage_limit))
       nonzeros += static_cast<int64_t>(row.terms.size());
     size.lazy_memory = nonzeros > eager_memory_nonzeros;
+    if (!size.lazy_memory) size.nonzeros += nonzeros;
   }
   return size;
 }
