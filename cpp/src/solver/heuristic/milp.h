@@ -31,9 +31,10 @@ namespace autoshard::detail {
 
 // The size of the MILP over `clusters`: how many columns it has (labels with a finite cost,
 // plus the finite entries of the cluster-pair matrices that are not folded into cluster
-// costs) and nonzeros, columns -1 when the model is past its caps (too many clusters or columns: the LP relaxation
-// alone would take minutes); and whether its memory rows are added lazily (solve_milp), so
-// that it solves several MILPs. Linear in the edge matrices and the memory rows.
+// costs) and nonzeros, columns -1 when the model is past its caps (too many clusters or
+// columns: the LP relaxation alone would take minutes); and whether its memory rows are added
+// lazily (solve_milp), so that it solves several relaxations. Linear in the edge matrices and
+// the memory rows.
 struct MilpSize {
   int64_t columns = -1;
   int64_t nonzeros = 0;  // of the model HiGHS first gets (lazy memory rows left out)
