@@ -428,25 +428,34 @@ Solution plan_of(const GraphView& g, const Clusters& cl, const Contracted& ct, c
   return plan;
 }
 
-// A plan that breaks memory rows the model has not seen yet, made valid by the search's
-// greedy repair and improved by its descents (local_search.h); empty when that fails. It gives
-// the MILP plans that fit every row before its rows are complete: on C-perturb the second LP
-// round's plan, repaired, was within 2e-7 of the optimum at 6.5 s, where the first MILP plan
-// came at 13 s.
-Solution repaired(const GraphView& g, const Clusters& cl, int64_t usage_limit, const Solution& plan,
-                  Clock::time_point deadline) {
-  MemoryProfile memory(g, usage_limit);
-  PlanState state(g, memory);
-  state.reset(plan);
-  TreeLns lns(g, cl);
-  if (!lns.repair(state, deadline)) return {};
-  for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
-    const int64_t moves =
-        state.descend(deadline) + state.descend_clusters(deadline, cl) + state.descend_ejection(deadline, cl);
-    if (moves == 0) break;
+// Makes a plan that breaks memory rows the model has not seen yet valid, by the search's
+// greedy repair, and improves it by its descents (local_search.h); empty when that fails. It
+// gives the MILP plans that fit every row before its rows are complete: on C-perturb the
+// second LP round's plan, repaired, was within 2e-7 of the optimum at 6.5 s, where the first
+// MILP plan came at 13 s. Built once per solve (the group graph of TreeLns is a copy of the
+// problem) and reset per plan, as the search reuses its own.
+class PlanRepair {
+ public:
+  PlanRepair(const GraphView& g, const Clusters& cl, int64_t usage_limit)
+      : cl_(cl), memory_(g, usage_limit), state_(g, memory_), lns_(g, cl) {}
+
+  Solution operator()(const Solution& plan, Clock::time_point deadline) {
+    state_.reset(plan);
+    if (!lns_.repair(state_, deadline)) return {};
+    for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
+      const int64_t moves =
+          state_.descend(deadline) + state_.descend_clusters(deadline, cl_) + state_.descend_ejection(deadline, cl_);
+      if (moves == 0) break;
+    }
+    return state_.valid() ? state_.labels() : Solution{};
   }
-  return state.valid() ? state.labels() : Solution{};
-}
+
+ private:
+  const Clusters& cl_;
+  MemoryProfile memory_;
+  PlanState state_;
+  TreeLns lns_;
+};
 
 // Indices of the lazy rows the cluster labels break, at most `limit`: first the most broken
 // row of each stretch of consecutive broken rows (the rows are in time order, and neighbours
@@ -609,8 +618,9 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
   };
   // Plans of relaxations whose rows are not complete (or that break an added row within
   // HiGHS's tolerances) are repaired; the best plan is kept and starts the next MILP round.
+  PlanRepair repaired(g, cl, usage_limit);
   auto keep = [&](const Solution& plan, const char* what, int round) {
-    Solution fixed = repaired(g, cl, usage_limit, plan, deadline);
+    Solution fixed = repaired(plan, deadline);
     if (fixed.empty()) return;
     const Cost cost = graph_cost(g, fixed);  // exact, where HiGHS's objective carries its tolerances
     if (o.verbose)
