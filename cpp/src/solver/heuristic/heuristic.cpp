@@ -4,7 +4,8 @@
 // so the result depends only on the problem, the options and the thread count (and, with no
 // work limit, on where the clock stopped the runs). A small reduced problem also gets the
 // MILP (milp.h): after the search's share of the time with one thread, as a portfolio member
-// beside the searches with more; a proof by either stops the other.
+// beside the searches with more; a proof by either stops the other, and a MILP that stops early
+// leaves the rest of the time to one more search.
 #include "autoshard/heuristic.h"
 
 #include <algorithm>
@@ -275,10 +276,11 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
                  (long long)milp_target.size.columns, (long long)milp_target.size.nonzeros,
                  milp_target.size.lazy_memory ? " (lazy memory rows)" : "", milp ? "gets a turn" : "not tried",
                  seconds_since(t0));
-  std::vector<detail::SearchOutcome> outcomes(runs);
-  // The last run's place goes to the MILP when it has a turn; that search runs only if the MILP
-  // stops early, unproven (outcomes of runs that did not run bound nothing).
-  if (milp && runs > 1) outcomes.back().lower_bound = -std::numeric_limits<Cost>::infinity();
+  // With the MILP, one more search may follow it: on a thread of its own beside the searches
+  // (the last run's place), or after it with one thread. It runs only if the MILP stops early,
+  // unproven (outcomes of runs that did not run bound nothing).
+  std::vector<detail::SearchOutcome> outcomes(milp && runs == 1 ? 2 : runs);
+  if (milp) outcomes.back().lower_bound = -std::numeric_limits<Cost>::infinity();
   MilpOutcome milp_out;
   auto run = [&](int32_t k, const detail::SearchStop& until) {
     detail::SearchConfig config = portfolio_config(options, k);
@@ -290,12 +292,21 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
   auto milp_from = [&](const Solution* start) {
     milp_out = run_milp(milp_target, problem, red, milp_integer_costs, options, stop.deadline, start, &proven, t0);
   };
+  // A MILP that stopped early (no time for its next round, or no plan) hands its thread back
+  // to a search: one more run of the portfolio, from scratch.
+  auto search_after_milp = [&] {
+    if (!proven.load() && to_seconds(stop.deadline - Clock::now()) > kMinSearchAfterMilpS)
+      run(static_cast<int32_t>(outcomes.size()) - 1, stop);
+  };
   if (runs == 1 && milp) {
     detail::SearchStop first = stop;
     first.deadline = t0 + std::chrono::duration_cast<Clock::duration>((stop.deadline - t0) * kSearchShareBeforeMilp);
     run(0, first);
     const Solution start = outcomes[0].best.empty() ? Solution{} : red.expand(outcomes[0].best);
-    if (!proven.load()) milp_from(&start);
+    if (!proven.load()) {
+      milp_from(&start);
+      search_after_milp();
+    }
   } else if (runs == 1) {
     run(0, stop);
   } else {
@@ -305,9 +316,7 @@ SolveResult solve_heuristic(const Problem& problem, const SolveOptions& options)
     if (milp)
       workers.emplace_back([&] {
         milp_from(nullptr);
-        // A MILP that stopped early (no time for its next round, or no plan) hands its
-        // thread back to the search it replaced.
-        if (!proven.load() && to_seconds(stop.deadline - Clock::now()) > kMinSearchAfterMilpS) run(runs - 1, stop);
+        search_after_milp();
       });
     for (auto& w : workers) w.join();
   }

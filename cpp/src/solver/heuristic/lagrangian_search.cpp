@@ -34,6 +34,16 @@ constexpr double kKickNearBest = 0.02;  // kicks only for plans at most this muc
 // save: 1.3 -> 1.1 gave public S 1,530,438,233 -> 1,524,348,634 and S-memmid 1,760,721,339 ->
 // 1,755,630,291 at 25 % (--work-limit 3e10, 2 threads), A, L, P and L-memmid the same plans.
 constexpr double kNearPeak = 1.1;
+// The adaptive penalty's step per unit of relative excess where the decoded plan breaks the
+// limit, and per unit of relative room where it leaves some. Up is steeper: a decode a few
+// percent over the limit costs far more to repair than a few percent of room gives away, and
+// at 0.5 up the multipliers of S-memmid rose 2.3 % a round at 4.6 % over, so for 200 rounds the
+// decodes stayed there and their repair added 20 % to their cost. 0.5 -> 8 at --work-limit
+// 2e10, 2 threads: S-memmid 1,751,768,792 -> 1,701,302,967 (bound 1.517e9 -> 1.639e9), public S
+// 1,534,115,732 -> 1,513,445,866, L-mem1.1 1,944,929,133 -> 1,934,236,392; 4 and 16 were
+// within 0.5 % of 8 on all three.
+constexpr double kRaiseGain = 8.0;
+constexpr double kLowerGain = 0.5;
 
 class Search {
  public:
@@ -299,7 +309,7 @@ void Search::scale_memory_multipliers(double lowest) {
   for (int32_t t = 0; t < mem_points(); ++t) {
     const double rel = (double(profile_[t]) - limit_) / limit_;
     if (rel > 0) lambda_[t] = std::max(lambda_[t], unit);
-    lambda_[t] *= std::clamp(1.0 + 0.5 * rel, lowest, 1.3);
+    lambda_[t] *= std::clamp(1.0 + (rel > 0 ? kRaiseGain : kLowerGain) * rel, lowest, 1.3);
   }
 }
 
