@@ -205,12 +205,7 @@ bool Search::polish(const char* how, bool with_lns) {
   }
   const Cost cost_repaired = state_.cost();
   const auto t_repaired = Clock::now();
-  for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
-    const int64_t single = state_.descend(deadline);
-    const int64_t grouped = state_.descend_clusters(deadline, clusters_);
-    const int64_t ejected = state_.descend_ejection(deadline, clusters_);
-    if (single + grouped + ejected == 0) break;
-  }
+  state_.descend_all(deadline, clusters_);
   const Cost cost_descended = state_.cost();
   const auto t_descended = Clock::now();
   // Tree LNS priced with the current multipliers, then a last single-move descent.

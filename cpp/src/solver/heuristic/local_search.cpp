@@ -344,4 +344,16 @@ int64_t PlanState::descend_clusters(Clock::time_point deadline, const Clusters& 
   return moves;
 }
 
+int64_t PlanState::descend_all(Clock::time_point deadline, const Clusters& clusters) {
+  int64_t total = 0;
+  for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
+    const int64_t single = descend(deadline);
+    const int64_t grouped = descend_clusters(deadline, clusters);
+    const int64_t ejected = descend_ejection(deadline, clusters);
+    if (single + grouped + ejected == 0) break;
+    total += single + grouped + ejected;
+  }
+  return total;
+}
+
 }  // namespace autoshard::detail

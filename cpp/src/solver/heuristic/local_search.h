@@ -58,6 +58,9 @@ class PlanState {
   // Improving moves that need memory: take the move, then let a short greedy repair (that
   // may not undo it) make room; keep the result only when the total cost went down.
   int64_t descend_ejection(Clock::time_point deadline, const Clusters& clusters);
+  // The three descents above in turn, in that order, until a pass moves nothing (at most 10
+  // passes). Returns the number of moves made.
+  int64_t descend_all(Clock::time_point deadline, const Clusters& clusters);
 
   const GraphView& graph() const { return g_; }
   MemoryProfile& memory() { return memory_; }

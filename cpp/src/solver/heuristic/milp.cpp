@@ -442,11 +442,7 @@ class PlanRepair {
   Solution operator()(const Solution& plan, Clock::time_point deadline) {
     state_.reset(plan);
     if (!lns_.repair(state_, deadline)) return {};
-    for (int pass = 0; pass < 10 && Clock::now() < deadline; ++pass) {
-      const int64_t moves =
-          state_.descend(deadline) + state_.descend_clusters(deadline, cl_) + state_.descend_ejection(deadline, cl_);
-      if (moves == 0) break;
-    }
+    state_.descend_all(deadline, cl_);
     return state_.valid() ? state_.labels() : Solution{};
   }
 
