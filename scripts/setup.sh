@@ -4,16 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# libisal-dev: ISA-L's igzip inflates gzip problem files (zlib1g-dev: the tests write them);
 # nlohmann-json3-dev, rapidjson-dev, libcli11-dev, libfmt-dev: the C++ core's file formats (rapidjson:
 # the event reader of large problem files), command line and output formatting; chromium: headless rendering of `autoshard view` pages in tests/python/test_plan_view.py
 need_apt=0
-for pkg in libgtest-dev zlib1g-dev nlohmann-json3-dev rapidjson-dev libcli11-dev libfmt-dev cmake g++ chromium; do
+for pkg in libgtest-dev zlib1g-dev libisal-dev nlohmann-json3-dev rapidjson-dev libcli11-dev libfmt-dev cmake g++ chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt=1
 done
 if [ "$need_apt" = 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq libgtest-dev zlib1g-dev nlohmann-json3-dev rapidjson-dev libcli11-dev libfmt-dev cmake g++ chromium >/dev/null
+  apt-get install -y -qq libgtest-dev zlib1g-dev libisal-dev nlohmann-json3-dev rapidjson-dev libcli11-dev libfmt-dev cmake g++ chromium >/dev/null
 fi
 
 python3 -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \

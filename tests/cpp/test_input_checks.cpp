@@ -114,6 +114,29 @@ TEST(FileInput, DirectoryAndTruncatedGzipAreRefused) {
   std::remove(cut.c_str());
 }
 
+TEST(FileInput, ConcatenatedGzipMembersAreOneTextAndTrailingBytesAreDamage) {
+  // `cat a.gz b.gz` is one gzip file of both texts, as gzip -d reads it; bytes after the last
+  // member that are not gzip are damage, not the end; a damaged deflate stream is named.
+  const std::string text = kTiny, half = text.substr(0, text.size() / 2);
+  const std::string path = temp_path("members.json.gz");
+  write_bytes(path, gzip_bytes(half) + gzip_bytes(text.substr(half.size())));
+  EXPECT_EQ(read_file_maybe_gzip(path), text);
+  EXPECT_EQ(read_problem(path).num_nodes(), 2u);
+  write_bytes(path, gzip_bytes(text) + "junk");
+  std::string e = error_of([&] { read_problem(path); });
+  EXPECT_NE(e.find("truncated or damaged gzip file (bytes that are not gzip data follow its end"), std::string::npos)
+      << e;
+  write_bytes(path, std::string("\x1f\x8b") + "not deflate at all");
+  e = error_of([&] { read_problem(path); });
+  EXPECT_NE(e.find("is not a valid gzip file"), std::string::npos) << e;
+  std::string flipped = gzip_bytes(text);
+  flipped[flipped.size() - 6] ^= 0x55;  // in the CRC-32 of the trailer
+  write_bytes(path, flipped);
+  e = error_of([&] { read_problem(path); });
+  EXPECT_NE(e.find("truncated or damaged gzip file (checksum mismatch"), std::string::npos) << e;
+  std::remove(path.c_str());
+}
+
 TEST(FileInput, GzipReadAsItInflatesGivesTheWholeProblem) {
   // Over 8 MB of text: read_problem parses it while another thread inflates it chunk by
   // chunk (4 MB), and must build what parse_problem builds from the whole text.

@@ -269,11 +269,19 @@ TEST(ProblemIo, EventReaderReadsAsTheDocumentReader) {
       // no limit (null), no usages or intervals, infeasible and large exact costs
       R"({"problem": {"nodes": {"costs": [[1000000000000000000, 9007199254740992], [2e18]]}, "usage_limit": null,
           "edges": {"nodes": [], "costs": []}}})",
-      // a repeated key: the document reader keeps the last value
+      // white space everywhere, numbers the event reader leaves to RapidJSON (over 40 bytes,
+      // 2^63 in an ignored row), exponents and negative zero
+      R"( { "problem" : { "nodes" : { "costs" : [ [ 1 , 2.50 , -0.0 ] ,
+          [1.000000000000000000000000000000000000000000001, 25e-1, 0.25E+1 ] ] } , "ignored": [[9223372036854775808]],
+          "edges" : { "nodes" : [ [ 0 , 1 ] ] , "costs" : [[ 1,2,3,4,5,6,7,8,9 ]] } } } )",
+      // a repeated key: the document reader keeps the last value (the event reader leaves it)
       R"({"problem": {"nodes": {"costs": [[1]], "costs": [[1, 2]]}, "edges": {"nodes": [], "costs": []}}})",
   };
   for (const std::string& text : good) {
     SCOPED_TRACE(text);
+    // The event reader takes all but the repeated key (it would pass silently to the slower
+    // document reader otherwise).
+    EXPECT_EQ(read_problem_events(text).has_value(), &text != &good.back());
     Problem a, b;
     ASSERT_EQ(outcome([&] { return a = parse_problem(text, "in.json"); }), "(read)");
     b = tree_read(text, "in.json");
@@ -299,6 +307,13 @@ TEST(ProblemIo, EventReaderReadsAsTheDocumentReader) {
       R"({"problem": {"name": 3, "nodes": {"costs": [[1]]}, "edges": {"nodes": [], "costs": []}}})",
       R"({"problem": {"nodes": {"costs": [[1]]}, "edges": {"nodes": [], "costs": []}}} x)",
       R"({"problem": {"nodes": {"costs": [[NaN]]}, "edges": {"nodes": [], "costs": []}}})",
+      // malformed rows of numbers
+      R"({"problem": {"nodes": {"costs": [[1 2]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1,]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[01]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1, [2]]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1.]]}, "edges": {"nodes": [], "costs": []}}})",
+      R"({"problem": {"nodes": {"costs": [[1, "2"]]}, "edges": {"nodes": [], "costs": []}}})",
   };
   for (const std::string& text : bad) {
     SCOPED_TRACE(text);
@@ -312,6 +327,8 @@ TEST(ProblemIo, EventReaderReadsTheIopddlInstancesAsTheDocumentReader) {
   for (const char* file : {"B.json.gz", "G.json.gz"}) {
     const std::string path = iopddl_instance(file);
     if (path.empty()) GTEST_SKIP() << file << " is not on this machine";
-    expect_same(read_problem(path), tree_read(read_file_maybe_gzip(path), path));
+    const std::string text = read_file_maybe_gzip(path);
+    ASSERT_TRUE(read_problem_events(text).has_value()) << file;
+    expect_same(read_problem(path), tree_read(text, path));
   }
 }

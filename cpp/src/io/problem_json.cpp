@@ -261,6 +261,8 @@ namespace {
 // are the shared ones above.
 class ProblemEvents {
  public:
+  // `input`: the text the events come from; rows of numbers are read from it directly.
+  explicit ProblemEvents(detail::JsonInput& input) : input_(input) {}
   // The problem, or nothing when the tree reader must decide.
   std::optional<Problem> finish();
 
@@ -372,6 +374,7 @@ class ProblemEvents {
     return true;
   }
 
+  detail::JsonInput& input_;
   std::vector<Level> stack_;
   Slot next_ = Slot::Bad;
   std::vector<Cost> cost_row_;
@@ -543,7 +546,7 @@ bool ProblemEvents::StartArray() {
     case Slot::Row:
       cost_row_.clear();
       int_row_.clear();
-      return push(Frame::RowArr, stack_.back().list);
+      return push(Frame::RowArr, stack_.back().list) && detail::json_numbers(input_, *this);
     case Slot::Ignore:
       return push(Frame::Skip);
     default:
@@ -632,7 +635,7 @@ std::optional<Problem> ProblemEvents::finish() {
 
 // A problem the event reader accepts from `input` (text or stream), or nothing.
 std::optional<Problem> read_events(detail::JsonInput&& input) {
-  ProblemEvents events;
+  ProblemEvents events(input);
   if (!detail::json_events(input, events)) return std::nullopt;
   return events.finish();
 }
@@ -650,8 +653,10 @@ Problem read_tree(std::string_view text, const std::string& source) {
 }
 }  // namespace
 
+std::optional<Problem> read_problem_events(std::string_view text) { return read_events(detail::JsonInput(text)); }
+
 Problem parse_problem(std::string_view text, const std::string& source) {
-  if (std::optional<Problem> p = read_events(detail::JsonInput(text))) {
+  if (std::optional<Problem> p = read_problem_events(text)) {
     validate_problem(*p, source);
     return std::move(*p);
   }
