@@ -12,6 +12,7 @@
 
 #include "autoshard/problem_io.h"
 #include "io/json_events.h"
+#include "io/json_numbers.h"
 #include "io/read_file.h"
 
 namespace autoshard {

@@ -1,4 +1,4 @@
-// The in-place number scanner of the event reader (io/json_events.h): every number it takes
+// The in-place number scanner of the event reader (io/json_numbers.h): every number it takes
 // has the value strtod gives (the document reader's), and every text it does not take whole
 // is left to RapidJSON's reader or refused, never read differently.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/json_events.h"
+#include "io/json_numbers.h"
 
 namespace autoshard::detail {
 namespace {
