@@ -1,8 +1,8 @@
 // JSON as a stream of events (RapidJSON's reader) for readers that build their result as the
 // text arrives, without a document tree. RapidJSON's event reader parses the 1.5 GB planner
 // problem files at ~450 MB/s, where nlohmann's SAX lexer managed ~130 MB/s; handlers that
-// read rows of numbers in place with json_numbers (io/json_numbers.h) go about twice as fast. nlohmann
-// stays the tree parser (io/json.h), whose messages the readers fall back to.
+// read rows of numbers in place with json_numbers (io/json_numbers.h) go about twice as
+// fast. nlohmann stays the tree parser (io/json.h), whose messages the readers fall back to.
 //
 // Handler: RapidJSON's handler interface (Null, Bool, Int, Uint, Int64, Uint64, Double,
 // String, StartObject, Key, EndObject, StartArray, EndArray; RawNumber is never called). A
