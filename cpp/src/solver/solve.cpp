@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <exception>
+#include <future>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -138,21 +137,14 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
     // single-threaded and takes about as long (public instances: greedy 0.25-0.45 s,
     // reduction 0.3-0.6 s; llama2L-2x4x4 0.7 s and 1.3 s), so the searches start that much
     // sooner. With one thread it runs first, and its view is released before the heuristic
-    // builds its own.
+    // builds its own. The future's get() rethrows the greedy's exception, and its destructor
+    // waits for the thread if the heuristic throws first.
     const bool beside = options.threads >= 2;
-    std::exception_ptr net_error;
-    std::jthread net;
-    if (beside) {
-      net = std::jthread([&] {
-        try {
-          safety_net();
-        } catch (...) {
-          net_error = std::current_exception();
-        }
-      });
-    } else {
+    std::future<void> net;
+    if (beside)
+      net = std::async(std::launch::async, safety_net);
+    else
       safety_net();
-    }
     SolveOptions ho = options;
     // The heuristic always gets most of the time, even if the greedy ran over its share.
     ho.time_limit_s = std::max(0.8 * options.time_limit_s, options.time_limit_s - deadline.elapsed());
@@ -167,8 +159,7 @@ SolveResult solve(const Problem& problem, const SolveOptions& given) {
                    beside ? "beside the heuristic" : fmt::format("first, in {:.2f}s", heuristic_start).c_str(),
                    ho.time_limit_s);
     SolveResult h = run_heuristic(problem, ho);
-    if (net.joinable()) net.join();
-    if (net_error) std::rethrow_exception(net_error);
+    if (net.valid()) net.get();
     merge_into(best, greedy, problem, 0.0);
     merge_into(best, h, problem, heuristic_start);
     if (budget_branching && !best.proven_optimal && !within_gap(best, options.gap_tolerance)) {
