@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -281,6 +282,21 @@ def worker(a) -> None:
 
 
 # ---- launcher --------------------------------------------------------------------------------
+def _global_batch(batch: int, ranks: list[int], parser) -> int:
+    """Every variant splits the global batch evenly over the ranks (DDP and FSDP2 take each
+    rank's slice), so it must divide by every world size timed; ``batch`` 0 picks the least
+    multiple of all of them that is at least 8. Uneven parameter shards (dim 128 on 3
+    ranks) are what --ranks 3 measures; an uneven batch would change the model's loss."""
+    lcm = math.lcm(*ranks)
+    if batch == 0:
+        return lcm * -(-8 // lcm)
+    bad = [n for n in ranks if batch % n]
+    if bad:
+        parser.error(f"--batch {batch} does not divide into {bad} ranks: give a multiple of "
+                     f"{lcm} (or leave --batch out)")
+    return batch
+
+
 def _fmt(r: dict, key: str = "step_s") -> str:
     return f"{r[key]:.4f} s" if key in r else "failed"
 
@@ -396,7 +412,13 @@ def main() -> None:
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--hidden", type=int, default=0, help="MLP hidden size (default 4 x dim)")
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--batch", type=int, default=8, help="global batch")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="global batch, a multiple of every --ranks value (default: the least such "
+        "multiple >= 8: 8 for 2,4; 9 for 3; 12 for 2,3,4)",
+    )
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -427,6 +449,7 @@ def main() -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
     a.hidden = a.hidden or 4 * a.dim
+    a.batch = _global_batch(a.batch, [int(x) for x in a.ranks.split(",")], p)
     if a.worker:
         worker(a)
     else:

@@ -33,6 +33,7 @@ import operator
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from .program import OUTSIDE, PARAM_KEY, is_wait, op_name, strip_views, wait_of
 
@@ -268,17 +269,34 @@ def block_of(fqn: str | None) -> str | None:
 
 
 # one-input ops that only re-lay or convert their input: DTensor gathers a transposed weight
-# (x @ w.t() with w sharded) or a down-cast one (mixed precision) from such a copy
-_COPY_OPS = {"t", "transpose", "permute", "clone", "contiguous", "_to_copy", "reshape"}
+# (x @ w.t() with w sharded) or a down-cast one (mixed precision) from such a copy, and pads
+# a shorter uneven shard to the longest one's size before gathering it. The pad is traced
+# only on the ranks whose shard is short (DTensor skips a pad of 0), so it must count as a
+# copy: otherwise ranks with a pad would leave that gather out of a bucket that the others
+# put it in, and the ranks' collectives would no longer match.
+_COPY_OPS = {
+    "t", "transpose", "permute", "clone", "contiguous", "_to_copy", "reshape",
+    "constant_pad_nd", "pad",
+}
 
 
 def _input_source(n: fx.Node) -> fx.Node:
     """The node ``n`` is a view, transpose, copy or cast of (through any chain of them)."""
     while True:
         n = strip_views(n)
-        if op_name(n) not in _COPY_OPS or not isinstance(n.args[0], fx.Node):
+        if not _copies(n):
             return n
         n = n.args[0]
+
+
+def _copies(n: fx.Node) -> bool:
+    """``n`` is one of _COPY_OPS of a tensor, with no other graph value among its arguments:
+    a pad by a size computed in the graph (symbolic sizes: every rank traces that pad) cannot
+    move above that computation (_hoist_copy_chains)."""
+    if op_name(n) not in _COPY_OPS or not n.args or not isinstance(n.args[0], fx.Node):
+        return False
+    rest = (n.args[1:], n.kwargs)
+    return not any(isinstance(a, fx.Node) for a in pytree.tree_leaves(rest))
 
 
 def _hoist_copy_chains(last_input: fx.Node, values: list[fx.Node]) -> None:

@@ -189,6 +189,47 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(b * s))
 
 
+class TinyGPT(nn.Module):
+    """A GPT-style causal transformer (learned embedding, LayerNorm, fused QKV projection,
+    GELU MLP, untied head, mean cross-entropy) whose sizes need not divide a world size:
+    the uneven-shard tests use hidden 32 on 3 ranks, a vocabulary of 50 on 4, 7 heads."""
+
+    def __init__(self, dim: int = 32, n_heads: int = 4, vocab_size: int = 64, n_layers: int = 2):
+        super().__init__()
+        self.n_heads = n_heads
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.blocks = nn.ModuleList(GPTBlock(dim, n_heads) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for block in self.blocks:
+            h = block(h)
+        logits = self.head(self.norm(h))
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, dim: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.attn_norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.mlp_norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.down(F.gelu(self.up(self.mlp_norm(x))))
+
+
 class ConvBn(nn.Module):
     """A convolution and a linear head, each followed by BatchNorm: in training, batch
     statistics and running statistics written in place. No bias before a BatchNorm (its

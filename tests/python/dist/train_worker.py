@@ -21,7 +21,7 @@ from scenario_runner import (compare_losses, compare_parameters, reference_step,
                              run_scenarios)
 
 from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
-from autoshard.testing.models import MLP, Llama, LlamaConfig
+from autoshard.testing.models import MLP, Llama, LlamaConfig, TinyGPT
 from autoshard.trace import trace_training_step
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -36,6 +36,14 @@ def make_model(kind: str, device: str = "cpu"):
                                  n_kv_heads=2, vocab_size=64, ffn_dim=64, max_seq_len=8))
     if kind == "classifier":
         return Classifier()
+    if kind.startswith("gpt:"):  # gpt:DIM:HEADS:VOCAB:BATCH, sizes that need not divide
+        dim, heads, vocab = (int(v) for v in kind.split(":")[1:4])
+        return TinyGPT(dim=dim, n_heads=heads, vocab_size=vocab)
+    if kind.startswith("llama:"):  # llama:DIM:HEADS:VOCAB:BATCH (KV heads = heads)
+        dim, heads, vocab = (int(v) for v in kind.split(":")[1:4])
+        return Llama(LlamaConfig(dim=dim, n_layers=2, n_heads=heads, n_kv_heads=heads,
+                                 vocab_size=vocab, ffn_dim=2 * dim, max_seq_len=8,
+                                 attention="sdpa"))
     raise ValueError(kind)
 
 
@@ -61,7 +69,8 @@ def make_inputs(kind: str, seed: int):
         target = torch.randint(0, 4096, (256,), generator=g)
         target[seed % 256] = -100  # ignored: the ranks count different numbers of targets
         return (torch.randn(256, 64, generator=g), target)
-    return (torch.randint(0, 64, (4, 8), generator=g), torch.randint(0, 64, (4, 8), generator=g))
+    vocab, batch = (int(v) for v in kind.split(":")[3:5]) if ":" in kind else (64, 4)
+    return tuple(torch.randint(0, vocab, (batch, 8), generator=g) for _ in range(2))
 
 
 def hand_plan(step, kind: str, style: str, mesh_ndim: int) -> dict:

@@ -1,0 +1,136 @@
+"""Do autoshard's training runs end cleanly? The same torchrun job, run again and again.
+
+A job scheduler or CI pipeline reads a run's exit status: a rank that aborts at exit
+("terminate called without an active exception") or dies mid-run fails the whole job even
+when every loss was right. This runs one small training script (TinyGPT, hidden 32, planned
+by autoshard with the default parameter budget, gloo ranks, SGD) ``--runs`` times in a row
+under torchrun and counts the runs that end with rc 0, whose losses also match the
+single-process model's (rtol 1e-5) on every step. Each run ends as a user's script does:
+only rank 0 reads and prints the losses, then ``dist.destroy_process_group()``.
+
+    python3 bench/clean_exit.py --ranks 2 --runs 20 --steps 3
+    python3 bench/clean_exit.py --ranks 3 --runs 20 --steps 3
+    python3 bench/clean_exit.py --ranks 2 --runs 10 --steps 200
+
+The plan is solved in the first run and read from a plan cache (a temporary folder) after
+that, unless ``--solve-every-run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+DIM, HEADS, VOCAB, SEQ = 32, 4, 64, 8
+
+
+def worker(a) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+
+    from autoshard import AutoParallel
+    from autoshard.apply import load_full_state_dict, local_inputs
+    from autoshard.testing.models import TinyGPT
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    ref = TinyGPT(DIM, HEADS, VOCAB)
+    with torch.device("meta"):
+        meta = TinyGPT(DIM, HEADS, VOCAB)
+    batch = 2 * world
+    shapes = [(batch, SEQ)] * 2
+    with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
+                      mesh, time_limit_s=5.0) as autop:
+        autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+        autop.add_parameter_memory_constraint()
+        parallel = autop.apply_placement(autop.optimize_placement())
+    parallel.to_empty(device="cpu")
+    load_full_state_dict(parallel, ref.state_dict())
+    opt = torch.optim.SGD(parallel.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    worst = 0.0
+    for step in range(a.steps):
+        tokens, labels = (torch.randint(0, VOCAB, (batch, SEQ), generator=g) for _ in range(2))
+        args, kwargs = local_inputs(parallel, tokens, labels)
+        loss = parallel(*args, **kwargs)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if rank == 0:  # as a user logs: rank 0 reads the loss, the others never do
+            ref_loss = ref(tokens, labels)
+            ref_loss.backward()
+            ref_opt.step()
+            ref_opt.zero_grad()
+            got, want = float(loss), float(ref_loss)
+            worst = max(worst, abs(got - want) / max(abs(want), 1e-12))
+    if rank == 0:
+        print(f"RESULT worst_rel_loss_err={worst:.3e}", flush=True)
+    dist.destroy_process_group()
+
+
+def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", AUTOSHARD_CACHE_DIR=cache)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={a.ranks}", __file__, "--worker", "--steps", str(a.steps)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
+    seconds = time.perf_counter() - t0
+    err = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT worst_rel_loss_err="):
+            err = float(line.split("=")[1])
+    why = ""
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines()
+                 if any(k in ln for k in ("terminate", "Error", "Signal", "signal", "exitcode"))]
+        why = lines[0][:160] if lines else proc.stderr.strip().splitlines()[-1][:160]
+    return proc.returncode, seconds, why, err
+
+
+def launch(a) -> int:
+    rows, clean = [], 0
+    with tempfile.TemporaryDirectory() as cache:
+        for k in range(a.runs):
+            run_cache = tempfile.mkdtemp(dir=cache) if a.solve_every_run else cache
+            rc, seconds, why, err = _one_run(a, run_cache)
+            exact = err is not None and err <= 1e-5
+            clean += rc == 0 and exact
+            rows.append((k + 1, rc, seconds, err, why))
+            print(f"run {k + 1:3d}: rc {rc}, {seconds:6.1f} s, worst loss error "
+                  f"{'-' if err is None else f'{err:.1e}'}{'  ' + why if why else ''}",
+                  flush=True)
+    print(f"\n{a.ranks} ranks, {a.steps} steps: {clean} of {a.runs} runs ended with rc 0 "
+          f"and losses equal to one process's")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    p.add_argument("--solve-every-run", action="store_true",
+                   help="plan from scratch in every run (default: the first run's plan is cached)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.ranks < 1 or a.runs < 1 or a.steps < 1:
+        p.error("--ranks, --runs and --steps must be at least 1")
+    if a.worker:
+        worker(a)
+        return 0
+    return launch(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
