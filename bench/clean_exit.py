@@ -79,7 +79,8 @@ def worker(a) -> None:
 
 
 def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", AUTOSHARD_CACHE_DIR=cache)
+    # a rank killed by a signal prints every thread's Python stack (kept with --logs)
+    env = dict(os.environ, OMP_NUM_THREADS="1", AUTOSHARD_CACHE_DIR=cache, PYTHONFAULTHANDLER="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={a.ranks}", __file__, "--worker", "--steps", str(a.steps)]
     t0 = time.perf_counter()
@@ -91,6 +92,10 @@ def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
             err = float(line.split("=")[1])
     why = ""
     if proc.returncode != 0:
+        if a.logs:
+            os.makedirs(a.logs, exist_ok=True)
+            with open(os.path.join(a.logs, f"failed_{time.time_ns()}.log"), "w") as f:
+                f.write(proc.stdout + "\n" + proc.stderr)
         lines = [ln for ln in proc.stderr.splitlines()
                  if any(k in ln for k in ("terminate", "Error", "Signal", "signal", "exitcode"))]
         why = lines[0][:160] if lines else proc.stderr.strip().splitlines()[-1][:160]
@@ -122,6 +127,8 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     p.add_argument("--solve-every-run", action="store_true",
                    help="plan from scratch in every run (default: the first run's plan is cached)")
+    p.add_argument("--logs", default="", metavar="DIR",
+                   help="write each failed run's output to DIR")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.ranks < 1 or a.runs < 1 or a.steps < 1:

@@ -449,10 +449,10 @@ def main() -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
     a.hidden = a.hidden or 4 * a.dim
-    a.batch = _global_batch(a.batch, [int(x) for x in a.ranks.split(",")], p)
-    if a.worker:
+    if a.worker:  # the launcher passes the global batch it chose
         worker(a)
     else:
+        a.batch = _global_batch(a.batch, [int(x) for x in a.ranks.split(",")], p)
         launch(a)
 
 

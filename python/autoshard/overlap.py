@@ -35,7 +35,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from .program import OUTSIDE, PARAM_KEY, is_wait, op_name, strip_views, wait_of
+from .program import OUTSIDE, PARAM_KEY, is_wait, op_name, wait_of
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
 DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
@@ -276,46 +276,66 @@ def block_of(fqn: str | None) -> str | None:
 # put it in, and the ranks' collectives would no longer match.
 _COPY_OPS = {
     "t", "transpose", "permute", "clone", "contiguous", "_to_copy", "reshape",
-    "constant_pad_nd", "pad",
+    "view", "_unsafe_view", "alias", "detach", "constant_pad_nd", "pad",
 }
 
 
 def _input_source(n: fx.Node) -> fx.Node:
     """The node ``n`` is a view, transpose, copy or cast of (through any chain of them)."""
-    while True:
-        n = strip_views(n)
-        if not _copies(n):
-            return n
+    while _copies(n):
         n = n.args[0]
+    return n
 
 
 def _copies(n: fx.Node) -> bool:
-    """``n`` is one of _COPY_OPS of a tensor, with no other graph value among its arguments:
-    a pad by a size computed in the graph (symbolic sizes: every rank traces that pad) cannot
-    move above that computation (_hoist_copy_chains)."""
+    """``n`` is one of _COPY_OPS of a tensor whose other arguments are known before the step
+    runs (constants, or sizes computed from graph inputs: with symbolic shapes a pad's amount
+    and a view's sizes are graph values, which _hoist_copy_chains moves up with it)."""
     if op_name(n) not in _COPY_OPS or not n.args or not isinstance(n.args[0], fx.Node):
         return False
-    rest = (n.args[1:], n.kwargs)
-    return not any(isinstance(a, fx.Node) for a in pytree.tree_leaves(rest))
+    return all(_from_input_sizes(a) for a in _size_arguments(n))
+
+
+def _size_arguments(n: fx.Node) -> list[fx.Node]:
+    """The graph values among ``n``'s arguments other than its tensor input."""
+    return [a for a in pytree.tree_leaves((n.args[1:], n.kwargs)) if isinstance(a, fx.Node)]
+
+
+def _from_input_sizes(n: fx.Node, depth: int = 0) -> bool:
+    """``n`` is a number computed from graph inputs alone (a size of an input, arithmetic on
+    sizes): it exists, or can be computed, before the step's first op."""
+    if n.op == "placeholder":
+        return True
+    if n.op != "call_function" or isinstance(n.meta.get("val"), torch.Tensor) or depth > 32:
+        return False
+    return all(_from_input_sizes(a, depth + 1) for a in n.all_input_nodes)
 
 
 def _hoist_copy_chains(last_input: fx.Node, values: list[fx.Node]) -> None:
-    """Move the views, transposes, copies and casts that make each of ``values`` from a graph
-    input to the top of the graph (right after the inputs), so that a bucket of gathers of
-    such values can be issued at once rather than after the last member's copy, which the
-    trace placed next to that member's use. They read graph inputs only, so any earlier
-    place is valid; the copies are of local shards."""
+    """Move the views, transposes, copies, casts and pads that make each of ``values`` from a
+    graph input to the top of the graph (right after the inputs), with the size computations
+    they read, so that a bucket of gathers of such values can be issued at once rather than
+    after the last member's copy, which the trace placed next to that member's use. They read
+    graph inputs only, so any earlier place is valid; the copies are of local shards."""
     anchor, seen = last_input, set()
+
+    def hoist(n: fx.Node) -> None:
+        nonlocal anchor
+        if n in seen or n.op == "placeholder":
+            return
+        for a in n.all_input_nodes:  # the copied value, then sizes computed from inputs
+            hoist(a)
+        seen.add(n)
+        anchor.append(n)
+        anchor = n
+
     for v in values:
         chain, n = [], v
         while n.op != "placeholder":
             chain.append(n)
             n = n.args[0]
         for n in reversed(chain):
-            if n not in seen:
-                seen.add(n)
-                anchor.append(n)
-                anchor = n
+            hoist(n)
 
 
 def _reads_an_input(n: fx.Node) -> bool:

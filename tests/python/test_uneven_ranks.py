@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 from autoshard import AutoParallel, _core
 from autoshard.apply import _example_local_inputs, _traced_buffers, _traced_params
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
 )
 
-BATCH, SEQ = 6, 8
+BATCH, SEQ = 6, 8  # a batch of 6 is uneven on 4 and 5 ranks (2, 2, 2, 0, 0 rows)
 
 
 def gpt(dim=32, heads=4, vocab=64):
@@ -52,16 +53,19 @@ def llama(dim=28, heads=7, kv_heads=7, vocab=50):
 def _fresh_world(world: int, rank: int, shape: tuple, names: tuple):
     if dist.is_initialized():
         dist.destroy_process_group()
+    # DTensor caches sharding decisions by mesh, and a new mesh of the same shape equals the
+    # old one: a cached decision would name the destroyed world's process groups
+    _clear_sharding_prop_cache()
     init_fake_process_group(world, rank)
     return init_device_mesh("cpu", shape, mesh_dim_names=names)
 
 
-def _plan(make_model, vocab: int, shape: tuple, names: tuple, param_share):
+def _plan(make_model, batch: int, shape: tuple, names: tuple, param_share):
     """The plan and traced step, made on rank 0 (every rank applies the same plan)."""
     mesh = _fresh_world(math.prod(shape), 0, shape, names)
     with torch.device("meta"):
         model = make_model()
-    tokens = (torch.empty(BATCH, SEQ, dtype=torch.long),) * 2
+    tokens = (torch.empty(batch, SEQ, dtype=torch.long),) * 2
     with AutoParallel(model, lambda: tokens, mesh, plan_cache=False, hardware="H100",
                       time_limit_s=5.0) as autop:
         batch = (Shard(0),) + (Replicate(),) * (len(shape) - 1)
@@ -102,18 +106,25 @@ def _collectives(gm: fx.GraphModule, dims: dict) -> list[tuple]:
     return out
 
 
-def _rank_program(make_model, plan, step, mesh, **lower_options) -> list[tuple]:
-    """This rank's lowered program's collectives (what runs: forward, then backward)."""
+def _rank_program(make_model, plan, step, mesh, lowered: dict, **lower_options) -> list[tuple]:
+    """This rank's lowered program's collectives (what runs: forward, then backward), lowered
+    from its materialised shards (tiny models: nothing is run, the values are not read).
+    ``lowered`` keeps the program of each set of local shapes: ranks whose shards and inputs
+    have the same shapes trace the same program (a rank's coordinates only pick values)."""
     with torch.device("meta"):
         model = make_model()
     module = build_parallel_module(model, step, plan, mesh)
+    module.to_empty(device="cpu")
     runner = module._autoshard_runner
-    inputs = [t.to("meta") if isinstance(t, torch.Tensor) else t
-              for t in _example_local_inputs(runner)]
-    program = lower_step(runner, [p._local_tensor for p in _traced_params(module)],
-                         [b._local_tensor for b in _traced_buffers(module)], inputs,
-                         **lower_options)
-    dims = _group_dims(mesh)
+    params = [p._local_tensor for p in _traced_params(module)]
+    buffers = [b._local_tensor for b in _traced_buffers(module)]
+    inputs = _example_local_inputs(runner)
+    shapes = tuple(tuple(t.shape) for t in (*params, *buffers, *inputs)
+                   if isinstance(t, torch.Tensor))
+    if shapes not in lowered:  # the program names its lowering rank's process groups
+        lowered[shapes] = (lower_step(runner, params, buffers, inputs, **lower_options),
+                           _group_dims(mesh))
+    program, dims = lowered[shapes]
     return [(phase, *c) for phase, gm in (("forward", program.run_fwd_gm),
                                           ("backward", program.run_bwd_gm))
             for c in _collectives(gm, dims)]
@@ -152,14 +163,14 @@ def _mismatches(per_rank: list[list[tuple]], shape: tuple) -> list[str]:
 
 CASES = {
     # the issue's model: hidden 32 on 3 ranks, FSDP-like default budget
-    "gpt32_3": (gpt(), 64, (3,), ("dp",), "default"),
-    "gpt32_3_replicated": (gpt(), 64, (3,), ("dp",), (1.0, 1.0)),
-    "gpt_vocab50_4": (gpt(vocab=50), 50, (4,), ("dp",), "default"),
-    "gpt32_5": (gpt(), 64, (5,), ("dp",), "default"),
-    "llama_7heads_6": (llama(), 50, (6,), ("dp",), "default"),
-    "gpt32_7": (gpt(), 64, (7,), ("dp",), "default"),
-    "gpt32_2x3": (gpt(), 64, (2, 3), ("dp", "tp"), "default"),
-    "llama_7heads_3x2": (llama(), 50, (3, 2), ("dp", "tp"), "default"),
+    "gpt32_3": (gpt(), BATCH, (3,), ("dp",), "default"),
+    "gpt32_3_replicated": (gpt(), BATCH, (3,), ("dp",), (1.0, 1.0)),
+    "gpt_vocab50_4": (gpt(vocab=50), BATCH, (4,), ("dp",), "default"),
+    "gpt32_5": (gpt(), BATCH, (5,), ("dp",), "default"),
+    "llama_7heads_6": (llama(), BATCH, (6,), ("dp",), "default"),
+    "gpt32_7": (gpt(), 10, (7,), ("dp",), "default"),  # batch 10: 2 rows on 5 ranks, 0 on 2
+    "gpt32_2x3": (gpt(), BATCH, (2, 3), ("dp", "tp"), "default"),
+    "llama_7heads_3x2": (llama(), BATCH, (3, 2), ("dp", "tp"), "default"),
 }
 
 
@@ -172,25 +183,25 @@ def plans():
 
 
 # every case lowered as for eager runs; the compile (functional graphs) and dynamic
-# (symbolic uneven sizes) lowerings on one 1-D and one 2-D mesh
+# (symbolic uneven sizes) lowerings on the issue's case
 LOWERINGS = [(case, "eager") for case in CASES] + [
-    (case, lowering) for case in ("gpt32_3", "gpt32_2x3") for lowering in ("compile", "dynamic")
+    ("gpt32_3", "compile"), ("gpt32_3", "dynamic")
 ]
 
 
 @pytest.mark.parametrize("case, lowering", LOWERINGS)
 def test_every_rank_issues_the_same_collectives(plans, case, lowering):
-    make_model, vocab, shape, names, share = CASES[case]
+    make_model, batch, shape, names, share = CASES[case]
     if case not in plans:
-        plans[case] = _plan(make_model, vocab, shape, names, share)
+        plans[case] = _plan(make_model, batch, shape, names, share)
     plan, step = plans[case]
     options = {"eager": {}, "compile": {"reduce_inplace": False},
                "dynamic": {"dynamic": True}}[lowering]
     world = math.prod(shape)
-    per_rank = []
+    per_rank, lowered = [], {}
     for r in range(world):
         mesh = _fresh_world(world, r, shape, names)
-        per_rank.append(_rank_program(make_model, plan, step, mesh, **options))
+        per_rank.append(_rank_program(make_model, plan, step, mesh, lowered, **options))
     assert any(per_rank), "the plan issues no collective: the case tests nothing"
     problems = _mismatches(per_rank, shape)
     assert not problems, "\n".join(problems)
