@@ -6,8 +6,10 @@
 
 The model (autoshard.testing.models.Llama) is built on the meta device, planned by AutoParallel
 under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
-initialised from one seeded full model. Every step logs loss, tokens/s, an MFU estimate and
-peak memory (rank 0; CUDA: max allocated, CPU: the process's peak RSS); every
+initialised from one seeded full model. Every metrics.log_freq steps it logs loss, tokens/s,
+an MFU estimate and peak memory (rank 0; CUDA: max allocated, CPU: the process's peak RSS);
+between log points nothing waits for the device (batches go up through pinned memory
+without blocking, the loss is read at log points only); every
 checkpoint.interval steps the model, optimizer and step go to a
 torch.distributed.checkpoint (DCP) folder, and a new run resumes from the newest complete
 one. Settings: train_config.py.
@@ -129,6 +131,49 @@ def peak_flops(cfg: dict, hardware) -> float:
     return float(_core.hardware_profile(name)["peak_flops_fp32"])
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch on ``device``. CUDA: through page-locked memory and without waiting, so
+    the copy is a DMA queued behind the step's kernels instead of a synchronous copy out
+    of pageable memory every step (the host would wait for it)."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def loss_scalar(loss) -> float:
+    """The step's loss as a Python float: a device-to-host copy that waits for the step, so
+    it is read at log points only."""
+    loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
+    return float(loss.detach())
+
+
+def train_steps(model, optimizer, step_inputs, device, step: int, last: int, log_freq: int,
+                on_log, on_step_end=None) -> int:
+    """Steps ``step + 1 .. last``; ``step_inputs(n)`` gives step n's model arguments.
+    Nothing waits for the device between log points: the loss is read (and the clock read
+    after the device is idle) every ``log_freq`` steps and after the last, then
+    ``on_log(step, loss, steps_per_second)``; ``on_step_end(step)`` after every step
+    (checkpoints). Returns the last step."""
+    window_start, window_steps = time.perf_counter(), 0
+    while step < last:
+        step += 1
+        loss = model(*step_inputs(step))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        window_steps += 1
+        if step % log_freq == 0 or step == last:
+            loss_value = loss_scalar(loss)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the optimizer's kernels too, for the clock
+            now = time.perf_counter()
+            on_log(step, loss_value, window_steps / max(now - window_start, 1e-9))
+            window_start, window_steps = time.perf_counter(), 0
+        if on_step_end is not None:
+            on_step_end(step)
+    return step
+
+
 def peak_memory_mib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -174,13 +219,15 @@ def load_checkpoint(path: str, model, optimizer) -> int:
 def main(argv: list[str]) -> int:
     cfg = load_config(argv)
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = (
         torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         if use_cuda
         else torch.device("cpu")
     )
+    if use_cuda:
+        torch.cuda.set_device(device)  # before NCCL starts: its communicators use it
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
     logging.basicConfig(
         level=logging.INFO if rank == 0 else logging.WARNING,
         format="%(message)s",
@@ -219,31 +266,30 @@ def main(argv: list[str]) -> int:
     )
     from autoshard import local_inputs
 
-    while step < t["steps"]:
-        step += 1
-        tokens, labels = batches(step)
-        args, _ = local_inputs(model, tokens.to(device), labels.to(device))
-        t0 = time.perf_counter()
-        loss = model(*args)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
-        loss_value = float(loss.detach())  # waits for the step's work
-        dt = time.perf_counter() - t0
-        if step % cfg["metrics"]["log_freq"] == 0 or step == t["steps"]:
-            tps = tokens_per_step / dt
-            log.info(
-                "step: %4d  loss: %8.4f  tokens/s: %9.0f  mfu: %6.2f%%  " "memory: %8.1f MiB",
-                step,
-                loss_value,
-                tps,
-                100.0 * tps * flops / peak,
-                peak_memory_mib(device),
-            )
-        if c["interval"] > 0 and (step % c["interval"] == 0 or step == t["steps"]):
-            path = save_checkpoint(c["folder"], model, optimizer, step)
-            log.info("checkpoint: saved step %d to %s", step, path)
+    def step_inputs(n: int):
+        tokens, labels = (to_device(x, device) for x in batches(n))
+        return local_inputs(model, tokens, labels)[0]
+
+    def on_log(n: int, loss_value: float, steps_per_s: float) -> None:
+        tps = tokens_per_step * steps_per_s
+        log.info(
+            "step: %4d  loss: %8.4f  tokens/s: %9.0f  mfu: %6.2f%%  " "memory: %8.1f MiB",
+            n,
+            loss_value,
+            tps,
+            100.0 * tps * flops / peak,
+            peak_memory_mib(device),
+        )
+
+    def on_step_end(n: int) -> None:
+        if c["interval"] > 0 and (n % c["interval"] == 0 or n == t["steps"]):
+            path = save_checkpoint(c["folder"], model, optimizer, n)
+            log.info("checkpoint: saved step %d to %s", n, path)
+
+    train_steps(
+        model, optimizer, step_inputs, device, step, t["steps"], cfg["metrics"]["log_freq"],
+        on_log, on_step_end,
+    )
     dist.destroy_process_group()
     return 0
 

@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from .compat import ParallelJoint, check_autoparallel_keywords
+from .hardware import planner_fp32_precision
 from .options import DEFAULT_BUDGET, DEFAULT_TIME_LIMIT_S, PlannerOptions
 from .placements import layout_to_strs, normalize_placements
 from .presets import apply_preset, check_auto_parallel_args, check_preset
@@ -48,7 +49,9 @@ class AutoParallel:
     ``hardware`` names the cost model's device profile ("H100", "A100", "CPU", ...), is a
     JSON object of profile fields, or "measure" (CPU ranks on a real process group: matmul,
     op and collective figures measured on the group before planning, calibrate.py); None
-    picks it from the mesh (default_hardware).
+    picks it from the mesh and, on a GPU host, the GPU's name (default_hardware,
+    hardware.py). Float32 matmuls are priced as torch runs them here: TF32 when
+    ``torch.backends.cuda.matmul.fp32_precision`` is "tf32", full float32 otherwise.
     ``rank_timeout_s``: on a real multi-rank process group, how long each rank waits for the
     others to reach planning before raising an error naming the missing ranks (ranks then
     check that they trace the same model with the same constraints and options).
@@ -442,6 +445,8 @@ class AutoParallel:
             gap_tolerance=self.gap_tolerance,
             memory_limit_bytes=self.memory_limit_bytes,
             repeated_layers=self.repeated_layers,
+            # float32 matmuls priced as this process runs them (TF32 or full float32)
+            fp32_matmul_precision=planner_fp32_precision(self.hardware),
             verbose=False,  # the planner's own trace goes to stderr; we log the report
         )
 
@@ -625,9 +630,12 @@ def default_hardware(mesh: DeviceMesh) -> str | dict:
     per rank; with more ranks on this host than cores, each rank's compute figures scaled by
     cores / ranks, as that is the share of a core each gets; pass hardware="measure" for
     figures measured on the group: closer to the machine, but they move with its load, and
-    so may the plan); a CUDA mesh, or a CPU mesh on a fake process group (planning a virtual
-    GPU cluster on this machine), is costed as H100s."""
+    so may the plan); a CUDA mesh on a host with a GPU is costed as that GPU (its name:
+    hardware.detect_gpu_hardware); a CUDA mesh without one, or a CPU mesh on a fake process
+    group (planning a virtual GPU cluster on this machine), is costed as H100s."""
     import torch.distributed as dist
+
+    from .hardware import detect_gpu_hardware, hardware_without_gpu
 
     backend = dist.get_backend() if dist.is_initialized() else ""
     if mesh.device_type == "cpu" and backend != "fake":
@@ -638,7 +646,9 @@ def default_hardware(mesh: DeviceMesh) -> str | dict:
             backend or "no",
         )
         return cpu_profile_for_host()
-    return "H100"
+    if mesh.device_type == "cuda" and torch.cuda.is_available():
+        return detect_gpu_hardware()
+    return hardware_without_gpu(mesh.device_type)
 
 
 def cpu_profile_for_host() -> str | dict:
@@ -678,11 +688,9 @@ def _measured_hardware(hardware: Any, mesh: DeviceMesh) -> Any:
     from .fake_pg import on_real_process_group
 
     if mesh.device_type != "cpu" or not on_real_process_group():
-        raise ValueError(
-            "hardware='measure' measures CPU ranks on a real process group "
-            "(gloo); name a profile (e.g. 'H100') or pass an object of profile "
-            "fields for other meshes"
-        )
+        from .hardware import measure_refusal
+
+        raise ValueError(measure_refusal(mesh.device_type))
     profile = measure_cpu_profile()
     log.info(
         "autoshard: measured on %d ranks: %.1f GFLOP/s matmul, %.0f us per collective, "
@@ -698,7 +706,9 @@ def _measured_hardware(hardware: Any, mesh: DeviceMesh) -> Any:
 def _mesh_trace_device(mesh: DeviceMesh) -> torch.device:
     # CUDA meshes trace with fake CUDA tensors when this torch has CUDA; a CPU-only build
     # aborts on CUDA device guards even for fake tensors, so it traces on CPU (same shapes,
-    # the CPU variants of fused kernels such as flash attention)
+    # the CPU variants of fused kernels such as flash attention). The model's fake weights
+    # and the example inputs, whatever device they were made on, are put on this device
+    # (trace._fake_inputs); each rank's program then runs on its own (runtime._fix_device).
     if mesh.device_type == "cuda" and torch.cuda.is_available():
         return torch.device("cuda", 0)
     return torch.device("cpu")

@@ -27,9 +27,11 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate
 
+from .attention_kernels import match_attention_kernels
 from .binding import InputBinder
+from .local_shard import local_shard, shard_as_dtensor
 from .placements import layout_to_strs
 from .rng_check import check_random_states_once
 from .runtime import StepRunner, _StepFunction, contiguous_stride
@@ -116,6 +118,8 @@ def build_parallel_module(
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
     if compile and runtime != "program":
         raise ValueError("compile=True compiles the lowered program: use runtime='program'")
+    # a plan made on another host may name another attention kernel than this trace's
+    plan = match_attention_kernels(plan, step.gm)
     runner = StepRunner(step, plan, mesh, strict=strict)
     placeholder_of_fqn = {fqn: ph for ph, fqn in step.param_fqns.items()}
     buffer_ph_of_fqn = {fqn: ph for ph, fqn in step.buffer_fqns.items()}
@@ -602,12 +606,10 @@ def load_full_state_dict(module: nn.Module, full_state: dict[str, torch.Tensor])
                 )
             if isinstance(t, DTensor):
                 local = t.to_local()
-                shard = distribute_tensor(
-                    full.to(local.device, local.dtype),
-                    t.device_mesh,
-                    t.placements,
-                    src_data_rank=None,
-                ).to_local()
+                # sliced where `full` lives: only this rank's shard reaches the device
+                shard = local_shard(
+                    full, t.device_mesh, t.placements, device=local.device, dtype=local.dtype
+                )
                 local.copy_(shard)
             else:
                 t.copy_(full)
@@ -622,7 +624,11 @@ def local_inputs(module: nn.Module, *args, **kwargs):
     for v, name in zip(flat, runner.step.input_nodes):
         if isinstance(v, torch.Tensor) and name is not None:
             layout = runner.placeholder_layout(name)
-            v = distribute_tensor(v, runner.mesh, layout, src_data_rank=None).to_local()
+            # as distribute_tensor places it (on the mesh's device type), but only the
+            # shard is copied there
+            on_mesh_device = v.device.type in (runner.mesh.device_type, "meta")
+            device = v.device if on_mesh_device else runner.device
+            v = local_shard(v, runner.mesh, layout, device=device)
         out.append(v)
     a, k = pytree.tree_unflatten(out, runner.step.input_spec)  # in the traced spelling
     return a, k
@@ -648,9 +654,9 @@ def _distribute_full_tensors(module: nn.Module, state_dict: dict, prefix: str, *
             if tuple(v.placements) != tuple(t.placements) and v.device_mesh == t.device_mesh:
                 state_dict[key] = v.redistribute(t.device_mesh, t.placements)
             continue
-        local = t._local_tensor
-        state_dict[key] = distribute_tensor(
-            v.detach().to(local.device), t.device_mesh, t.placements, src_data_rank=None
+        # the checkpoint's dtype is kept (torch's copy_ converts); only the shard moves
+        state_dict[key] = shard_as_dtensor(
+            v, t.device_mesh, t.placements, device=t._local_tensor.device
         )
 
 

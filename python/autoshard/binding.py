@@ -16,6 +16,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.utils._pytree as pytree
 
 _EMPTY = inspect.Parameter.empty
@@ -176,11 +177,19 @@ class InputBinder:
 
 
 def _is_default(value: Any, default: Any) -> bool:
+    """``value`` is the parameter's default (an argument left out of the traced call may be
+    passed with it). A tensor never counts: comparing its values would copy a result from
+    the device to the host (a sync) on every call, and the traced step has no input for it
+    anyway; other values compare by ``==``."""
     if default is _EMPTY:
         return False
+    if value is default:
+        return True
+    if any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves((value, default))):
+        return False
     try:
-        return value is default or bool(value == default)
-    except Exception:  # tensors and other values without a plain truth value
+        return bool(value == default)
+    except Exception:  # values without a plain truth value
         return False
 
 

@@ -26,6 +26,11 @@ Only nodes after a wait, that make small tensors (<= fuse_reductions.SMALL_NUMEL
 scalars, not activations), issue no collective and write no existing tensor, are deferred.
 The lowered graphs stay whole for inspection, compile (which runs the whole graph) and the
 no-grad forward.
+
+Only where waits block the host (gloo, and any backend not known to do otherwise:
+``defers_round_trips``). NCCL's wait is a stream dependency queued on the GPU, the host
+returns at once, so deferring it saves nothing, while it costs a tensor subclass on the
+loss and, with late_loss_scale.py, an un-waited collective buffer among the saved tensors.
 """
 
 from __future__ import annotations
@@ -191,3 +196,34 @@ class DeferredValue(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None):
         return repr(self.value())
+
+
+# backends whose wait on a collective queues a dependency on the device's stream and
+# returns: the host never blocks, so there is no round trip worth deferring
+_STREAM_ORDERED_BACKENDS = frozenset({"nccl", "xccl"})
+
+
+def defers_round_trips(mesh) -> bool:
+    """Whether the program defers the forward's last round trip (this module) and scales
+    gradients late (late_loss_scale.py) on ``mesh``: yes unless every mesh dim's process
+    group waits on the device (NCCL); gloo's waits block the host."""
+    import torch.distributed as dist
+
+    backends = []
+    for d in range(mesh.ndim):
+        try:
+            backends.append(dist.get_backend(mesh.get_group(d)))
+        except Exception:  # no process group to ask: keep the passes (the safe side)
+            return True
+    return not all(
+        backend_for_device(b, mesh.device_type) in _STREAM_ORDERED_BACKENDS for b in backends
+    )
+
+
+def backend_for_device(backend: str, device_type: str) -> str:
+    """The backend that runs collectives on ``device_type`` tensors: ``backend`` itself, or
+    its entry for that device in a per-device spelling ("cpu:gloo,cuda:nccl")."""
+    if ":" not in backend:
+        return backend.lower()
+    per_device = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
+    return per_device.get(device_type, "").lower()

@@ -25,17 +25,26 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .local_shard import shard_as_dtensor
 
 
 def _shard_of(full: torch.Tensor, like: DTensor) -> DTensor:
     """``full`` (global value, broadcastable to ``like``) as a DTensor in ``like``'s layout:
-    each rank slices its own part."""
-    full = full.detach().to(device=like._local_tensor.device, dtype=like.dtype)
+    each rank slices its own part where ``full`` lives (a broadcast is a view there), and
+    only that part is copied to the device in ``like``'s dtype."""
+    full = full.detach()
     if tuple(full.shape) != tuple(like.shape):
-        full = full.expand(like.shape).contiguous()
-    return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
+        full = full.expand(like.shape)
+    return shard_as_dtensor(
+        full,
+        like.device_mesh,
+        like.placements,
+        device=like._local_tensor.device,
+        dtype=like.dtype,
+    )
 
 
 def _copy_full(dst: DTensor, value: torch.Tensor, what: str) -> None:

@@ -44,6 +44,9 @@ class PlannerOptions:
     gap_tolerance: float | None = None  # None: the planner's default (0.001)
     max_problem_bytes: int | None = None  # None: the planner's cap on the problem's size
     repeated_layers: str = "auto"  # "auto", "tie" or "untie" (docs/repeated_layers.md)
+    # how float32 matmuls run (torch.backends.cuda.matmul.fp32_precision): "ieee" (full
+    # float32, PyTorch's default), "tf32" (TF32 tensor cores), or None: as the profile says
+    fp32_matmul_precision: str | None = None
     verbose: bool = False  # the planner's own trace on stderr
 
     def replace(self, **changes: Any) -> "PlannerOptions":
@@ -76,6 +79,8 @@ class PlannerOptions:
                 out[key] = getattr(self, key)
         if self.repeated_layers != "auto":
             out["repeated_layers"] = self.repeated_layers
+        if self.fp32_matmul_precision is not None:
+            out["fp32_matmul_precision"] = self.fp32_matmul_precision
         return out
 
     def dumps(self) -> str:
@@ -106,6 +111,7 @@ class PlannerOptions:
             gap_tolerance=d.get("gap_tolerance"),
             max_problem_bytes=d.get("max_problem_bytes"),
             repeated_layers=d.get("repeated_layers", "auto"),
+            fp32_matmul_precision=d.get("fp32_matmul_precision"),
             verbose=bool(d.get("verbose", False)),
         )
 

@@ -163,6 +163,16 @@ def _fake_like(mode, t: torch.Tensor, symbolic_dims: Sequence[int] = ()) -> torc
     return mode.from_tensor(t, symbolic_context=context)
 
 
+def _fake_gradient(mode, out: torch.Tensor) -> torch.Tensor:
+    """An example gradient of forward output ``out``: contiguous, on its device, a fake
+    tensor of ``mode``. Made from a meta tensor: a real one would be allocated on the rank's
+    GPU just to be copied (and cannot be made where the device is only emulated)."""
+    meta = torch.empty_strided(
+        tuple(out.shape), contiguous_stride(out.shape), dtype=out.dtype, device="meta"
+    )
+    return mode.fake_tensor_converter.from_meta_and_device(mode, meta, out.device)
+
+
 @contextlib.contextmanager
 def _annotating_nodes(runner: StepRunner):
     """While tracing, tag every recorded op with the joint-graph node being run."""
@@ -274,15 +284,7 @@ def lower_step(
     n_out = meta["n_outputs"]
     out_vals = [n.meta["val"] for n in _graph_outputs(fwd_gm)]
     fake_outs, fake_saved = out_vals[:n_out], out_vals[n_out:]
-    grad_examples = [
-        _fake_like(
-            mode,
-            torch.empty_strided(
-                tuple(v.shape), contiguous_stride(v.shape), dtype=v.dtype, device=v.device
-            ),
-        )
-        for v in fake_outs
-    ]
+    grad_examples = [_fake_gradient(mode, v) for v in fake_outs]
     n_saved = len(fake_saved)
 
     def backward(*tensors):
@@ -355,16 +357,21 @@ def lower_step(
     # what runs: copies of the graphs, rewritten for the eager (or inductor-compiled) step;
     # fwd_gm / bwd_gm stay as traced and scheduled (parallel_gm, torch.compile of the
     # module, which traces them under Dynamo)
-    from .deferred_tail import split_forward
+    from .deferred_tail import defers_round_trips, split_forward
     from .direct_calls import bind_direct_calls
     from .late_loss_scale import scale_gradients_late
 
     program.fwd, program.bwd = _copy_gm(fwd_gm), _copy_gm(bwd_gm)
+    # only where waits block the host (gloo), not on NCCL (deferred_tail.defers_round_trips)
+    defer = defers_round_trips(runner.mesh)
+    info["deferred_round_trips"] = int(defer)
     # the count of targets (all-reduced early so the backward's start need not wait) and
     # the loss sum in one all-reduce when the backward divides by the count at its end
     # instead: one round trip a step instead of two, and the forward waits for neither
     together = _copy_gm(program.fwd)
-    if coalesce_small_reductions(together, hold_back=True) and scale_gradients_late(
+    if not defer:
+        info["late_loss_scale"] = 0
+    elif coalesce_small_reductions(together, hold_back=True) and scale_gradients_late(
         together, program.bwd, n_out
     ):
         program.fwd, info["late_loss_scale"] = together, 1
@@ -376,9 +383,66 @@ def lower_step(
         info["divisions_in_place"] = divide_in_place(program.bwd)
         info["direct_calls"] = sum(bind_direct_calls(gm) for gm in (program.fwd, program.bwd))
     program.run_fwd_gm, program.run_bwd_gm = program.fwd, program.bwd
-    program.split = split_forward(program.fwd, n_out)
+    program.split = split_forward(program.fwd, n_out) if defer else None
     info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
+    if all(flat[i].device == runner.device for i in tensor_pos):
+        # a program for the materialised state (not one lowered from meta shards to be
+        # inspected): it must name this rank's device only
+        check_program_devices(program, runner.device)
     return program
+
+
+def foreign_devices(gm: fx.GraphModule, device: torch.device) -> list[str]:
+    """Where graph ``gm`` names a device other than ``device``: device arguments of its
+    calls and the devices of the tensors its nodes hold (``meta["val"]``) and its constants
+    (get_attr), one line per place ("node: cuda:0"). A CPU scalar (a 0-dim tensor) is not
+    counted: torch lets it meet tensors of any device. A rank's program must name only that
+    rank's device: another GPU's index there allocates on (or fails against) that GPU."""
+    device = torch.device(device)
+    found: list[str] = []
+
+    def visit(where: str, value: Any) -> None:
+        for leaf in pytree.tree_leaves(value):
+            if isinstance(leaf, torch.device):
+                d = leaf
+            elif isinstance(leaf, torch.Tensor) and not (leaf.dim() == 0 and leaf.is_cpu):
+                d = leaf.device
+            else:
+                continue
+            if d != device:
+                found.append(f"{where}: {d}")
+
+    for n in gm.graph.nodes:
+        visit(f"{n.name} ({n.target}) argument", (n.args, n.kwargs))
+        visit(f"{n.name} value", n.meta.get("val"))
+        if n.op == "get_attr":
+            visit(f"{n.name} constant", getattr(gm, n.target, None))
+    return found
+
+
+def check_program_devices(program: LocalProgram, device: torch.device) -> None:
+    """Raises RuntimeError naming every place where ``program``'s graphs (as traced and as
+    they run) name a device other than ``device``, the rank's own."""
+    graphs = {
+        "forward": program.fwd_gm,
+        "backward": program.bwd_gm,
+        "forward as run": program.run_fwd_gm,
+        "backward as run": program.run_bwd_gm,
+    }
+    problems = [
+        f"{name} graph, {place}"
+        for name, gm in graphs.items()
+        if gm is not None
+        for place in foreign_devices(gm, device)
+    ]
+    if problems:
+        raise RuntimeError(
+            f"autoshard: this rank's program (device {device}) names other devices; it would "
+            f"allocate on, or fail against, another rank's device. This is a bug in "
+            f"autoshard's lowering: please report it with these places: "
+            + "; ".join(problems[:10])
+            + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
+        )
 
 
 def _copy_gm(gm: fx.GraphModule) -> fx.GraphModule:

@@ -107,55 +107,97 @@ _generation = 0  # how many checks this process has made: the key space of each 
 
 
 def wait_for_all_ranks(timeout_s: float) -> None:
-    """A barrier that gives up after ``timeout_s`` and names the ranks that did not come:
-    gloo's monitored_barrier does; other backends (NCCL) wait on a plain barrier. Every rank
-    also leaves a mark in the process group's store first, so that every rank, not only
-    rank 0, can name the missing ones when the barrier fails."""
+    """Wait up to ``timeout_s`` for every rank to reach planning, and name the ranks that
+    did not come. The wait goes through the process group's key-value store, not a
+    collective: a barrier on NCCL is a kernel on the GPU that never completes when a rank
+    is missing (nothing names it, the job hangs until NCCL's own timeout), and the store
+    works the same for every backend."""
     global _generation
     _generation += 1
     store = _arrival_store()
-    key = f"autoshard/arrived/{_generation}/"
-    if store is not None:
-        store.set(key + str(dist.get_rank()), "1")
+    if store is None:  # no store to look at (a custom backend): a plain barrier
+        _barrier_naming_no_one(timeout_s)
+        return
+    missing, late = arrive_and_agree(
+        store, dist.get_rank(), dist.get_world_size(), f"autoshard/arrived/{_generation}/",
+        timeout_s,
+    )
+    if missing:
+        raise RankTimeoutError(_timeout_message(missing, late, dist.get_rank(), timeout_s))
+
+
+def arrive_and_agree(
+    store, rank: int, world: int, prefix: str, timeout_s: float
+) -> tuple[list[int], bool]:
+    """Leave this rank's mark under ``prefix`` in ``store``, wait up to ``timeout_s`` for
+    every rank's, and settle with the others on one verdict. Returns (the ranks missing
+    when the verdict was made, whether this rank is one of them); ([], False): go on.
+
+    The verdict is one key written once (compare_set: the first rank to decide wins, the
+    others read its value), so every rank acts on the same answer: a rank arriving just
+    after the others gave up learns that it was counted missing and stops too, instead of
+    entering the next collective alone and hanging there."""
+    store.set(f"{prefix}{rank}", "1")
+    keys = [f"{prefix}{r}" for r in range(world)]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=float(timeout_s)))
+        mine = "go"
+    except RuntimeError:  # DistStoreError: the timeout
+        mine = "missing:" + ",".join(map(str, _absent_ranks(store, keys)))
+    verdict = store.compare_set(f"{prefix}verdict", "", mine)
+    verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+    if verdict == "go" or verdict == "missing:":  # missing: nobody, by the time of the check
+        return [], False
+    missing = [int(r) for r in verdict.split(":", 1)[1].split(",")]
+    return missing, rank in missing
+
+
+def _timeout_message(missing: list[int], late: bool, rank: int, timeout_s: float) -> str:
+    who = ", ".join(map(str, missing))
+    if late:
+        return (
+            f"autoshard: this rank ({rank}) reached planning after the others had stopped "
+            f"waiting for it (rank_timeout_s={timeout_s:g} s; missing then: rank(s) {who}): "
+            "this rank was slower than the others by more than the timeout (a slow start, "
+            "a long data load, other code before planning); raise rank_timeout_s if that "
+            "is expected"
+        )
+    return (
+        f"autoshard: rank(s) {who} did not reach planning within {timeout_s:g} s "
+        "(rank_timeout_s): a rank is stalled, has crashed, or runs other code; raise "
+        "rank_timeout_s if some ranks are just slower to get here"
+    )
+
+
+def _barrier_naming_no_one(timeout_s: float) -> None:
     timeout = datetime.timedelta(seconds=float(timeout_s))
     try:
-        if dist.get_backend() == "gloo":
-            dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
-            return
         work = dist.barrier(async_op=True)
         if work.wait(timeout=timeout) is not False:
             return
         cause = "the barrier timed out"
     except RuntimeError as e:
         cause = str(e).strip().splitlines()[0]
-    missing = _absent_ranks(store, key)
-    who = (
-        f"rank(s) {', '.join(map(str, missing))} did not reach planning"
-        if missing
-        else "the ranks did not all meet before planning (if this rank is the late one, "
-        "the others stopped waiting)"
-    )
     raise RankTimeoutError(
-        f"autoshard: {who} within {timeout_s:g} s (rank_timeout_s): a rank is stalled, has "
-        "crashed, or runs other code; raise rank_timeout_s if some ranks are just slower to "
-        f"get here (torch: {cause})"
+        f"autoshard: the ranks did not all meet before planning within {timeout_s:g} s "
+        "(rank_timeout_s): a rank is stalled, has crashed, or runs other code; raise "
+        f"rank_timeout_s if some ranks are just slower to get here (torch: {cause})"
     )
 
 
 def _arrival_store():
+    """The default process group's store, where it has one with the operations the
+    arrival check uses (set, wait, check, compare_set)."""
     try:
-        return dist.distributed_c10d._get_default_store()
-    except Exception:  # no store to look at: the error names no ranks
-        return None
-
-
-def _absent_ranks(store, key: str) -> list[int]:
-    if store is None:
-        return []
-    try:
-        return [r for r in range(dist.get_world_size()) if not store.check([key + str(r)])]
+        store = dist.distributed_c10d._get_default_store()
     except Exception:
-        return []
+        return None
+    needed = ("set", "wait", "check", "compare_set")
+    return store if all(hasattr(store, op) for op in needed) else None
+
+
+def _absent_ranks(store, keys: list[str]) -> list[int]:
+    return [r for r, key in enumerate(keys) if not store.check([key])]
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -8,6 +8,14 @@ dim compute the SAME tensor, so their generators must be in the same state: othe
 "replicated" values differ between ranks and every result built on them is silently wrong
 (gradients included). So before the first step the ranks along each such dim compare their
 generator states, and differing states stop the step with an error saying what to do.
+
+On CUDA, DTensor's offset-based RNG tracker does not leave the random op in the traced
+program as itself: it wraps it in the higher-order op ``run_dtensor_rng_op(start, end, op,
+*args)``, which moves the CUDA generator's offset so that each shard draws its slice of one
+global random tensor. That node carries no op tags, so it is recognised by its target. The
+states compared are those of the generator the program's random ops draw from: the CUDA
+generator of the rank's device on GPU runs (the CPU generator there only feeds host-side
+work such as data sampling, which may differ by rank), the CPU generator on CPU runs.
 """
 
 from __future__ import annotations
@@ -24,13 +32,26 @@ from .program import OUTSIDE
 
 
 def random_nodes(gm: fx.GraphModule) -> list[fx.Node]:
-    """Ops that draw from a generator (torch tags them nondeterministic_seeded)."""
-    return [
-        n
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-        and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
-    ]
+    """Nodes that draw from a generator: ops torch tags nondeterministic_seeded, and
+    DTensor's CUDA wrapper around such an op (run_dtensor_rng_op)."""
+    return [n for n in gm.graph.nodes if draws_random_numbers(n)]
+
+
+def draws_random_numbers(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    if _is_dtensor_rng_op(node.target):
+        return True
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
+def _is_dtensor_rng_op(target) -> bool:
+    """``target`` is DTensor's ``run_dtensor_rng_op`` (torch._prims.rng_prims), matched by
+    its name: torch builds without it (older ones) must still import this module."""
+    return (
+        isinstance(target, torch._ops.HigherOrderOperator)
+        and target.name() == "run_dtensor_rng_op"
+    )
 
 
 def replicated_random_dims(program, runner) -> dict[int, list[str]]:
@@ -45,11 +66,28 @@ def replicated_random_dims(program, runner) -> dict[int, list[str]]:
     return dims
 
 
+def generator_state(device: torch.device) -> torch.Tensor:
+    """The state (a CPU byte tensor) of the default generator that random ops on ``device``
+    draw from: the CPU generator for CPU tensors, the device's own one otherwise (CUDA:
+    ``torch.cuda.get_rng_state(device)``, which DTensor's RNG tracker also moves)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    module = getattr(torch, device.type, None)  # torch.cuda, torch.xpu, torch.mps, ...
+    get_state = getattr(module, "get_rng_state", None)
+    if get_state is None:
+        raise RuntimeError(
+            f"autoshard: cannot read the random generator state of device type "
+            f"{device.type!r} (torch.{device.type}.get_rng_state is missing), so the ranks' "
+            "generators cannot be compared before the first step; run the model on cpu or "
+            "cuda, or report the device type"
+        )
+    return get_state(device)
+
+
 def _state_digest(device: torch.device) -> int:
-    state = torch.get_rng_state()
-    if device.type == "cuda":
-        state = torch.cat([state, torch.cuda.get_rng_state(device)])
-    return int.from_bytes(hashlib.sha256(state.numpy().tobytes()).digest()[:7], "little")
+    state = generator_state(device)
+    return int.from_bytes(hashlib.sha256(state.cpu().numpy().tobytes()).digest()[:7], "little")
 
 
 def check_random_states_once(program, runner) -> None:

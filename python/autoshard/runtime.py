@@ -173,6 +173,7 @@ class StepRunner:
             for n in self.gm.graph.find_nodes(op="get_attr")
             if isinstance(getattr(self.gm, n.target, None), torch.Tensor)
         }
+        self._device_constants: dict = {}  # (name, device) -> the constant copied there
         for n in self.gm.graph.find_nodes(op="get_attr"):
             if n.name in self.constants:
                 self.placeholders[n.name] = n
@@ -309,9 +310,11 @@ class StepRunner:
         return done[key]
 
     def _fix_device(self, v: Any) -> Any:
-        if isinstance(v, torch.device) and v.type != self.device.type:
-            return self.device
-        return v
+        """Every device the traced graph names is this rank's: the trace ran on one device
+        (cuda:0 for a CUDA mesh, CPU without a GPU), so factory calls inside ``forward``
+        (``torch.arange(..., device=x.device)``: rotary tables, masks) recorded that one,
+        which is another rank's GPU on every rank but the first."""
+        return self.device if isinstance(v, torch.device) else v
 
     def _wrap_plain(self, v: Any) -> Any:
         if isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
@@ -371,6 +374,7 @@ class StepRunner:
 
             args = fx.node.map_arg(node.args, fetch)
             kwargs = fx.node.map_arg(node.kwargs, fetch)
+            args = tuple(self._fix_device(v) for v in args)
             kwargs = {k: self._fix_device(v) for k, v in kwargs.items()}
             if local_per_plan:
                 out = self._run_local(node, entry, args, kwargs)
@@ -568,9 +572,12 @@ class StepRunner:
             if name is not None:
                 env[name] = self.wrap_local(v, name) if isinstance(v, torch.Tensor) else v
                 given[name] = v
-        for name, value in self.constants.items():
+        for name in self.constants:
             full = DTensor.from_local(
-                value.to(self.device), self.mesh, (Replicate(),) * self.mesh.ndim, run_check=False
+                self._constant_on_device(name),
+                self.mesh,
+                (Replicate(),) * self.mesh.ndim,
+                run_check=False,
             )
             env[name] = self._to_layout(full, self.placeholder_layout(name))
         for node in self.forward_nodes:
@@ -598,6 +605,24 @@ class StepRunner:
         if self.written:
             saved = self._write_back(env, saved, given)
         return outs, saved, layouts
+
+    def _constant_on_device(self, name: str) -> torch.Tensor:
+        """Tensor constant ``name`` on this runner's device, copied there once: a copy made
+        per step would cross from the host every step (and a program traced with one
+        would keep it as a copy node). Made outside any trace, so that a lowered program
+        holds the device tensor itself as its constant."""
+        value = self.constants[name]
+        if value.device == self.device or not _device_present(self.device):
+            # nothing to copy, or (a program lowered for a device this host lacks) nothing
+            # that could be copied for real: traced as it is
+            return value.to(self.device)
+        key = (name, self.device)
+        if key not in self._device_constants:
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes(), torch.no_grad():
+                self._device_constants[key] = value.to(self.device)
+        return self._device_constants[key]
 
     def _write_back(self, env: dict, saved: dict, given: dict) -> dict:
         """forward() wrote buffers or inputs in place: their new values go into the tensors
@@ -699,10 +724,21 @@ class StepRunner:
 # numerically on local shards by validate.py) run on local shards directly: DTensor 2.13 has
 # no rule for them, or one that covers fewer layouts than the C++ rule (convolution: batch
 # splits only; a channel split would come out in the wrong layout) or none that keeps the
-# plan's Partial (histc with a fixed range: per-shard counts add up).
+# plan's Partial (histc with a fixed range: per-shard counts add up). The attention kernels
+# are independent per (batch, head), so every one of them (CPU, and CUDA's flash, efficient
+# and cuDNN ones, which DTensor has strategies for) runs on local shards in the C++ rule's
+# rows, the layouts the plan priced: DTensor's strategies differ from them (the efficient
+# kernel's empty logsumexp comes out replicated where the plan shards it; a bias of size 1
+# on the batch or head dim would be sharded on that dim).
 _LOCAL_OPS = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_backward.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_efficient_attention_backward.default",
+    "aten._scaled_dot_product_cudnn_attention.default",
+    "aten._scaled_dot_product_cudnn_attention_backward.default",
     "aten.convolution.default",
     "aten.convolution_backward.default",
     "aten._grouped_mm.default",
@@ -746,6 +782,16 @@ def _representable(placements) -> bool:
     from torch.distributed.tensor import Partial, Shard
 
     return all(type(p) in (Shard, Replicate, Partial) for p in placements)
+
+
+def _device_present(device: torch.device) -> bool:
+    """Whether real tensors can be made on ``device`` on this host."""
+    if device.type in ("cpu", "meta"):
+        return True
+    module = getattr(torch, device.type, None)
+    if module is None or not module.is_available():
+        return False
+    return (device.index or 0) < module.device_count()
 
 
 def _mesh_device(mesh: DeviceMesh) -> torch.device:

@@ -92,7 +92,12 @@ class TracedStep:
 
 
 def _tracing_device(device: torch.device | str | None) -> torch.device:
-    return torch.device(device if device is not None else "cpu")
+    """The device the fake model and inputs are made on: "cuda" means cuda:0, as fake
+    tensors made on "cuda" are (so inputs already there are recognised as such)."""
+    d = torch.device(device if device is not None else "cpu")
+    if d.type == "cuda" and d.index is None:
+        return torch.device("cuda", 0)
+    return d
 
 
 def _fake_model(model: nn.Module, fake_mode: FakeTensorMode, device: torch.device) -> nn.Module:
@@ -123,15 +128,34 @@ def _fake_model(model: nn.Module, fake_mode: FakeTensorMode, device: torch.devic
 
 
 def _fake_inputs(inputs: Any, fake_mode: FakeTensorMode, device: torch.device) -> Any:
+    """Every tensor of ``inputs`` as a fake tensor of ``fake_mode`` on ``device``, the device
+    the fake parameters are on. Sample inputs are usually made without a device (CPU, or
+    fake CPU tensors when ``input_fn`` runs under the fake mode) while a CUDA mesh traces on
+    cuda:0: left where they are, they would meet cuda:0 weights at the first op ("Tensor
+    device mismatch"). Real, meta and fake tensors, of any device, are all converted."""
+
     def conv(x):
-        if isinstance(x, FakeTensor):
+        if not isinstance(x, torch.Tensor):
             return x
-        if isinstance(x, torch.Tensor):
-            with fake_mode:
-                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
-        return x
+        if _is_fake_of(x, fake_mode) and x.device == device:
+            return x  # as given: keeps views and aliases among the inputs
+        return _fake_on(x, fake_mode, device)
 
     return pytree.tree_map(conv, inputs)
+
+
+def _is_fake_of(x: torch.Tensor, fake_mode: FakeTensorMode) -> bool:
+    return isinstance(x, FakeTensor) and x.fake_mode is fake_mode
+
+
+def _fake_on(x: torch.Tensor, fake_mode: FakeTensorMode, device: torch.device) -> torch.Tensor:
+    """A fresh fake leaf tensor like ``x`` (shape, strides, dtype, requires_grad) on
+    ``device``."""
+    with fake_mode:
+        t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
+    if x.requires_grad:
+        t.requires_grad_(True)
+    return t
 
 
 def normalize_inputs(value: Any) -> ForwardInputs:

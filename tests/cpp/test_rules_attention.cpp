@@ -1,4 +1,4 @@
-// SDPA rules: batch / head rows, GQA acceptance, FLOPs.
+// SDPA rules: batch / head rows, GQA acceptance, FLOPs, broadcast biases / masks.
 #include "test_rules_util.h"
 
 namespace autoshard::testing_rules {
@@ -47,6 +47,82 @@ TEST(RulesAttention, EfficientAttentionBiasAndPhiloxTensors) {
                      {{{2, 4, 16, 8}}, {{2, 4, 32}}, {{}, "int64"}, {{}, "int64"}});
   EXPECT_EQ(row_set(c->rows()),
             (std::set<std::string>{"S(0),S(0),R,R|S(0),S(0),S(0),R", "S(1),S(1),R,R|S(1),S(1),S(1),S(1)"}));
+}
+
+TEST(RulesAttention, BiasBroadcastOverHeadsIsReplicatedInTheHeadRow) {
+  // a [B, 1, S, S] bias serves every head: sharded with the batch, replicated with the heads
+  auto c = make_case("aten._scaled_dot_product_efficient_attention.default",
+                     {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 1, 16, 16}}}, "[$0, $1, $2, $3, true]",
+                     {{{2, 4, 16, 8}}, {{2, 4, 32}}, {{}, "int64"}, {{}, "int64"}});
+  EXPECT_EQ(row_set(c->rows()),
+            (std::set<std::string>{"S(0),S(0),R,R|S(0),S(0),S(0),S(0)", "S(1),S(1),R,R|S(1),S(1),S(1),R"}));
+  // the same for cuDNN's kernel (bias at position 3, a debug mask output of rank 1)
+  auto d = make_case("aten._scaled_dot_product_cudnn_attention.default",
+                     {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{1, 4, 16, 16}}},
+                     "[$0, $1, $2, $3, true, 0.0, true, false]",
+                     {{{2, 4, 16, 8}}, {{2, 4, 16, 1}}, {{}, ""}, {{}, ""}, {{}, ""}, {{}, ""}, {{}, "int64"}, {{}, "int64"},
+                      {{0}}});
+  EXPECT_EQ(row_set(d->rows()), (std::set<std::string>{"S(0),S(0),R,R,R,R,R,R,R|S(0),S(0),S(0),R",
+                                                       "S(1),S(1),R,R,R,R,R,R,R|S(1),S(1),S(1),S(1)"}));
+}
+
+TEST(RulesAttention, BiasOfLowerRankIsShardedOnItsOwnDims) {
+  // a [H, S, S] bias broadcasts over the batch: replicated with the batch, S(0) with the heads
+  auto c = make_case("aten._scaled_dot_product_efficient_attention.default",
+                     {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{4, 16, 16}}}, "[$0, $1, $2, $3, true]",
+                     {{{2, 4, 16, 8}}, {{2, 4, 32}}, {{}, "int64"}, {{}, "int64"}});
+  EXPECT_EQ(row_set(c->rows()),
+            (std::set<std::string>{"S(0),S(0),R,R|S(0),S(0),S(0),R", "S(1),S(1),R,R|S(1),S(1),S(1),S(0)"}));
+}
+
+TEST(RulesAttention, EfficientBackwardOwesNoBiasGradientOnABroadcastDim) {
+  // grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset -> grad q, k, v, bias
+  const std::string args = "[$0, $1, $2, $3, $4, $5, $6, $7, $8, 0.0, [true, true, true, true], true]";
+  auto ins = [](std::vector<int64_t> bias) {
+    return std::vector<TensorSpec>{{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {bias},
+                                   {{2, 4, 16, 8}}, {{2, 4, 32}},   {{}, "int64"},   {{}, "int64"}};
+  };
+  auto outs = [](std::vector<int64_t> bias) {
+    return std::vector<TensorSpec>{{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {bias}};
+  };
+  // a full-size bias follows both rows, and so does its gradient
+  auto full = make_case("aten._scaled_dot_product_efficient_attention_backward.default", ins({2, 4, 16, 16}), args,
+                        outs({2, 4, 16, 16}));
+  EXPECT_EQ(row_set(full->rows()), (std::set<std::string>{"S(0),S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0),S(0),R,R",
+                                                          "S(1),S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),S(1),R,R"}));
+  // broadcast over the batch: each batch shard would hold a partial sum of the bias
+  // gradient, so only the head row is left
+  auto batch = make_case("aten._scaled_dot_product_efficient_attention_backward.default", ins({1, 4, 16, 16}), args,
+                         outs({1, 4, 16, 16}));
+  EXPECT_EQ(row_set(batch->rows()),
+            (std::set<std::string>{"S(1),S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),S(1),R,R"}));
+  // a lower-rank bias: its gradient is laid out as the bias (S(0) of [H, S, S]), not as q
+  auto low = make_case("aten._scaled_dot_product_efficient_attention_backward.default", ins({4, 16, 16}), args,
+                       outs({4, 16, 16}));
+  EXPECT_EQ(row_set(low->rows()),
+            (std::set<std::string>{"S(1),S(1),S(1),S(0)|S(1),S(1),S(1),S(1),S(0),S(1),S(1),R,R"}));
+}
+
+TEST(RulesAttention, BackwardWithoutBiasGradientKeepsRowsForABroadcastMask) {
+  // the CPU flash backward takes a broadcast causal mask [1, 1, S, S] and returns no gradient
+  // for it: every rank reads the whole mask, in the batch and in the head row
+  auto c = make_case(
+      "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+      {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16}},
+       {{1, 1, 16, 16}}},
+      "[$0, $1, $2, $3, $4, $5, 0.0, false]", {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}},
+      R"({"attn_mask": $6})");
+  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0),R",
+                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),R"}));
+  // a [B, 1, S, S] padding mask: sharded with the batch, whole with the heads
+  auto p = make_case(
+      "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+      {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16}},
+       {{2, 1, 16, 16}}},
+      "[$0, $1, $2, $3, $4, $5, 0.0, false]", {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}},
+      R"({"attn_mask": $6})");
+  EXPECT_EQ(row_set(p->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0),S(0)",
+                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),R"}));
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // so a typo never silently drops a constraint.
 #include "io/options_json.h"
 
+#include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "autoshard/solver.h"
 #include "io/hardware_json.h"
@@ -44,6 +46,15 @@ double fraction(const Json& v, const char* where) {
   return f;
 }
 
+// torch.backends.cuda.matmul.fp32_precision: "tf32" runs float32 matmuls on TF32 tensor
+// cores; "ieee" (PyTorch's default) runs them in full float32.
+bool parse_fp32_matmul_precision(const std::string& value) {
+  if (value == "tf32") return true;
+  if (value == "ieee") return false;
+  throw JsonError("options.fp32_matmul_precision: expected \"ieee\" (full float32, PyTorch's default) or "
+                  "\"tf32\" (TF32 tensor cores), found \"" + value + "\"");
+}
+
 }  // namespace
 
 PlannerOptions parse_planner_options(const Json& doc) {
@@ -53,6 +64,8 @@ PlannerOptions parse_planner_options(const Json& doc) {
   if (!mesh) throw JsonError("options: missing field \"mesh\" (e.g. {\"shape\": [8, 8]})");
   o.mesh = parse_mesh(*mesh);
   const double default_high = 1.0 / static_cast<double>(o.mesh.size());
+  // applied after the loop: "hardware" may come after it and would reset the profile's flag
+  std::optional<bool> fp32_matmul_tf32;
   for (const auto& [k, v] : json_items(doc, "options")) {
     if (k == "mesh") continue;
     if (k == "hardware") {
@@ -150,15 +163,19 @@ PlannerOptions parse_planner_options(const Json& doc) {
       } catch (const std::invalid_argument& e) {
         throw JsonError(e.what());
       }
+    } else if (k == "fp32_matmul_precision") {
+      if (v.is_null()) continue;
+      fp32_matmul_tf32 = parse_fp32_matmul_precision(json_string(v, "options.fp32_matmul_precision"));
     } else if (k == "verbose") {
       o.verbose = !v.is_null() && json_bool(v, "options.verbose");
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
                       "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, "
-                      "repeated_layers, verbose)");
+                      "repeated_layers, fp32_matmul_precision, verbose)");
     }
   }
+  if (fp32_matmul_tf32) o.hardware.fp32_matmul_uses_tf32 = *fp32_matmul_tf32;
   validate_planner_options(o);
   return o;
 }

@@ -16,6 +16,10 @@
 //    "max_problem_bytes": 8000000000,  (refuse meshes/graphs whose solver problem is
 //                               estimated to need more memory than this; absent or null:
 //                               8 GB, or 80% of the available memory / ulimit -v if less)
+//    "fp32_matmul_precision": "ieee",  (how float32 matmuls run: "ieee", full float32 at the
+//                               profile's peak_flops_fp32_cuda_core, PyTorch's default; "tf32",
+//                               TF32 tensor cores at peak_flops_fp32; absent or null: the
+//                               profile's fp32_matmul_uses_tf32)
 //    "verbose": false}
 #pragma once
 

@@ -4,14 +4,25 @@
 // (heads) of every activation-shaped tensor together: q, k, v, out, logsumexp, grads, and
 // the math kernel's attention weights. Tensors of rank < 3 (philox seed/offset, rng_state,
 // cum_seq, an empty debug mask) stay Replicate. An attention bias / mask follows the row on a
-// dim where it has the full size and is Replicate where it broadcasts.
+// dim where it has the full size and is Replicate where it broadcasts (size 1 or missing):
+// one row of a broadcast bias serves every batch / head, so it cannot be split along them
+// (DTensor 2.13's efficient-attention strategy shards the bias on that dim whatever its size,
+// which would leave the ranks after the first an empty bias; the CUDA kernel itself takes only
+// [B, H, Sq, Skv] biases, broadcasts expanded, where both rules agree). A backward that returns
+// a bias gradient (efficient) has no row on a dim its bias broadcasts over (the gradient would
+// be summed over the ranks), and lays the gradient out as the bias; the others (a CPU flash
+// mask is not differentiated) keep the row with the mask replicated.
 // Grouped-query attention (k/v with fewer heads than q): rank r's q heads must use exactly the
 // kv heads rank r holds, which holds iff both head counts divide by the number of shards of the
 // head dim; `accept` enforces that (for equal head counts, uneven chunks line up by themselves).
 // No Partial and no sequence rows (those need ring attention, not the plain local kernel).
 // FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes.
 // Note for the runtime: DTensor 2.13 has no rule for _scaled_dot_product_flash_attention_for_cpu
-// (+_backward); running these rows needs a local-kernel path (to_local, call, from_local).
+// (+_backward), and its CUDA kernels' strategies differ from these rows (the bias above), so
+// every kernel here runs on local shards in these rows (runtime._LOCAL_OPS: to_local, call,
+// from_local), and a plan carries over from one kernel to another by role
+// (python/autoshard/attention_kernels.py).
+#include <optional>
 #include <set>
 #include <string>
 
@@ -27,6 +38,7 @@ struct AttentionSpec {
   std::vector<size_t> bias_args;         // positional args holding a bias / mask, if any
   std::vector<const char*> bias_kwargs;  // keyword args holding a bias / mask
   double flop_factor;                    // 1 forward, 2.5 backward
+  int grad_bias_output = -1;             // output holding the bias gradient (bias-shaped)
 };
 
 std::set<int> bias_inputs(const RuleContext& ctx, const AttentionSpec& spec) {
@@ -49,27 +61,35 @@ std::vector<ShardingRow> attention_rows(const RuleContext& ctx, const AttentionS
   const TensorMeta& q = input_meta(ctx, spec.q_input);
   if (q.rank() != 4) return {};  // only the batched [B,H,S,D] layout is understood
   const std::set<int> biases = bias_inputs(ctx, spec);
-  const bool backward = spec.flop_factor > 1.0;
+  const int gb = spec.grad_bias_output;
+  const bool owes_bias_grad = gb >= 0 && static_cast<size_t>(gb) < ctx.outputs.size() && ctx.outputs[gb];
   std::vector<ShardingRow> rows;
   for (int dim : {0, 1}) {
     ShardingRow r = replicate_row(ctx);
     bool broadcast_bias = false;
+    std::optional<Placement> bias_layout;
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
       const TensorMeta& m = ctx.inputs[i];
       if (biases.count(static_cast<int>(i))) {
         r.inputs[i] = bias_placement(q, m, dim);
         broadcast_bias = broadcast_bias || r.inputs[i].is_replicate();
+        bias_layout = r.inputs[i];
       } else {
         r.inputs[i] = m.rank() >= 3 ? S(dim) : R();
       }
     }
-    // A backward with a bias broadcast along `dim` would owe a summed bias gradient whose
-    // layout the kernel does not promise; keep such calls replicated on that dim.
-    if (backward && broadcast_bias) continue;
+    // A backward with a bias broadcast along `dim` would owe a bias gradient summed over the
+    // ranks (a Partial this rule does not offer); keep such calls replicated on that dim.
+    // Backwards that return no bias gradient (a mask is not differentiated: CPU flash, cuDNN)
+    // keep the row: the broadcast mask is read, whole, by every rank.
+    if (owes_bias_grad && broadcast_bias) continue;
     for (size_t o = 0; o < ctx.outputs.size(); ++o) {
       if (!ctx.outputs[o]) continue;
       r.outputs[o] = ctx.outputs[o]->rank() >= 3 ? S(dim) : R();
     }
+    // The bias gradient has the bias's shape, so its dims are the bias's (a bias of rank < 4
+    // is sharded on an earlier dim than q).
+    if (owes_bias_grad && bias_layout) r.outputs[gb] = *bias_layout;
     rows.push_back(r);
   }
   return dedup_rows(std::move(rows));
@@ -134,8 +154,9 @@ void register_attention_rules() {
   add_rule("aten._scaled_dot_product_efficient_attention.default", attention_rule({0, {3}, {"attn_bias"}, 1.0}));
   // ..._backward(grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p,
   //              grad_input_mask, is_causal, *, scale)
+  //              -> (grad_q, grad_k, grad_v, grad_bias)
   add_rule("aten._scaled_dot_product_efficient_attention_backward.default",
-           attention_rule({1, {4}, {"attn_bias"}, 2.5}));
+           attention_rule({1, {4}, {"attn_bias"}, 2.5, 3}));
   // _scaled_dot_product_cudnn_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal,
   //                                     return_debug_mask, *, scale)
   add_rule("aten._scaled_dot_product_cudnn_attention.default", attention_rule({0, {3}, {"attn_bias"}, 1.0}));
