@@ -202,7 +202,7 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
     as FSDP gathers a block's parameters in one call; a bucket never spans two blocks
     (block_of). Each bucket is gathered once, right before the first op reading any of its
     members, and split back there; the scheduler then starts it as early as the prefetch
-    budget allows."""
+    budget allows, and builds its input there (_build_input_at_issue)."""
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else int(bucket_bytes)
     aten = torch.ops.aten
     g = gm.graph
@@ -544,6 +544,42 @@ def schedule_collectives(gm: fx.GraphModule, prefetch_bytes: int | None = None) 
     for n in new_order:
         if n.op != "placeholder":
             output.prepend(n)
+    report["inputs_built_at_issue"] = sum(_build_input_at_issue(c) for c, _ in pairs)
     gm.graph.lint()
     gm.recompile()
     return report
+
+
+def _build_input_at_issue(c: fx.Node) -> int:
+    """Move what builds collective ``c``'s input from graph inputs alone (a gather bucket's
+    casts, pads, flattening and concatenation: bucket_gathers hoists them to the top of the
+    graph) to just before ``c``, where nothing else reads it: otherwise every bucket's
+    buffer would be live from the step's start to its issue, about one more copy of the
+    rank's parameter shards at the activation peak; this way one bucket's buffer is built
+    at a time. Returns how many nodes moved."""
+    if op_name(c) not in _PREFETCHED or not isinstance(c.args[0], fx.Node):
+        return 0
+    cone: list[fx.Node] = []  # the input's builders from graph inputs, users before producers
+    stack = [c.args[0]]
+    while stack:
+        n = stack.pop()
+        if n in cone or n.op != "call_function" or not _from_inputs(n):
+            continue
+        cone.append(n)
+        stack.extend(n.all_input_nodes)
+    movable: set = set()
+    for n in sorted(cone, key=_position(c.graph), reverse=True):
+        if all(u is c or u in movable for u in n.users):
+            movable.add(n)
+    for n in sorted(movable, key=_position(c.graph)):
+        c.prepend(n)
+    return len(movable)
+
+
+def _from_inputs(n: fx.Node, depth: int = 0) -> bool:
+    """``n`` is computed from graph inputs alone (through at most 64 ops)."""
+    if n.op == "placeholder":
+        return True
+    if n.op != "call_function" or depth > 64 or is_wait(n):
+        return False
+    return all(_from_inputs(a, depth + 1) for a in n.all_input_nodes)
