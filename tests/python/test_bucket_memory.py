@@ -5,6 +5,7 @@ of the rank's parameter shards at the activation peak)."""
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from autoshard import _core
 from autoshard.apply import _example_local_inputs, _traced_buffers, _traced_params
@@ -17,7 +18,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_each_gather_bucket_is_built_where_it_is_issued():
+@pytest.fixture
+def fake_worlds():
+    """The fake process groups _plan and _fresh_world start are gone after the test: a
+    default group left behind would be every later test's."""
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_each_gather_bucket_is_built_where_it_is_issued(fake_worlds):
     make_model = gpt()
     plan, step = _plan(make_model, 8, (4,), ("dp",), "default")
     mesh = _fresh_world(4, 1, (4,), ("dp",))
