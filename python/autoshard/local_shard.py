@@ -17,6 +17,8 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
 
+from .runtime import contiguous_stride
+
 
 def _sliceable(placements: Sequence[Placement]) -> bool:
     """Layouts whose shard is one box of the global tensor (plus Partial's elementwise
@@ -99,13 +101,5 @@ def shard_as_dtensor(
         tuple(placements),
         run_check=False,
         shape=full.shape,
-        stride=_contiguous_stride(full.shape),
+        stride=contiguous_stride(full.shape),
     )
-
-
-def _contiguous_stride(shape) -> tuple[int, ...]:
-    stride, acc = [], 1
-    for s in reversed(tuple(shape)):
-        stride.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(stride))
