@@ -36,8 +36,8 @@ def worker(a) -> None:
     from torch.distributed.tensor import Shard
 
     from autoshard import AutoParallel
-    from autoshard.apply import load_full_state_dict, local_inputs
-    from autoshard.testing.models import TinyGPT
+    from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
+    from autoshard.models import TinyGPT
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -48,8 +48,12 @@ def worker(a) -> None:
         meta = TinyGPT(DIM, HEADS, VOCAB)
     batch = 2 * world
     shapes = [(batch, SEQ)] * 2
-    with AutoParallel(meta, lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
-                      mesh, time_limit_s=5.0) as autop:
+    with AutoParallel(
+        meta,
+        lambda: tuple(torch.empty(s, dtype=torch.long) for s in shapes),
+        mesh,
+        time_limit_s=5.0,
+    ) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         autop.add_parameter_memory_constraint()
         parallel = autop.apply_placement(autop.optimize_placement())
@@ -81,8 +85,17 @@ def worker(a) -> None:
 def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
     # a rank killed by a signal prints every thread's Python stack (kept with --logs)
     env = dict(os.environ, OMP_NUM_THREADS="1", AUTOSHARD_CACHE_DIR=cache, PYTHONFAULTHANDLER="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={a.ranks}", __file__, "--worker", "--steps", str(a.steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={a.ranks}",
+        __file__,
+        "--worker",
+        "--steps",
+        str(a.steps),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
     seconds = time.perf_counter() - t0
@@ -96,8 +109,11 @@ def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
             os.makedirs(a.logs, exist_ok=True)
             with open(os.path.join(a.logs, f"failed_{time.time_ns()}.log"), "w") as f:
                 f.write(proc.stdout + "\n" + proc.stderr)
-        lines = [ln for ln in proc.stderr.splitlines()
-                 if any(k in ln for k in ("terminate", "Error", "Signal", "signal", "exitcode"))]
+        lines = [
+            ln
+            for ln in proc.stderr.splitlines()
+            if any(k in ln for k in ("terminate", "Error", "Signal", "signal", "exitcode"))
+        ]
         why = lines[0][:160] if lines else proc.stderr.strip().splitlines()[-1][:160]
     return proc.returncode, seconds, why, err
 
@@ -111,11 +127,15 @@ def launch(a) -> int:
             exact = err is not None and err <= 1e-5
             clean += rc == 0 and exact
             rows.append((k + 1, rc, seconds, err, why))
-            print(f"run {k + 1:3d}: rc {rc}, {seconds:6.1f} s, worst loss error "
-                  f"{'-' if err is None else f'{err:.1e}'}{'  ' + why if why else ''}",
-                  flush=True)
-    print(f"\n{a.ranks} ranks, {a.steps} steps: {clean} of {a.runs} runs ended with rc 0 "
-          f"and losses equal to one process's")
+            print(
+                f"run {k + 1:3d}: rc {rc}, {seconds:6.1f} s, worst loss error "
+                f"{'-' if err is None else f'{err:.1e}'}{'  ' + why if why else ''}",
+                flush=True,
+            )
+    print(
+        f"\n{a.ranks} ranks, {a.steps} steps: {clean} of {a.runs} runs ended with rc 0 "
+        f"and losses equal to one process's"
+    )
     return 0
 
 
@@ -125,10 +145,14 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
-    p.add_argument("--solve-every-run", action="store_true",
-                   help="plan from scratch in every run (default: the first run's plan is cached)")
-    p.add_argument("--logs", default="", metavar="DIR",
-                   help="write each failed run's output to DIR")
+    p.add_argument(
+        "--solve-every-run",
+        action="store_true",
+        help="plan from scratch in every run (default: the first run's plan is cached)",
+    )
+    p.add_argument(
+        "--logs", default="", metavar="DIR", help="write each failed run's output to DIR"
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.ranks < 1 or a.runs < 1 or a.steps < 1:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plan Llama-3-8B on (dp=8, tp=8) and Llama-3-70B on (dp=32, tp=8) H100s, and compare each
-plan with the Megatron-style baseline (autoshard.testing.baselines) under the same cost model.
+plan with the Megatron-style baseline (autoshard._testing.baselines) under the same cost model.
 
 The model is built on the meta device and one training step is traced on a fake process
 group (no GPU, no collectives). Per model it prints: graph nodes, ops without a sharding
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 try:
     from autoshard import _core
-    from autoshard.testing.baselines import TracedGraph, compare_with_megatron, trace_llama
-    from autoshard.testing.models import LlamaConfig, llama3_8b_config
+    from autoshard._testing.baselines import TracedGraph, compare_with_megatron, trace_llama
+    from autoshard.models import LlamaConfig, llama3_8b_config
 except ImportError as exc:  # pragma: no cover
     sys.exit(f"autoshard is not importable ({exc}); run: pip install --no-build-isolation -e .")
 
@@ -51,7 +51,7 @@ def llama3_70b_config(n_layers: int = 80, seq_len: int = 2048) -> LlamaConfig:
 
 
 def llama_parameters(cfg: LlamaConfig) -> int:
-    """Parameter count of autoshard.testing.models.Llama(cfg), by hand."""
+    """Parameter count of autoshard.models.Llama(cfg), by hand."""
     head = cfg.dim // cfg.n_heads
     attn = cfg.dim * cfg.dim * 2 + 2 * cfg.dim * cfg.n_kv_heads * head
     layer = attn + 3 * cfg.dim * cfg.ffn_dim + 2 * cfg.dim

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from autoshard.options import DEFAULT_TIME_LIMIT_S
+from autoshard.planning.options import DEFAULT_TIME_LIMIT_S
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -74,7 +74,7 @@ def _model_and_inputs(key: str):
     """(meta model, input_fn) of a case."""
     import torch
 
-    from autoshard.testing.models import LlamaConfig, Llama, llama3_8b_config
+    from autoshard.models import LlamaConfig, Llama, llama3_8b_config
 
     long = lambda *shape: torch.empty(shape, dtype=torch.long)  # noqa: E731
     with torch.device("meta"):
@@ -85,18 +85,18 @@ def _model_and_inputs(key: str):
             a = argparse.Namespace(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, hidden=512)
             return make_model(a), lambda: (long(8, 64), long(8, 64))
         if key == "gpt2_tiny":
-            from autoshard.testing.models_zoo import GPT2LM
+            from autoshard._testing.models_zoo import GPT2LM
 
             return GPT2LM(dropout=0.0), lambda: (long(64, 32), long(64, 32))
         if key == "moe_block":
-            from autoshard.testing.models_zoo import MoEBlock
+            from autoshard._testing.models_zoo import MoEBlock
 
             return MoEBlock(dim=64, hidden=96, n_experts=8), lambda: (
                 torch.empty(64, 16, 64),
                 torch.empty(64, 16, 64),
             )
         if key == "deepseek_moe":
-            from autoshard.testing.models_zoo import DeepSeekMoEBlock
+            from autoshard._testing.models_zoo import DeepSeekMoEBlock
 
             return DeepSeekMoEBlock(
                 dim=2048, hidden=1408, n_experts=64, top_k=6, shared_hidden=2816, n_layers=8
@@ -104,7 +104,7 @@ def _model_and_inputs(key: str):
         if key.startswith("hf_llama8b"):
             import transformers
 
-            from autoshard.testing.hf_zoo import LossOf
+            from autoshard._testing.hf_zoo import LossOf
 
             hf = transformers.LlamaConfig(
                 hidden_size=4096,
@@ -151,7 +151,7 @@ def run_case(key: str, time_limit: float, repeated_layers: str = "auto") -> dict
     from torch.distributed.tensor import Replicate, Shard
 
     from autoshard import AutoParallel
-    from autoshard.fake_pg import fake_world
+    from autoshard.trace.fake_pg import fake_world
 
     case = CASES[key]
     # the clock starts once the user's model exists (building it on meta is not planning)

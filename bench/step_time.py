@@ -119,7 +119,7 @@ def _autoshard_module(a, mesh, variant, ref_state):
     from torch.distributed.tensor import Shard
 
     from autoshard import AutoParallel
-    from autoshard.apply import load_full_state_dict
+    from autoshard.runtime.parallel_module import load_full_state_dict
 
     with torch.device("meta"):
         meta = make_model(a)
@@ -292,8 +292,10 @@ def _global_batch(batch: int, ranks: list[int], parser) -> int:
         return lcm * -(-8 // lcm)
     bad = [n for n in ranks if batch % n]
     if bad:
-        parser.error(f"--batch {batch} does not divide into {bad} ranks: give a multiple of "
-                     f"{lcm} (or leave --batch out)")
+        parser.error(
+            f"--batch {batch} does not divide into {bad} ranks: give a multiple of "
+            f"{lcm} (or leave --batch out)"
+        )
     return batch
 
 

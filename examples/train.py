@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml \
         --data.path README.md --parallel.preset ddp --training.steps 40
 
-The model (autoshard.testing.models.Llama) is built on the meta device, planned by AutoParallel
+The model (autoshard.models.Llama) is built on the meta device, planned by AutoParallel
 under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
 initialised from one seeded full model. Every metrics.log_freq steps it logs loss, tokens/s,
 an MFU estimate and peak memory (rank 0; CUDA: max allocated, CPU: the process's peak RSS);
@@ -77,7 +77,7 @@ class Batches:
 # ---- model and plan -------------------------------------------------------------------------
 def build(cfg: dict, mesh, device: torch.device):
     from autoshard import AutoParallel, load_full_state_dict
-    from autoshard.testing.models import Llama, LlamaConfig
+    from autoshard.models import Llama, LlamaConfig
 
     m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
     llama_cfg = LlamaConfig(
@@ -147,8 +147,17 @@ def loss_scalar(loss) -> float:
     return float(loss.detach())
 
 
-def train_steps(model, optimizer, step_inputs, device, step: int, last: int, log_freq: int,
-                on_log, on_step_end=None) -> int:
+def train_steps(
+    model,
+    optimizer,
+    step_inputs,
+    device,
+    step: int,
+    last: int,
+    log_freq: int,
+    on_log,
+    on_step_end=None,
+) -> int:
     """Steps ``step + 1 .. last``; ``step_inputs(n)`` gives step n's model arguments.
     Nothing waits for the device between log points: the loss is read (and the clock read
     after the device is idle) every ``log_freq`` steps and after the last, then
@@ -287,8 +296,15 @@ def main(argv: list[str]) -> int:
             log.info("checkpoint: saved step %d to %s", n, path)
 
     train_steps(
-        model, optimizer, step_inputs, device, step, t["steps"], cfg["metrics"]["log_freq"],
-        on_log, on_step_end,
+        model,
+        optimizer,
+        step_inputs,
+        device,
+        step,
+        t["steps"],
+        cfg["metrics"]["log_freq"],
+        on_log,
+        on_step_end,
     )
     dist.destroy_process_group()
     return 0

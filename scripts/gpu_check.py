@@ -4,7 +4,7 @@
 Each check is one row of the table printed at the end:
 - the tests that need a CUDA device (pytest marker ``cuda``; skipped everywhere else);
 - ``autoshard demo --layers 2`` (planning only: runs on any machine);
-- the Llama-style model (autoshard.testing.models.Llama) planned on a 1-rank NCCL mesh and
+- the Llama-style model (autoshard.models.Llama) planned on a 1-rank NCCL mesh and
   trained 3 SGD steps against the unsharded model: fp32 and bf16 mixed precision, runtime
   "program" (eager and compile=True) and "interpret";
 - per step of the planned program: host syncs (values copied to the host:
@@ -64,8 +64,17 @@ def _last_lines(text: str, n: int = 3) -> str:
 
 def check_cuda_tests(quick: bool) -> Row:
     rc, out = _run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
-         str(REPO / "tests" / "python")],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "cuda",
+            "-p",
+            "no:cacheprovider",
+            str(REPO / "tests" / "python"),
+        ],
         timeout_s=300,
     )
     if rc == 5:  # pytest: no tests collected
@@ -74,7 +83,7 @@ def check_cuda_tests(quick: bool) -> Row:
 
 
 def check_demo(quick: bool) -> Row:
-    cmd = [sys.executable, "-m", "autoshard.cli", "demo", "--layers", "2"]
+    cmd = [sys.executable, "-m", "autoshard.tools.cli", "demo", "--layers", "2"]
     if quick:
         cmd += ["--time-limit", "3"]
     rc, out = _run(cmd, timeout_s=300)
@@ -84,25 +93,48 @@ def check_demo(quick: bool) -> Row:
 
 
 def check_block_overhead(quick: bool) -> Row:
-    cmd = [sys.executable, str(REPO / "bench" / "block_overhead.py"), "--dim", "256",
-           "--hidden", "512", "--heads", "4", "--kv-heads", "2", "--seq", "256",
-           "--dtype", "bfloat16", "--iters", "5", "--warmup", "2"]
+    cmd = [
+        sys.executable,
+        str(REPO / "bench" / "block_overhead.py"),
+        "--dim",
+        "256",
+        "--hidden",
+        "512",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--seq",
+        "256",
+        "--dtype",
+        "bfloat16",
+        "--iters",
+        "5",
+        "--warmup",
+        "2",
+    ]
     rc, out = _run(cmd, timeout_s=300)
     if rc != 0:
         return Row("bench/block_overhead.py (small)", "FAIL", _last_lines(out, 4))
     table = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     detail = "; ".join(
         f"{cells[0]} {cells[1]} (x{cells[2]})"
-        for cells in (
-            [c.strip() for c in line.strip("|").split("|")] for line in table[1:]
-        )
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table[1:])
     )
     return Row("bench/block_overhead.py (small)", "ok", detail)
 
 
 def check_calibrate(quick: bool) -> Row:
-    cmd = [sys.executable, str(REPO / "bench" / "calibrate_compute.py"), "--seq", "512",
-           "--iters", "5", "--warmup", "2"]
+    cmd = [
+        sys.executable,
+        str(REPO / "bench" / "calibrate_compute.py"),
+        "--seq",
+        "512",
+        "--iters",
+        "5",
+        "--warmup",
+        "2",
+    ]
     rc, out = _run(cmd, timeout_s=180)
     if rc != 0:
         return Row("bench/calibrate_compute.py (small)", "FAIL", _last_lines(out, 4))
@@ -135,21 +167,28 @@ TOLERANCE = {"fp32": 1e-4, "bf16": 3e-2}  # largest relative difference of loss 
 
 
 def _llama_config(dtype: str):
-    from autoshard.testing.models import LlamaConfig
+    from autoshard.models import LlamaConfig
 
     # bf16: the manual attention adds an fp32 mask to the scores (promoting them to fp32,
     # whose matmul with bf16 values fails, in eager too); sdpa takes the causal flag instead
-    return LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=256,
-                       ffn_dim=128, max_seq_len=SEQ,
-                       attention="sdpa" if dtype == "bf16" else "manual")
+    return LlamaConfig(
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=256,
+        ffn_dim=128,
+        max_seq_len=SEQ,
+        attention="sdpa" if dtype == "bf16" else "manual",
+    )
 
 
 @contextlib.contextmanager
 def _rope_in_input_dtype(enabled: bool):
-    """autoshard.testing.models.apply_rope multiplies by fp32 rotary tables, which turns
+    """autoshard.models.apply_rope multiplies by fp32 rotary tables, which turns
     bf16 queries and keys into fp32 ones (eager fails the same way): under bf16 mixed
     precision the result is cast back to the input's dtype, as Llama's own code does."""
-    from autoshard.testing import models
+    from autoshard._testing import models
 
     if not enabled:
         yield
@@ -185,8 +224,8 @@ def build_planned(variant: Variant, mesh, device):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     from autoshard import AutoParallel, load_full_state_dict
-    from autoshard.mixed_precision import CastingStep, canonical_policy
-    from autoshard.testing.models import Llama
+    from autoshard.trace.mixed_precision import CastingStep, canonical_policy
+    from autoshard.models import Llama
 
     cfg = _llama_config(variant.dtype)
     mp = (
@@ -202,8 +241,15 @@ def build_planned(variant: Variant, mesh, device):
     def input_fn():  # as a user writes it: no device (the mesh's is used for tracing)
         return torch.empty(BATCH, SEQ, dtype=torch.long), torch.empty(BATCH, SEQ, dtype=torch.long)
 
-    with AutoParallel(meta, input_fn, mesh, mp_policy=mp, runtime=variant.runtime,
-                      compile=variant.compile, time_limit_s=10.0) as autop:
+    with AutoParallel(
+        meta,
+        input_fn,
+        mesh,
+        mp_policy=mp,
+        runtime=variant.runtime,
+        compile=variant.compile,
+        time_limit_s=10.0,
+    ) as autop:
         autop.optimize_placement()
         par = autop.apply_placement()
     par.to_empty(device=device)
@@ -311,8 +357,13 @@ def _host_traffic_class():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     aten = torch.ops.aten
-    syncing = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.item.default,
-               aten.equal.default, aten.allclose.default}
+    syncing = {
+        aten._local_scalar_dense.default,
+        aten.is_nonzero.default,
+        aten.item.default,
+        aten.equal.default,
+        aten.allclose.default,
+    }
 
     class HostTrafficMode(TorchDispatchMode):
         """Counts ops that copy a value to the host (``.item()``, ``bool(t)``, ``float(t)``)
@@ -373,8 +424,9 @@ def check_llama(device_type: str, quick: bool) -> list[Row]:
                     row = run_variant(variant, mesh, device, profile if first else None)
                 row.check += f" ({backend})"
             except Exception as e:
-                row = Row(f"{variant.name} ({backend})", "FAIL", _error(e),
-                          time.perf_counter() - t0)
+                row = Row(
+                    f"{variant.name} ({backend})", "FAIL", _error(e), time.perf_counter() - t0
+                )
             rows.append(row)
     finally:
         dist.destroy_process_group()
@@ -384,8 +436,10 @@ def check_llama(device_type: str, quick: bool) -> list[Row]:
 
 def _profile_rows(profile: dict, device) -> list[Row]:
     if not profile:
-        return [Row("host syncs / H2D copies per step", "FAIL", "the fp32 program run failed"),
-                Row("peak memory", "FAIL", "the fp32 program run failed")]
+        return [
+            Row("host syncs / H2D copies per step", "FAIL", "the fp32 program run failed"),
+            Row("peak memory", "FAIL", "the fp32 program run failed"),
+        ]
     clean = profile["syncs"] == 0 and profile["h2d"] == 0
     detail = f"{profile['syncs']} host syncs, {profile['h2d']} host-to-device copies"
     if profile["sync_ops"]:
@@ -441,10 +495,15 @@ def _timed(fn, *args) -> Row | list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
-                    help="where the model rows run (auto: cuda when available, else skipped)")
-    ap.add_argument("--quick", action="store_true",
-                    help="fewer variants and a shorter demo (the CPU self-test)")
+    ap.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="where the model rows run (auto: cuda when available, else skipped)",
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="fewer variants and a shorter demo (the CPU self-test)"
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("AUTOSHARD_CACHE_DIR", tempfile.mkdtemp(prefix="gpu_check_plans_"))
     import torch
@@ -465,14 +524,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows.extend(check_llama(model_device, args.quick))
     rows.append(
-        _timed(check_block_overhead, args.quick) if has_cuda
+        _timed(check_block_overhead, args.quick)
+        if has_cuda
         else Row("bench/block_overhead.py (small)", SKIPPED)
     )
     rows.append(_timed(check_calibrate, args.quick))
     print_table(
         rows,
-        f"gpu_check: {name}; torch {torch.__version__}; "
-        f"{time.perf_counter() - started:.0f} s",
+        f"gpu_check: {name}; torch {torch.__version__}; " f"{time.perf_counter() - started:.0f} s",
     )
     return 1 if any(r.status == "FAIL" for r in rows) else 0
 

@@ -12,32 +12,30 @@ from . import _core  # noqa: F401  (fail early if the extension is missing)
 # The torch-facing names are imported on first use: importing torch takes seconds, and the
 # `autoshard solve` / `autoshard plan` commands do not need it.
 _LAZY = {
-    "AutoParallel": "api",
-    "auto_parallel": "api",
-    "load_full_state_dict": "apply",
-    "local_inputs": "apply",
-    "ForwardInputs": "trace",
-    "autoparallel_backend": "compat",
-    "with_sharding_constraint": "sharding_constraint",
-    "register_sharding": "user_rules",
-    "local_map": "local_map_region",
+    "AutoParallel": "api.autoparallel",
+    "auto_parallel": "api.autoparallel",
+    "load_full_state_dict": "runtime.parallel_module",
+    "local_inputs": "runtime.parallel_module",
+    "ForwardInputs": "trace.traced_step",
+    "autoparallel_backend": "api.keywords",
+    "with_sharding_constraint": "ops.sharding_constraint",
+    "register_sharding": "ops.user_rules",
+    "local_map": "ops.local_map",
 }
 
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name):
-    if name == "collectives":  # autoshard.collectives: the wrappers for local_map regions
-        import importlib
+    import importlib
 
+    if name == "collectives":  # a public submodule, readable as an attribute as well
         value = importlib.import_module(".collectives", __name__)
         globals()[name] = value
         return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'autoshard' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

@@ -22,9 +22,11 @@ import re
 from typing import Iterable, NamedTuple
 
 import torch
+import torch.fx as fx
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_AUTOSHARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the package's root folder: a frame in any of its files is autoshard's own
+AUTOSHARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TRANSFORMERS = re.compile(r"[/\\]transformers[/\\]")
 _HF_MODELING = re.compile(r"[/\\]transformers[/\\]models[/\\][^/\\]+[/\\]modeling_[^/\\]+\.py$")
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -44,7 +46,7 @@ def frame_rank(filename: str) -> int:
         return 2
     if _TRANSFORMERS.search(path):
         return 0 if _HF_MODELING.search(path) else 1
-    if path.startswith(_AUTOSHARD_DIR):
+    if path.startswith(AUTOSHARD_DIR):
         return 1
     return 0
 
@@ -82,3 +84,42 @@ def user_frame_of_trace(trace: str | None) -> Frame | None:
     distinct traces (every layer of a repeated block runs the same lines, and backward nodes
     carry their forward node's trace), so most nodes need no parsing."""
     return user_frame(parse_stack_trace(trace))
+
+
+def source_line(node: fx.Node) -> str | None:
+    """``model.py:42 in forward: y = self.w1(x)`` from the node's stack trace: the innermost
+    frame of the user's model, not of torch or of library helpers (user_frames.py: the line
+    in ``modeling_llama.py`` that calls the loss, not the ``F.pad`` inside transformers' loss
+    helper, nor torch's export wrapper)."""
+    frame = user_frame_of_trace(node.meta.get("stack_trace"))
+    if frame is None:
+        return None
+    where = f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
+    return f"{where}: {frame.code}" if frame.code else where
+
+
+def module_path(node: fx.Node) -> str | None:
+    """The innermost module path (``layers.0.attention.wq``) from nn_module_stack (forward
+    nodes) or fwd_nn_module_stack (backward nodes)."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    return dotted_module_path(list(stack.values())[-1][0])
+
+
+@functools.lru_cache(maxsize=4096)
+def dotted_module_path(path: str) -> str | None:
+    """``L['self'].layers[0]._modules['wq']`` -> ``layers.0.wq``; remembered, since the
+    nodes of one module (forward and backward) share its path. Dynamo also spells a child
+    ``getattr(L['self'].inner.layers, '0')`` (a module under a wrapper such as the mixed
+    precision CastingStep)."""
+    while True:
+        unwrapped = re.sub(r"getattr\(([^(),]*), '([^']+)'\)", r"\1.\2", path)
+        if unwrapped == path:
+            break
+        path = unwrapped
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    return path.lstrip(".") or None

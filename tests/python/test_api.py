@@ -10,10 +10,10 @@ import torch.nn as nn
 from torch.distributed.tensor import Replicate, Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.apply import build_parallel_module
-from autoshard.fake_pg import fake_world
-from autoshard.testing.models import MLP
-from autoshard.trace import trace_training_step
+from autoshard.runtime.parallel_module import build_parallel_module
+from autoshard.trace.fake_pg import fake_world
+from autoshard.models import MLP
+from autoshard.trace.tracer import trace_training_step
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -173,7 +173,7 @@ def test_verbose_plan_logs_nodes_and_totals(mesh4, caplog):
 
 @needs_planner
 def test_demo_plans_a_small_llama_quickly(capsys):
-    from autoshard.demo import main
+    from autoshard.tools.demo import main
 
     rc = main(
         [
@@ -201,7 +201,7 @@ def test_cpu_profile_scales_compute_when_ranks_share_cores(monkeypatch):
     figures are halved (communication figures stay: they were measured so)."""
     import os
 
-    from autoshard.api import cpu_profile_for_host
+    from autoshard.planning.planner import cpu_profile_for_host
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")

@@ -13,8 +13,8 @@ from torch.distributed.tensor._op_schema import OpSpec
 
 import autoshard
 from autoshard import AutoParallel, _core, auto_parallel
-from autoshard.fake_pg import fake_world
-from autoshard.sharding_optimizer import ShardingOptimizer
+from autoshard.trace.fake_pg import fake_world
+from autoshard.api.sharding_optimizer import ShardingOptimizer
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -483,12 +483,12 @@ def test_strats_lists_every_candidate_layout_including_uneven_shards():
 
 
 def test_failed_enter_leaves_autoparallel_unentered(mesh22, monkeypatch):
-    import autoshard.api
+    import autoshard.api.autoparallel
 
     def broken(_autop):
         raise RuntimeError("optimizer construction failed")
 
-    monkeypatch.setattr(autoshard.api, "ShardingOptimizer", broken)
+    monkeypatch.setattr(autoshard.api.autoparallel, "ShardingOptimizer", broken)
     autop = AutoParallel(_net(), _x, mesh22)
     with pytest.raises(RuntimeError, match="optimizer construction failed"):
         autop.__enter__()

@@ -10,8 +10,8 @@ from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.tensor import DTensor, Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.fake_pg import fake_world
-from autoshard.testing import models
+from autoshard.trace.fake_pg import fake_world
+from autoshard._testing import models
 from local_ranks import one_program, shards
 
 pytestmark = pytest.mark.skipif(

@@ -8,9 +8,10 @@ import torch
 import torch.distributed as dist
 
 from autoshard import _core
-from autoshard.apply import _example_local_inputs, _traced_buffers, _traced_params
-from autoshard.apply import build_parallel_module
-from autoshard.program import lower_step, op_name
+from autoshard.runtime.parallel_module import _example_local_inputs, _traced_buffers, _traced_params
+from autoshard.runtime.parallel_module import build_parallel_module
+from autoshard.program.graph_nodes import op_name
+from autoshard.program.lowering import lower_step
 from test_uneven_ranks import _fresh_world, _plan, gpt
 
 pytestmark = pytest.mark.skipif(
@@ -36,11 +37,18 @@ def test_each_gather_bucket_is_built_where_it_is_issued(fake_worlds):
     module = build_parallel_module(model, step, plan, mesh)
     module.to_empty(device="cpu")
     runner = module._autoshard_runner
-    program = lower_step(runner, [p._local_tensor for p in _traced_params(module)],
-                         [b._local_tensor for b in _traced_buffers(module)],
-                         _example_local_inputs(runner))
-    buckets = [n for gm in (program.fwd_gm, program.bwd_gm) for n in gm.graph.nodes
-               if op_name(n) == "all_gather_into_tensor" and op_name(n.args[0]) == "cat"]
+    program = lower_step(
+        runner,
+        [p._local_tensor for p in _traced_params(module)],
+        [b._local_tensor for b in _traced_buffers(module)],
+        _example_local_inputs(runner),
+    )
+    buckets = [
+        n
+        for gm in (program.fwd_gm, program.bwd_gm)
+        for n in gm.graph.nodes
+        if op_name(n) == "all_gather_into_tensor" and op_name(n.args[0]) == "cat"
+    ]
     assert buckets, "the FSDP-like plan should gather its parameters in buckets"
     for c in buckets:
         cat = c.args[0]
@@ -52,8 +60,12 @@ def test_each_gather_bucket_is_built_where_it_is_issued(fake_worlds):
             while n is not cat:
                 between.append(n)
                 n = n.next
-            assert all(op_name(b) in ("reshape", "view", "_to_copy", "constant_pad_nd", "cat")
-                       or b in cat.args[0] for b in between), (
+            assert all(
+                op_name(b) in ("reshape", "view", "_to_copy", "constant_pad_nd", "cat")
+                or b in cat.args[0]
+                for b in between
+            ), (
                 f"{c.name}: compute between {flat.name} and {cat.name}: "
-                f"{[b.name for b in between if b not in cat.args[0]]}")
+                f"{[b.name for b in between if b not in cat.args[0]]}"
+            )
     assert program.info["forward_schedule"]["inputs_built_at_issue"] > 0

@@ -34,7 +34,7 @@ PROBLEM = {
 def script(args, timeout=120):
     """The real console script, with arguments given as bytes (file names need not be UTF-8)."""
     exe = shutil.which("autoshard")
-    cmd = [exe] if exe else [sys.executable, "-m", "autoshard.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "autoshard.tools.cli"]
     return subprocess.run(cmd + list(args), capture_output=True, timeout=timeout)
 
 

@@ -2,7 +2,7 @@
 
 A GPU trace calls ``_scaled_dot_product_{flash,efficient,cudnn}_attention`` where a CPU trace
 calls ``_scaled_dot_product_flash_attention_for_cpu``. Checked here without a GPU:
-- every attention kernel runs on local shards in the plan's rows (runtime._LOCAL_OPS), not
+- every attention kernel runs on local shards in the plan's rows (ops/local_run.py), not
   through DTensor's strategies;
 - a plan made on a CPU host (``_for_cpu`` nodes) applies to a graph whose attention is the
   efficient kernel (built here by rewriting a CPU trace's attention nodes; the efficient
@@ -21,12 +21,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autoshard import _core
-from autoshard.apply import build_parallel_module
-from autoshard.attention_kernels import KERNELS, entry_for_row, kernel_of, match_attention_kernels
-from autoshard.fake_pg import fake_world
-from autoshard.graph_export import graph_json
-from autoshard.runtime import _LOCAL_OPS, _runs_locally
-from autoshard.trace import trace_training_step
+from autoshard.runtime.parallel_module import build_parallel_module
+from autoshard.ops.attention_kernels import (
+    KERNELS,
+    entry_for_row,
+    kernel_of,
+    match_attention_kernels,
+)
+from autoshard.trace.fake_pg import fake_world
+from autoshard.planning.graph_export import graph_json
+from autoshard.ops.local_run import LOCAL_OPS, runs_locally
+from autoshard.trace.tracer import trace_training_step
 
 aten = torch.ops.aten
 needs_planner = pytest.mark.skipif(
@@ -114,7 +119,7 @@ def _as_efficient_kernel(step, log_sumexp=True):
 def test_every_attention_kernel_runs_on_local_shards():
     """DTensor 2.13 has strategies for the CUDA kernels, but not the C++ rule's (a
     broadcast bias, an empty logsumexp): all of them run locally, in the plan's rows."""
-    assert {f"aten.{k}.default" for k in KERNELS} <= _LOCAL_OPS
+    assert {f"aten.{k}.default" for k in KERNELS} <= LOCAL_OPS
 
     class _Node:
         op = "call_function"
@@ -124,7 +129,7 @@ def test_every_attention_kernel_runs_on_local_shards():
 
     for name in KERNELS:
         node = _Node(getattr(aten, name).default)
-        assert _runs_locally(node), name
+        assert runs_locally(node), name
         assert kernel_of(node) == name
 
 
@@ -247,7 +252,7 @@ def test_unpaired_kernels_are_left_to_dtensor(caplog):
             "_scaled_dot_product_flash_attention_for_cpu_1": {"inputs": [["S(0)"]] * 3},
         }
     }
-    with caplog.at_level("WARNING", logger="autoshard.attention_kernels"):
+    with caplog.at_level("WARNING", logger="autoshard.ops.attention_kernels"):
         out = match_attention_kernels(plan, step.gm)
     assert "_scaled_dot_product_efficient_attention" not in out["nodes"]
     assert "left to DTensor" in caplog.text
@@ -274,7 +279,7 @@ def test_masked_cpu_attention_backward_keeps_its_rows_and_they_are_exact(mask_ba
     """The CPU flash backward returns no gradient for its mask, so a mask broadcast over the
     heads (or the batch) does not take the head (batch) row away from it: every rank reads
     the whole mask. Each strategy is run rank by rank and compared with the unsharded op."""
-    from autoshard.testing import validate as V
+    from autoshard._testing import validate as V
 
     torch.manual_seed(0)
     s = 6

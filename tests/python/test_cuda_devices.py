@@ -27,14 +27,14 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.distributed.tensor import Shard
 
 from autoshard import AutoParallel, _core, auto_parallel
-from autoshard.api import _measured_hardware, _mesh_trace_device, default_hardware
-from autoshard.fake_pg import fake_world
-from autoshard.hardware import detect_gpu_hardware, fp32_matmul_precision, gpu_part
-from autoshard.options import PlannerOptions, enumerate_strategies
-from autoshard.program import check_program_devices, foreign_devices, lower_step
-from autoshard.runtime import StepRunner
-from autoshard.testing.models import MLP, Llama, LlamaConfig
-from autoshard.trace import _fake_inputs, trace_training_step
+from autoshard.planning.planner import default_hardware, measured_hardware, mesh_trace_device
+from autoshard.trace.fake_pg import fake_world
+from autoshard.planning.hardware import detect_gpu_hardware, fp32_matmul_precision, gpu_part
+from autoshard.planning.options import PlannerOptions, enumerate_strategies
+from autoshard.program.lowering import check_program_devices, foreign_devices, lower_step
+from autoshard.program.interpreter import StepRunner
+from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.trace.tracer import _fake_inputs, trace_training_step
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -45,9 +45,9 @@ CUDA0 = torch.device("cuda", 0)
 # ---- 1. tracing on a GPU host ----------------------------------------------------------------
 def test_cuda_mesh_traces_on_cuda0_only_where_torch_has_cuda():
     with fake_world((2,), ("dp",), device_type="cuda") as mesh:
-        assert _mesh_trace_device(mesh) == torch.device("cpu")  # this CPU-only build
+        assert mesh_trace_device(mesh) == torch.device("cpu")  # this CPU-only build
         with emulated_cuda():
-            assert _mesh_trace_device(mesh) == CUDA0
+            assert mesh_trace_device(mesh) == CUDA0
 
 
 def test_inputs_of_any_device_are_fake_tensors_on_the_trace_device():
@@ -96,7 +96,7 @@ def _run_then_stop(fake, inputs, fake_mode, *_args, **_kwargs):
 
 @contextlib.contextmanager
 def _stopped_at_export(stop=_devices_then_stop):
-    with mock.patch("autoshard.trace._capture_and_export", stop):
+    with mock.patch("autoshard.trace.tracer._capture_and_export", stop):
         yield
 
 
@@ -128,9 +128,7 @@ def test_autoparallel_traces_cpu_inputs_on_cuda0(cuda_host):
 
 
 def test_preset_traces_cpu_inputs_on_cuda0(cuda_host):
-    _reached_on_cuda0(
-        lambda: AutoParallel(_llama(), _tokens, cuda_host, preset="fsdp").__enter__()
-    )
+    _reached_on_cuda0(lambda: AutoParallel(_llama(), _tokens, cuda_host, preset="fsdp").__enter__())
 
 
 def test_auto_parallel_traces_real_cpu_samples_on_cuda0(cuda_host):
@@ -155,7 +153,7 @@ def test_mode_variants_trace_their_inputs_on_cuda0(joint):
     """modes.py traces the eval / no-grad / new-shape (dynamic=True) steps on the main
     step's device (cuda:0 on a GPU host) from inputs it makes again, on CPU, from the main
     step's records."""
-    from autoshard.modes import _example_inputs
+    from autoshard.runtime.modes import _example_inputs
 
     with torch.device("meta"):
         model = MLP(16, 32, 2)
@@ -175,7 +173,7 @@ def test_mode_variants_trace_their_inputs_on_cuda0(joint):
 
 def test_demo_traces_on_cuda0(capsys):
     """The demo makes its own fake CUDA mesh, and CPU token tensors."""
-    from autoshard.demo import main
+    from autoshard.tools.demo import main
 
     with emulated_cuda(), _stopped_at_export():
         _reached_on_cuda0(lambda: main(["--layers", "2", "--seq", "64", "--trace-only"]))
@@ -379,7 +377,7 @@ def test_fp32_matmuls_are_priced_by_the_precision():
 def test_measure_on_a_cuda_mesh_says_what_to_use():
     with emulated_cuda(name="NVIDIA H200"), fake_world((2,), ("dp",), device_type="cuda") as mesh:
         with pytest.raises(ValueError) as e:
-            _measured_hardware("measure", mesh)
+            measured_hardware("measure", mesh)
     message = str(e.value)
     assert "reads the GPU's name" in message and "'NVIDIA H200'" in message
     assert "bench/calibrate_compute.py" in message and "B200" in message

@@ -58,7 +58,7 @@ def _planned(model_cls, mesh, shape):
 
 
 def test_cuda_random_ops_are_traced_as_dtensor_rng_ops_and_seen(cuda_mesh):
-    from autoshard.rng_check import random_nodes
+    from autoshard.program.rng_check import random_nodes
 
     par = _planned(DropoutNet, cuda_mesh, (8, 16))
     x = torch.randn(8, 16, device="cuda")
@@ -71,7 +71,7 @@ def test_cuda_random_ops_are_traced_as_dtensor_rng_ops_and_seen(cuda_mesh):
 
 
 def test_the_generator_compared_is_the_cuda_one():
-    from autoshard.rng_check import _state_digest, generator_state
+    from autoshard.program.rng_check import _state_digest, generator_state
 
     dev = torch.device("cuda", torch.cuda.current_device())
     assert torch.equal(generator_state(dev), torch.cuda.get_rng_state(dev))
@@ -85,11 +85,12 @@ def test_the_generator_compared_is_the_cuda_one():
 
 
 def test_nccl_meshes_defer_nothing_and_steps_do_not_sync(cuda_mesh):
-    from autoshard.deferred_tail import defers_round_trips
+    from autoshard.program.passes.deferred_tail import defers_round_trips
 
     assert defers_round_trips(cuda_mesh) is False
-    par = _planned(lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)),
-                   cuda_mesh, (8, 16))
+    par = _planned(
+        lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)), cuda_mesh, (8, 16)
+    )
     x = torch.randn(8, 16, device="cuda")
     par(x).sum().backward()
     program = par._autoshard_program
@@ -102,7 +103,7 @@ def test_nccl_meshes_defer_nothing_and_steps_do_not_sync(cuda_mesh):
 
 
 def test_the_arrival_check_uses_the_store_on_nccl(cuda_mesh):
-    from autoshard.rank_agreement import arrive_and_agree
+    from autoshard.planning.rank_agreement import arrive_and_agree
 
     store = dist.distributed_c10d._get_default_store()
     assert arrive_and_agree(store, 0, 1, "cuda_test/", 5.0) == ([], False)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autoshard.direct_calls import DIRECT, bind_direct_calls
+from autoshard.program.passes.direct_calls import DIRECT, bind_direct_calls
 
 aten = torch.ops.aten
 

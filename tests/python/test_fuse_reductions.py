@@ -8,13 +8,13 @@ import torch
 import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autoshard.fake_pg import fake_world
-from autoshard.fuse_reductions import (
+from autoshard.trace.fake_pg import fake_world
+from autoshard.program.passes.fuse_reductions import (
     coalesce_small_reductions,
     count_targets_early,
     split_normalised_reductions,
 )
-from autoshard.program import is_collective
+from autoshard.program.graph_nodes import is_collective
 
 c10d = torch.ops._c10d_functional
 
@@ -119,7 +119,7 @@ def test_the_forward_does_not_wait_for_its_last_small_round_trip(group):
     after it move to an epilogue run on first use; making a tensor like the deferred loss
     (the seed of loss.backward()) does not run it, reading it does, once. A round trip whose
     result is saved for the backward stays in the forward."""
-    from autoshard.deferred_tail import DeferredValue, PendingTail, split_forward
+    from autoshard.program.passes.deferred_tail import DeferredValue, PendingTail, split_forward
 
     def forward(x, count):
         total = _reduced(count, group)  # saved for the backward: waited in the forward

@@ -17,7 +17,10 @@ from conftest import REPO
 def test_gpu_check_runs_to_its_end_without_cuda():
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick"],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

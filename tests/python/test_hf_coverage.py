@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autoshard import _core
-from autoshard.testing import hf_zoo
+from autoshard._testing import hf_zoo
 from autoshard.user_frames import Frame, frame_rank, parse_stack_trace, user_frame
 from tiny_graphs import tiny_graph
 
@@ -45,8 +45,8 @@ def test_hugging_face_nodes_name_the_modeling_file():
     """Ops dispatched inside transformers' helpers (MoE experts in integrations/moe.py, the
     loss in loss/loss_utils.py, torch.nn.functional.pad) are attributed to the line of
     modeling_mixtral.py that called the helper."""
-    from autoshard.trace import trace_training_step
-    from autoshard.testing.validate import export_graph
+    from autoshard.trace.tracer import trace_training_step
+    from autoshard._testing.capture import export_graph
 
     model, input_fn = hf_zoo.build("mixtral")
     graph = export_graph(trace_training_step(model, input_fn))
@@ -75,7 +75,7 @@ class ReflectPad(nn.Module):
 
 def test_missing_rule_message_names_the_model_line_and_the_options():
     from autoshard import AutoParallel
-    from autoshard.fake_pg import fake_world
+    from autoshard.trace.fake_pg import fake_world
 
     with torch.device("meta"):
         model = ReflectPad()

@@ -24,10 +24,10 @@ from torch.distributed.tensor import Shard
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autoshard import AutoParallel, _core
-from autoshard.binding import _is_default
-from autoshard.deferred_tail import backend_for_device, defers_round_trips
-from autoshard.fake_pg import fake_world
-from autoshard.testing.models import MLP
+from autoshard.trace.input_binding import _is_default
+from autoshard.program.passes.deferred_tail import backend_for_device, defers_round_trips
+from autoshard.trace.fake_pg import fake_world
+from autoshard.models import MLP
 from conftest import REPO
 
 needs_planner = pytest.mark.skipif(
@@ -92,8 +92,9 @@ def test_one_rank_steps_copy_no_value_to_the_host(gloo1):
     ref = Scaled()
     with torch.device("meta"):
         meta = Scaled()
-    with AutoParallel(meta, lambda: (torch.empty(4, 8),), gloo1, time_limit_s=2.0,
-                      capture="direct") as autop:
+    with AutoParallel(
+        meta, lambda: (torch.empty(4, 8),), gloo1, time_limit_s=2.0, capture="direct"
+    ) as autop:
         par = autop.apply_placement(autop.optimize_placement())
     par.to_empty(device="cpu")
     par.load_state_dict(ref.state_dict())
@@ -123,7 +124,13 @@ def test_trainer_reads_the_loss_at_log_points_only(train_example):
     logged = []
     with HostSyncs() as seen:
         last = train_example.train_steps(
-            model, opt, lambda n: batch, torch.device("cpu"), step=0, last=6, log_freq=3,
+            model,
+            opt,
+            lambda n: batch,
+            torch.device("cpu"),
+            step=0,
+            last=6,
+            log_freq=3,
             on_log=lambda n, loss, rate: logged.append((n, loss, rate)),
         )
     assert last == 6 and [n for n, *_ in logged] == [3, 6]
@@ -151,8 +158,9 @@ def test_backend_for_device_reads_per_device_spellings():
 
 
 def _mesh(backends: list[str], device_type: str = "cuda"):
-    return SimpleNamespace(ndim=len(backends), device_type=device_type,
-                           get_group=lambda d: backends[d])
+    return SimpleNamespace(
+        ndim=len(backends), device_type=device_type, get_group=lambda d: backends[d]
+    )
 
 
 @pytest.mark.parametrize(
@@ -189,8 +197,9 @@ def _lowered(mesh):
     with torch.device("meta"):
         model = Classifier()
     inputs = lambda: (torch.empty(256, 64), torch.empty(256, dtype=torch.long))  # noqa: E731
-    with AutoParallel(model, inputs, mesh, hardware="CPU", capture="direct",
-                      time_limit_s=5.0) as autop:
+    with AutoParallel(
+        model, inputs, mesh, hardware="CPU", capture="direct", time_limit_s=5.0
+    ) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         par = autop.apply_placement(autop.optimize_placement())
     par.to_empty(device="cpu")

@@ -10,9 +10,9 @@ from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.fake_pg import fake_world
+from autoshard.trace.fake_pg import fake_world
 from local_ranks import one_program, shards
-from autoshard.trace import UnsupportedModelError, trace_training_step
+from autoshard.trace.tracer import UnsupportedModelError, trace_training_step
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autoshard.fake_pg import fake_world
-from autoshard.late_loss_scale import scale_gradients_late
-from autoshard.program import is_wait, op_name
+from autoshard.trace.fake_pg import fake_world
+from autoshard.program.passes.late_loss_scale import scale_gradients_late
+from autoshard.program.graph_nodes import is_wait, op_name
 
 c10d = torch.ops._c10d_functional
 

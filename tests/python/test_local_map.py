@@ -15,7 +15,7 @@ from torch.distributed.tensor import Replicate, Shard
 import autoshard
 from autoshard import AutoParallel, _core
 from autoshard import collectives as C
-from autoshard.fake_pg import fake_world
+from autoshard.trace.fake_pg import fake_world
 from conftest import ok_on_every_rank, run_torchrun
 from local_map_models import DIM, RegionNet
 
@@ -283,7 +283,7 @@ def test_region_without_device_mesh_takes_the_planning_mesh(monkeypatch):
 
 
 def test_exported_names():
-    from autoshard import local_map_region
+    from autoshard.ops import local_map as local_map_region
 
     assert autoshard.local_map is local_map_region.local_map
     for name in (

@@ -1,4 +1,4 @@
-"""The Megatron-style baseline (autoshard.testing.baselines) against autoshard's own plan.
+"""The Megatron-style baseline (autoshard._testing.baselines) against autoshard's own plan.
 
 A Llama with the real Llama-3-8B dims but 2 layers is traced on fake process groups of
 (dp=8, tp=8) and (dp=2, tp=4) H100s and planned twice under the same cost model: with the
@@ -12,14 +12,14 @@ import math
 import pytest
 
 from autoshard import _core
-from autoshard.testing.baselines import (
+from autoshard._testing.baselines import (
     BaselineError,
     compare_with_megatron,
     megatron_pins,
     parameter_bytes,
     trace_llama,
 )
-from autoshard.testing.models import LlamaConfig, llama3_8b_config
+from autoshard.models import LlamaConfig, llama3_8b_config
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"

@@ -9,11 +9,11 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.apply import build_parallel_module, load_full_state_dict
-from autoshard.fake_pg import fake_world
-from autoshard.graph_export import graph_json
-from autoshard.mixed_precision import CastingStep, canonical_policy
-from autoshard.trace import trace_training_step
+from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict
+from autoshard.trace.fake_pg import fake_world
+from autoshard.planning.graph_export import graph_json
+from autoshard.trace.mixed_precision import CastingStep, canonical_policy
+from autoshard.trace.tracer import trace_training_step
 
 BF16_FP32 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 

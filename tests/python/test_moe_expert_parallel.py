@@ -37,7 +37,7 @@ def _kind(src: str, dst: str) -> str | None:
 def planned_collectives(step, plan: dict) -> list[dict]:
     """Every node input whose planned layout differs from its producer's output layout, as
     (node, op, input, mesh dim, kind, src, dst, shape)."""
-    from autoshard.runtime import tensor_refs
+    from autoshard.program.interpreter import tensor_refs
 
     nodes = plan["nodes"]
 
@@ -76,8 +76,8 @@ def planned_collectives(step, plan: dict) -> list[dict]:
 def _plan(mesh_shape, model_kwargs, batch, seq, pin_token_sharded_experts=False):
     """Traces and plans the block on a virtual mesh; returns (step, plan, param layouts)."""
     from autoshard import AutoParallel
-    from autoshard.fake_pg import fake_world
-    from autoshard.testing.models_zoo import DeepSeekMoEBlock
+    from autoshard.trace.fake_pg import fake_world
+    from autoshard._testing.models_zoo import DeepSeekMoEBlock
 
     with torch.device("meta"):
         model = DeepSeekMoEBlock(**model_kwargs)
@@ -181,7 +181,7 @@ def test_capacity_dispatch_equals_dense_top_k_routing_when_nothing_is_dropped():
     assignments of a group are dropped, deterministically."""
     import torch.nn.functional as F
 
-    from autoshard.testing.models_zoo import DeepSeekMoELayer
+    from autoshard._testing.models_zoo import DeepSeekMoELayer
 
     torch.manual_seed(0)
     for score in ("softmax", "sigmoid"):
@@ -215,7 +215,7 @@ def test_every_rule_the_block_needs_validates(mesh):
     arange, sigmoid/softmax, means) all have rules, and every strategy they offer matches
     the unsharded op (python/autoshard/testing/validate.py), softmax and sigmoid routers, with
     dropped tokens."""
-    from autoshard.testing import validate as V
+    from autoshard._testing import validate as V
 
     report = V.validate_all(V.standard_captures(("deepseek_moe", "deepseek_moe_sigmoid")), [mesh])
     print("\n" + report.summary())

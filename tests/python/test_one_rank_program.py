@@ -16,9 +16,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from autoshard import _core
-from autoshard.fake_pg import fake_world
+from autoshard.trace.fake_pg import fake_world
 from local_ranks import one_program, shards
-from autoshard.runtime import rank_local_shape, zero_unless_first
+from autoshard.program.interpreter import rank_local_shape, zero_unless_first
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -133,9 +133,9 @@ def test_uneven_shard_dtensor_cannot_trace_for_every_rank_is_refused():
 def test_a_trace_that_depends_on_the_tracing_ranks_size_is_refused():
     """A guard on an uneven size (here: the size read as an int) holds on the tracing rank
     only: check_every_rank refuses the program."""
-    from autoshard.program import _fake_like
-    from autoshard.runtime import rank_varying_dims
-    from autoshard.uneven import UnevenDims
+    from autoshard.program.lowering import _fake_like
+    from autoshard.program.interpreter import rank_varying_dims
+    from autoshard.program.passes.uneven import UnevenDims
 
     with fake_world((4,), ("dp",), device_type="cpu") as mesh:
 

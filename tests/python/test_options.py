@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autoshard import _core
-from autoshard.options import PlannerOptions, enumerate_strategies
+from autoshard.planning.options import PlannerOptions, enumerate_strategies
 from tiny_graphs import tiny_graph
 
 

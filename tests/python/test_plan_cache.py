@@ -13,9 +13,9 @@ import torch
 from torch.distributed.tensor import Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.fake_pg import fake_world
-from autoshard.testing.models import MLP
-from autoshard.plan_cache import ENV_DIR, PlanCache, default_directory, plan_key
+from autoshard.trace.fake_pg import fake_world
+from autoshard.models import MLP
+from autoshard.planning.plan_cache import ENV_DIR, PlanCache, default_directory, plan_key
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"

@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from autoshard.cli import main as autoshard
+from autoshard.tools.cli import main as autoshard
 
 LAYERS = ["tok_embeddings", "layers.0", "norm", "output"]
 

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from autoshard.options import PlannerOptions
-from autoshard.presets import PresetError, graph_options, resolve
+from autoshard.planning.options import PlannerOptions
+from autoshard.planning.presets import PresetError, graph_options, resolve
 
 
 def test_constraints_per_preset():
@@ -44,9 +44,9 @@ def test_errors_name_the_misfit(name, shape, names, needle):
 
 @pytest.fixture(scope="module")
 def mlp_graph(tmp_path_factory):
-    from autoshard.graph_export import graph_json
-    from autoshard.testing.models import MLP
-    from autoshard.trace import trace_training_step
+    from autoshard.planning.graph_export import graph_json
+    from autoshard.models import MLP
+    from autoshard.trace.tracer import trace_training_step
 
     with torch.device("meta"):
         model = MLP(dim=32, hidden=64, layers=2)
@@ -69,7 +69,7 @@ def mlp_graph(tmp_path_factory):
     ],
 )
 def test_cli_plan_with_preset(mlp_graph, tmp_path, capsys, preset, mesh, names, share):
-    from autoshard.cli import main
+    from autoshard.tools.cli import main
 
     out = tmp_path / "plan.json"
     rc = main(
@@ -107,7 +107,7 @@ def test_cli_plan_with_preset(mlp_graph, tmp_path, capsys, preset, mesh, names, 
 
 
 def test_cli_preset_errors(mlp_graph, capsys):
-    from autoshard.cli import main
+    from autoshard.tools.cli import main
 
     assert main(["plan", str(mlp_graph), "--mesh", "4", "--preset", "tp"]) == 2
     assert "needs a mesh dim named 'tp'" in capsys.readouterr().err
@@ -115,8 +115,8 @@ def test_cli_preset_errors(mlp_graph, capsys):
 
 def test_autoparallel_preset():
     from autoshard import AutoParallel
-    from autoshard.fake_pg import fake_world
-    from autoshard.testing.models import MLP
+    from autoshard.trace.fake_pg import fake_world
+    from autoshard.models import MLP
 
     with torch.device("meta"):
         model = MLP(dim=32, hidden=64, layers=2)
@@ -133,7 +133,7 @@ def test_autoparallel_preset():
 
 
 def test_auto_parallel_refuses_what_a_preset_would_override():
-    from autoshard.presets import check_auto_parallel_args
+    from autoshard.planning.presets import check_auto_parallel_args
 
     check_auto_parallel_args("fsdp", [None, None], None)
     with pytest.raises(PresetError, match="pass plain tensors"):

@@ -12,13 +12,14 @@ import torch.fx as fx
 from torch.distributed.tensor import DTensor, Shard
 
 from autoshard import _core
-from autoshard.api import AutoParallel
-from autoshard.apply import build_parallel_module
-from autoshard.fake_pg import fake_world
-from autoshard.testing.models import MLP
-from autoshard.overlap import _reads_an_input, block_of, schedule_collectives
-from autoshard.program import divide_in_place, is_collective, is_wait, op_name
-from autoshard.trace import trace_training_step
+from autoshard.api.autoparallel import AutoParallel
+from autoshard.runtime.parallel_module import build_parallel_module
+from autoshard.trace.fake_pg import fake_world
+from autoshard.models import MLP
+from autoshard.program.passes.overlap import _reads_an_input, block_of, schedule_collectives
+from autoshard.program.graph_nodes import is_collective, is_wait, op_name
+from autoshard.program.passes.in_place import divide_in_place
+from autoshard.trace.tracer import trace_training_step
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"

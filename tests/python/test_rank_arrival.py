@@ -11,7 +11,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from autoshard.rank_agreement import RankTimeoutError, _timeout_message, arrive_and_agree
+from autoshard.planning.rank_agreement import RankTimeoutError, _timeout_message, arrive_and_agree
 
 
 def _arrive(store, ranks, world, timeout_s, delay_s=None):
@@ -64,7 +64,7 @@ def test_messages_name_the_missing_ranks_and_the_late_one():
 
 def test_wait_for_all_ranks_raises_the_timeout_error_on_a_process_group(monkeypatch):
     """The process-group wrapper: the default store, this rank, the world size."""
-    from autoshard import rank_agreement
+    from autoshard.planning import rank_agreement
 
     store = dist.HashStore()
     monkeypatch.setattr(rank_agreement, "_arrival_store", lambda: store)
@@ -77,7 +77,7 @@ def test_wait_for_all_ranks_raises_the_timeout_error_on_a_process_group(monkeypa
 def test_the_arrival_check_issues_no_collective_on_nccl(monkeypatch):
     """On NCCL a barrier is the job's first collective and hangs for a missing rank: the
     check must finish (here: name the missing rank) through the store alone."""
-    from autoshard import rank_agreement
+    from autoshard.planning import rank_agreement
 
     def collective(*args, **kwargs):
         raise AssertionError("the arrival check issued a collective")

@@ -17,8 +17,15 @@ from conftest import DIST_DIR
 def _torchrun(kind: str, timeout_s: float, out_dir) -> tuple[subprocess.CompletedProcess, float]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        str(DIST_DIR / "arrival_worker.py"), kind, str(timeout_s), str(out_dir),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(DIST_DIR / "arrival_worker.py"),
+        kind,
+        str(timeout_s),
+        str(out_dir),
     ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)

@@ -20,12 +20,16 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autoshard.apply import _distribute_full_tensors, _meta_dtensor, load_full_state_dict
-from autoshard.fake_pg import init_fake_process_group
-from autoshard.init_weights import full_tensor_init
-from autoshard.local_shard import local_shard
-from autoshard.runtime import StepRunner
-from autoshard.trace import trace_training_step
+from autoshard.runtime.parallel_module import (
+    _distribute_full_tensors,
+    _meta_dtensor,
+    load_full_state_dict,
+)
+from autoshard.trace.fake_pg import init_fake_process_group
+from autoshard.runtime.init_weights import full_tensor_init
+from autoshard.runtime.local_shard import local_shard
+from autoshard.program.interpreter import StepRunner
+from autoshard.trace.tracer import trace_training_step
 
 aten = torch.ops.aten
 
@@ -233,7 +237,7 @@ def test_interpreted_steps_copy_constants_to_the_device_once(constant_step):
 
 def test_lowered_program_holds_the_constant_on_the_device(constant_step):
     """A program traced with a copy of the constant would run that copy every step."""
-    from autoshard.program import lower_step
+    from autoshard.program.lowering import lower_step
 
     with rank_of((1,), 0):
         runner = _meta_runner(constant_step)

@@ -16,8 +16,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autoshard import rng_check
-from autoshard.fake_pg import fake_world
+from autoshard.program import rng_check
+from autoshard.trace.fake_pg import fake_world
 
 run_dtensor_rng_op = pytest.importorskip("torch._prims.rng_prims").run_dtensor_rng_op
 
@@ -53,8 +53,9 @@ def cuda_rng_tracker():
     """DTensor's OffsetBasedRNGTracker on a fake 2-rank CUDA mesh: its constructor asks
     torch.cuda whether a device is there (stubbed; nothing else touches CUDA)."""
     with fake_world((2,), ("dp",), device_type="cuda") as mesh:
-        with mock.patch("torch.cuda.is_available", return_value=True), mock.patch(
-            "torch.cuda.device_count", return_value=1
+        with (
+            mock.patch("torch.cuda.is_available", return_value=True),
+            mock.patch("torch.cuda.device_count", return_value=1),
         ):
             tracker = dtensor_random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
         saved, dtensor_random._rng_tracker = dtensor_random._rng_tracker, tracker
@@ -78,7 +79,8 @@ def test_dtensor_dropout_traced_on_a_cuda_mesh_is_seen(cuda_rng_tracker, layout)
     assert rng_check.random_nodes(gm) == hops
     # the tag-only check this replaces saw nothing in such a graph
     assert not [
-        n for n in gm.graph.nodes
+        n
+        for n in gm.graph.nodes
         if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
     ]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autoshard.testing import validate as V
+from autoshard._testing import validate as V
 
 
 def plant(node_name: str, *strategies: tuple[list, list]):

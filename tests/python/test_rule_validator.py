@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from autoshard import _core
-from autoshard.testing import validate as V
+from autoshard._testing import validate as V
 from tiny_graphs import tiny_graph
 
 # ----------------------------------------------------------------------------- the models

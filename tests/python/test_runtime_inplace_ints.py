@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 from autoshard import AutoParallel
-from autoshard.apply import load_full_state_dict, local_inputs
+from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
 
 VOCAB, DIM, HEADS, SEQ, BUCKETS, MAX_DIST = 32, 16, 2, 8, 8, 16
 
@@ -141,7 +141,7 @@ def test_shift_right_and_relative_buckets_match_eager(mesh1, runtime):
 
 
 def _t5(dropout: float):
-    from autoshard.testing import hf_zoo
+    from autoshard._testing import hf_zoo
 
     transformers = pytest.importorskip("transformers")
     cfg = transformers.T5Config(
@@ -190,7 +190,7 @@ class CacheCat(nn.Module):
 
 
 def test_cat_skipped_empty_inputs_leave_the_graph():
-    from autoshard.trace import trace_training_step
+    from autoshard.trace.tracer import trace_training_step
 
     with torch.device("meta"):
         meta = CacheCat()

@@ -17,8 +17,8 @@ def test_replicated_to_partial_sum_keeps_one_copy_per_group(rank):
 
     from torch.distributed.tensor import Partial, Replicate, Shard
 
-    from autoshard.fake_pg import init_fake_process_group
-    from autoshard.runtime import StepRunner
+    from autoshard.trace.fake_pg import init_fake_process_group
+    from autoshard.program.interpreter import StepRunner
 
     init_fake_process_group(4, rank=rank * 2)  # mesh coordinate (rank, 0)
     try:

@@ -6,9 +6,10 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-from autoshard.apply import build_parallel_module, load_full_state_dict
-from autoshard.runtime import PlanMismatchError
-from autoshard.trace import ForwardInputs, trace_training_step
+from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict
+from autoshard.program.interpreter import PlanMismatchError
+from autoshard.trace.traced_step import ForwardInputs
+from autoshard.trace.tracer import trace_training_step
 
 
 class WithBuffer(nn.Module):
@@ -121,7 +122,7 @@ def test_gpt2_tensor_constants_are_planned_and_fed(mesh1):
     import json
 
     from autoshard import _core
-    from autoshard.graph_export import graph_json
+    from autoshard.planning.graph_export import graph_json
 
     cfg = transformers.GPT2Config(
         n_layer=1,
@@ -190,7 +191,7 @@ def test_tied_weight_is_one_parameter_with_the_summed_gradient(mesh1):
     import json
 
     from autoshard import _core
-    from autoshard.graph_export import graph_json
+    from autoshard.planning.graph_export import graph_json
 
     torch.manual_seed(0)
     ref = TiedProjection()

@@ -17,7 +17,7 @@ import pytest
 
 def autoshard_cmd() -> list[str]:
     script = shutil.which("autoshard")
-    return [script] if script else [sys.executable, "-m", "autoshard.cli"]
+    return [script] if script else [sys.executable, "-m", "autoshard.tools.cli"]
 
 
 def run_script(args, timeout=300):

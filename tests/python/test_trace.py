@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch.distributed.tensor import Replicate, Shard
 
-from autoshard.graph_export import encode_arg, graph_dict, graph_json
-from autoshard.testing.models import MLP, Llama, LlamaConfig
+from autoshard.planning.graph_export import encode_arg, graph_dict, graph_json
+from autoshard.models import MLP, Llama, LlamaConfig
 from autoshard.placements import layout_from_strs, layout_to_strs, local_shape, placement_from_str
-from autoshard.trace import trace_training_step
+from autoshard.trace.tracer import trace_training_step
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_phases_sources_and_modules(llama_step):
 def test_remembered_source_lines_are_the_parsed_ones(llama_step):
     """source_line remembers the user frame per stack-trace text (user_frames.py); it must be
     the frame parsing each node's own trace gives."""
-    from autoshard.graph_export import source_line
+    from autoshard.user_frames import source_line
     from autoshard.user_frames import parse_stack_trace, user_frame
 
     nodes = [n for n in llama_step.gm.graph.nodes if n.op == "call_function"]
@@ -175,7 +175,7 @@ def test_dynamo_names_become_fqns_and_tied_weights_keep_the_capture():
     assert step.source_captured
     assert sorted(step.param_fqns.values()) == ["emb.weight"]
     pytest.importorskip("transformers")
-    from autoshard.testing import hf_zoo
+    from autoshard._testing import hf_zoo
 
     gpt2, inputs = hf_zoo.build("gpt2")  # lm_head.weight is transformer.wte.weight
     assert trace_training_step(gpt2, inputs).source_captured

@@ -10,9 +10,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autoshard import _core
-from autoshard.testing.models import MLP, Llama, LlamaConfig
-from autoshard.trace import trace_training_step
-from autoshard.trace_blocks import MIN_LAYERS, describe_step, find_layer_container, first_difference
+from autoshard.models import MLP, Llama, LlamaConfig
+from autoshard.trace.tracer import trace_training_step
+from autoshard.trace.block_extrapolation import (
+    MIN_LAYERS,
+    describe_step,
+    find_layer_container,
+    first_difference,
+)
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -253,7 +258,7 @@ def test_names_that_skip_numbers_are_counted_alike(caplog, monkeypatch):
     """A trace drops nodes nothing reads, so a name base skips numbers (CLIP: add_1 in shared
     code, then add_3 in the first layer); the copies skip where their templates did."""
     pytest.importorskip("transformers")
-    from autoshard.testing import hf_zoo
+    from autoshard._testing import hf_zoo
 
     monkeypatch.setattr(hf_zoo, "LAYERS", 6)
     model, inputs = hf_zoo.build("clip")
@@ -361,7 +366,7 @@ def test_planner_gives_the_same_plan(monkeypatch):
     from torch.distributed.tensor import Replicate, Shard
 
     from autoshard import AutoParallel
-    from autoshard.fake_pg import fake_world
+    from autoshard.trace.fake_pg import fake_world
 
     def plan():
         with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:

@@ -27,11 +27,12 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 from autoshard import AutoParallel, _core
-from autoshard.apply import _example_local_inputs, _traced_buffers, _traced_params
-from autoshard.apply import build_parallel_module
-from autoshard.fake_pg import init_fake_process_group
-from autoshard.program import is_collective, lower_step, op_name
-from autoshard.testing.models import Llama, LlamaConfig, TinyGPT
+from autoshard.runtime.parallel_module import _example_local_inputs, _traced_buffers, _traced_params
+from autoshard.runtime.parallel_module import build_parallel_module
+from autoshard.trace.fake_pg import init_fake_process_group
+from autoshard.program.graph_nodes import is_collective, op_name
+from autoshard.program.lowering import lower_step
+from autoshard.models import Llama, LlamaConfig, TinyGPT
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -45,9 +46,18 @@ def gpt(dim=32, heads=4, vocab=64):
 
 
 def llama(dim=28, heads=7, kv_heads=7, vocab=50):
-    return lambda: Llama(LlamaConfig(dim=dim, n_layers=2, n_heads=heads, n_kv_heads=kv_heads,
-                                     vocab_size=vocab, ffn_dim=2 * dim, max_seq_len=SEQ,
-                                     attention="sdpa"))
+    return lambda: Llama(
+        LlamaConfig(
+            dim=dim,
+            n_layers=2,
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            vocab_size=vocab,
+            ffn_dim=2 * dim,
+            max_seq_len=SEQ,
+            attention="sdpa",
+        )
+    )
 
 
 def _fresh_world(world: int, rank: int, shape: tuple, names: tuple):
@@ -66,8 +76,9 @@ def _plan(make_model, batch: int, shape: tuple, names: tuple, param_share):
     with torch.device("meta"):
         model = make_model()
     tokens = (torch.empty(batch, SEQ, dtype=torch.long),) * 2
-    with AutoParallel(model, lambda: tokens, mesh, plan_cache=False, hardware="H100",
-                      time_limit_s=5.0) as autop:
+    with AutoParallel(
+        model, lambda: tokens, mesh, plan_cache=False, hardware="H100", time_limit_s=5.0
+    ) as autop:
         batch = (Shard(0),) + (Replicate(),) * (len(shape) - 1)
         autop.add_input_constraints([batch, batch])
         if param_share == "default":
@@ -96,8 +107,9 @@ def _collectives(gm: fx.GraphModule, dims: dict) -> list[tuple]:
                 v = a.meta["val"]
                 args.append((tuple(v.shape), str(v.dtype)))
             elif isinstance(a, (list, tuple)) and a and isinstance(a[0], fx.Node):
-                args.append(tuple((tuple(x.meta["val"].shape), str(x.meta["val"].dtype))
-                                  for x in a))
+                args.append(
+                    tuple((tuple(x.meta["val"].shape), str(x.meta["val"].dtype)) for x in a)
+                )
             elif isinstance(a, str) and a in dims:
                 dim = dims[a]  # group names differ between groups: compare the mesh dim
             else:
@@ -119,15 +131,20 @@ def _rank_program(make_model, plan, step, mesh, lowered: dict, **lower_options) 
     params = [p._local_tensor for p in _traced_params(module)]
     buffers = [b._local_tensor for b in _traced_buffers(module)]
     inputs = _example_local_inputs(runner)
-    shapes = tuple(tuple(t.shape) for t in (*params, *buffers, *inputs)
-                   if isinstance(t, torch.Tensor))
+    shapes = tuple(
+        tuple(t.shape) for t in (*params, *buffers, *inputs) if isinstance(t, torch.Tensor)
+    )
     if shapes not in lowered:  # the program names its lowering rank's process groups
-        lowered[shapes] = (lower_step(runner, params, buffers, inputs, **lower_options),
-                           _group_dims(mesh))
+        lowered[shapes] = (
+            lower_step(runner, params, buffers, inputs, **lower_options),
+            _group_dims(mesh),
+        )
     program, dims = lowered[shapes]
-    return [(phase, *c) for phase, gm in (("forward", program.run_fwd_gm),
-                                          ("backward", program.run_bwd_gm))
-            for c in _collectives(gm, dims)]
+    return [
+        (phase, *c)
+        for phase, gm in (("forward", program.run_fwd_gm), ("backward", program.run_bwd_gm))
+        for c in _collectives(gm, dims)
+    ]
 
 
 def _coordinates(rank: int, shape: tuple) -> tuple:
@@ -146,18 +163,21 @@ def _mismatches(per_rank: list[list[tuple]], shape: tuple) -> list[str]:
         groups: dict = {}
         for r, colls in enumerate(per_rank):
             c = _coordinates(r, shape)
-            groups.setdefault(c[:d] + c[d + 1:], []).append((r, [x for x in colls if x[1] == d]))
+            groups.setdefault(c[:d] + c[d + 1 :], []).append((r, [x for x in colls if x[1] == d]))
         for members in groups.values():
             r0, first = members[0]
             for r, colls in members[1:]:
                 if colls != first:
-                    k = next((i for i, (a, b) in enumerate(zip(first, colls)) if a != b),
-                             min(len(first), len(colls)))
+                    k = next(
+                        (i for i, (a, b) in enumerate(zip(first, colls)) if a != b),
+                        min(len(first), len(colls)),
+                    )
                     found.append(
                         f"mesh dim {d}: rank {r0} issues {len(first)} collectives, rank {r} "
                         f"{len(colls)}; the first difference (#{k}): "
                         f"{first[k] if k < len(first) else None} vs "
-                        f"{colls[k] if k < len(colls) else None}")
+                        f"{colls[k] if k < len(colls) else None}"
+                    )
     return found
 
 
@@ -184,9 +204,7 @@ def plans():
 
 # every case lowered as for eager runs; the compile (functional graphs) and dynamic
 # (symbolic uneven sizes) lowerings on the issue's case
-LOWERINGS = [(case, "eager") for case in CASES] + [
-    ("gpt32_3", "compile"), ("gpt32_3", "dynamic")
-]
+LOWERINGS = [(case, "eager") for case in CASES] + [("gpt32_3", "compile"), ("gpt32_3", "dynamic")]
 
 
 @pytest.mark.parametrize("case, lowering", LOWERINGS)
@@ -195,8 +213,9 @@ def test_every_rank_issues_the_same_collectives(plans, case, lowering):
     if case not in plans:
         plans[case] = _plan(make_model, batch, shape, names, share)
     plan, step = plans[case]
-    options = {"eager": {}, "compile": {"reduce_inplace": False},
-               "dynamic": {"dynamic": True}}[lowering]
+    options = {"eager": {}, "compile": {"reduce_inplace": False}, "dynamic": {"dynamic": True}}[
+        lowering
+    ]
     world = math.prod(shape)
     per_rank, lowered = [], {}
     for r in range(world):

@@ -24,8 +24,15 @@ pytestmark = [
 def _scenario(name, model, mesh, **extra):
     # a tiny model's problem is proven optimal in under a second, but the limit also counts
     # tracing, which takes seconds when 6 ranks share 2 cores
-    return {"name": name, "model": model, "mesh": mesh, "plan": "auto", "steps": 2,
-            "time_limit_s": 30.0, **extra}
+    return {
+        "name": name,
+        "model": model,
+        "mesh": mesh,
+        "plan": "auto",
+        "steps": 2,
+        "time_limit_s": 30.0,
+        **extra,
+    }
 
 
 GPT32 = "gpt:32:4:64:6"  # hidden 32, 4 heads, vocabulary 64, batch 6

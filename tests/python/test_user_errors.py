@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 
 from autoshard import AutoParallel, _core
-from autoshard.apply import build_parallel_module, load_full_state_dict
-from autoshard.trace import UnsupportedModelError, trace_training_step
+from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict
+from autoshard.trace.tracer import UnsupportedModelError, trace_training_step
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -241,7 +241,7 @@ def test_binder_handles_var_arguments_and_names_tuple_mismatches():
 
     import torch.utils._pytree as pytree
 
-    from autoshard.binding import InputBinder
+    from autoshard.trace.input_binding import InputBinder
 
     def forward(x, *rest, scale=1.0, **extra):
         pass

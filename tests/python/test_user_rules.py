@@ -11,8 +11,9 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 import autoshard
-from autoshard import AutoParallel, _core, user_rules
-from autoshard.fake_pg import fake_world
+from autoshard import AutoParallel, _core
+from autoshard.ops import user_rules
+from autoshard.trace.fake_pg import fake_world
 from conftest import ok_on_every_rank, run_torchrun
 from user_rule_ops import RowScaleMLP, rowscale_backward_rule, rowscale_rule
 

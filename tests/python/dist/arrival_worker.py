@@ -17,7 +17,7 @@ import time
 
 import torch.distributed as dist
 
-from autoshard.rank_agreement import RankTimeoutError, wait_for_all_ranks
+from autoshard.planning.rank_agreement import RankTimeoutError, wait_for_all_ranks
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from scenario_runner import run_scenarios
 
 from autoshard.placements import layout_to_strs
-from autoshard.runtime import StepRunner
+from autoshard.program.interpreter import StepRunner
 
 OUTSIDE = "<graph outputs>"
 
@@ -105,7 +105,7 @@ def planned_redistributions(step, plan: dict) -> list[dict]:
     layout, and the loss leaving replicated (users get real values). A value is
     redistributed to one layout once per pass, and the backward reuses the forward's when
     the value is small (at most REUSE_MAX_NUMEL elements)."""
-    from autoshard.runtime import REUSE_MAX_NUMEL, tensor_refs
+    from autoshard.program.interpreter import REUSE_MAX_NUMEL, tensor_refs
 
     nodes = plan["nodes"]
     backward = set(step.tangent_of)
@@ -155,8 +155,8 @@ def planned_redistributions(step, plan: dict) -> list[dict]:
 
 
 def run(sc: dict, rank: int) -> dict:
-    from autoshard.api import AutoParallel
-    from autoshard.apply import load_full_state_dict, local_inputs
+    from autoshard.api.autoparallel import AutoParallel
+    from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
 
     mesh = init_device_mesh("cpu", tuple(sc["mesh"]), mesh_dim_names=("dp",))
     cross_entropy = sc.get("loss") == "cross_entropy"

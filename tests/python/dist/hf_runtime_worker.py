@@ -179,8 +179,8 @@ def run_scenario(name: str, runtime: str, mesh) -> dict:
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
     from autoshard import AutoParallel
-    from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
-    from autoshard.trace import trace_training_step
+    from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict, local_inputs
+    from autoshard.trace.tracer import trace_training_step
 
     ref, inputs, plan_fn = build(name)
     with torch.device("meta"):

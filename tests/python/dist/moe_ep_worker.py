@@ -23,8 +23,8 @@ from scenario_runner import (compare_losses, compare_parameters, reference_step,
                              run_scenarios)
 from train_worker import ATOL, RTOL, layouts_by_fqn, param_fraction
 
-from autoshard.apply import load_full_state_dict, local_inputs
-from autoshard.testing.models_zoo import DeepSeekMoEBlock
+from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
+from autoshard._testing.models_zoo import DeepSeekMoEBlock
 
 
 # the lowered program all-reduces into a buffer nothing else reads (program.py: all_reduce_)
@@ -36,7 +36,7 @@ def make_model(sc: dict) -> DeepSeekMoEBlock:
 
 
 def run(sc: dict, rank: int) -> dict:
-    from autoshard.api import AutoParallel
+    from autoshard.api.autoparallel import AutoParallel
 
     mesh_shape = tuple(sc["mesh"])
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=tuple(sc["dim_names"]))

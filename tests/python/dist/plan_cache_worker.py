@@ -26,7 +26,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.testing.models import MLP
+from autoshard.models import MLP
 
 CALLS = []
 _real_plan_graph = _core.plan_graph

@@ -25,8 +25,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
 
 from autoshard import AutoParallel
-from autoshard.apply import local_inputs
-from autoshard.testing.models import MLP
+from autoshard.runtime.parallel_module import local_inputs
+from autoshard.models import MLP
 
 
 class DropoutMLP(torch.nn.Module):

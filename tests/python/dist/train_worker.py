@@ -20,9 +20,9 @@ from torch.distributed.tensor import Replicate, Shard
 from scenario_runner import (compare_losses, compare_parameters, reference_step,
                              run_scenarios)
 
-from autoshard.apply import build_parallel_module, load_full_state_dict, local_inputs
-from autoshard.testing.models import MLP, Llama, LlamaConfig, TinyGPT
-from autoshard.trace import trace_training_step
+from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict, local_inputs
+from autoshard.models import MLP, Llama, LlamaConfig, TinyGPT
+from autoshard.trace.tracer import trace_training_step
 
 RTOL, ATOL = 1e-5, 1e-6
 _TRACED: dict = {}
@@ -130,7 +130,7 @@ def run_scenario(sc: dict, rank: int) -> dict:
     result: dict = {"name": sc["name"], "ok": False}
     t0 = time.perf_counter()
     if sc["plan"] == "auto":
-        from autoshard.api import AutoParallel
+        from autoshard.api.autoparallel import AutoParallel
 
         def input_fn():
             return tuple(torch.empty(x.shape, dtype=x.dtype) for x in inputs[0])

@@ -22,7 +22,7 @@ from scenario_runner import (full_parameters, parallel_step,  # noqa: E402
                              reference_step, run_scenarios)
 
 from autoshard import AutoParallel  # noqa: E402
-from autoshard.apply import load_full_state_dict  # noqa: E402
+from autoshard.runtime.parallel_module import load_full_state_dict  # noqa: E402
 
 
 def run_scenario(sc: dict) -> dict:
