@@ -81,7 +81,7 @@ def _step(model, x):
 
 def _planned(a, ref: nn.Module, x: torch.Tensor, mesh, compile: bool):
     from autoshard import AutoParallel
-    from autoshard.runtime.parallel_module import load_full_state_dict
+    from autoshard.runtime.module_state import load_full_state_dict
 
     with torch.device("meta"):
         meta = OneBlock(a).to(a.torch_dtype)

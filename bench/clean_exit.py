@@ -36,7 +36,7 @@ def worker(a) -> None:
     from torch.distributed.tensor import Shard
 
     from autoshard import AutoParallel
-    from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
+    from autoshard.runtime.module_state import load_full_state_dict, local_inputs
     from autoshard.models import TinyGPT
 
     dist.init_process_group("gloo")

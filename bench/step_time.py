@@ -119,7 +119,7 @@ def _autoshard_module(a, mesh, variant, ref_state):
     from torch.distributed.tensor import Shard
 
     from autoshard import AutoParallel
-    from autoshard.runtime.parallel_module import load_full_state_dict
+    from autoshard.runtime.module_state import load_full_state_dict
 
     with torch.device("meta"):
         meta = make_model(a)

@@ -14,8 +14,8 @@ from . import _core  # noqa: F401  (fail early if the extension is missing)
 _LAZY = {
     "AutoParallel": "api.autoparallel",
     "auto_parallel": "api.autoparallel",
-    "load_full_state_dict": "runtime.parallel_module",
-    "local_inputs": "runtime.parallel_module",
+    "load_full_state_dict": "runtime.module_state",
+    "local_inputs": "runtime.module_state",
     "ForwardInputs": "trace.traced_step",
     "autoparallel_backend": "api.keywords",
     "with_sharding_constraint": "ops.sharding_constraint",

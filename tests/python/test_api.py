@@ -14,6 +14,7 @@ from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.trace.fake_pg import fake_world
 from autoshard.models import MLP
 from autoshard.trace.tracer import trace_training_step
+from autoshard.runtime.module_runtime import runtime_of
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -265,7 +266,7 @@ def test_compiled_module_plans_no_grad_and_eval_steps_on_first_use():
         torch.testing.assert_close(compiled(x), want)  # eval mode with autograd
         par.train()
         compiled(x).sum().backward()  # the planned training step
-        assert set(par._autoshard_variants) == {
+        assert set(runtime_of(par).variants) == {
             ((False,) * 4, False),
             ((True,) * 4, False),
             ((False,) * 4, True),
@@ -305,7 +306,7 @@ def test_dynamic_new_local_shapes_are_planned_at_their_global_shapes():
         with torch.no_grad():
             out = par(torch.randn(3, 16))
         assert out.shape[0] == 3
-        ((key, variant),) = par._autoshard_variants.items()
+        ((key, variant),) = runtime_of(par).variants.items()
         assert key[2] == ((3, 16),)
         runner = variant.runner
         (x,) = [n for n in runner.step.input_nodes if n is not None]

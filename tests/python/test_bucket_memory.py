@@ -8,7 +8,8 @@ import torch
 import torch.distributed as dist
 
 from autoshard import _core
-from autoshard.runtime.parallel_module import _example_local_inputs, _traced_buffers, _traced_params
+from autoshard.runtime.inputs import example_local_inputs
+from autoshard.runtime.module_runtime import runtime_of, traced_buffers, traced_params
 from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.program.graph_nodes import op_name
 from autoshard.program.lowering import lower_step
@@ -36,12 +37,12 @@ def test_each_gather_bucket_is_built_where_it_is_issued(fake_worlds):
         model = make_model()
     module = build_parallel_module(model, step, plan, mesh)
     module.to_empty(device="cpu")
-    runner = module._autoshard_runner
+    runner = runtime_of(module).runner
     program = lower_step(
         runner,
-        [p._local_tensor for p in _traced_params(module)],
-        [b._local_tensor for b in _traced_buffers(module)],
-        _example_local_inputs(runner),
+        [p._local_tensor for p in traced_params(module, runtime_of(module))],
+        [b._local_tensor for b in traced_buffers(module, runtime_of(module))],
+        example_local_inputs(runner),
     )
     buckets = [
         n

@@ -32,6 +32,7 @@ from autoshard.trace.fake_pg import fake_world
 from autoshard.planning.graph_export import graph_json
 from autoshard.ops.local_run import LOCAL_OPS, runs_locally
 from autoshard.trace.tracer import trace_training_step
+from autoshard.runtime.module_runtime import runtime_of
 
 aten = torch.ops.aten
 needs_planner = pytest.mark.skipif(
@@ -161,7 +162,7 @@ def test_cpu_plan_applies_to_the_efficient_kernel_by_role(row, log_sumexp):
         assert fwd_name == "_scaled_dot_product_efficient_attention"
         assert fwd_name not in plan["nodes"] and bwd_name not in plan["nodes"]
         par = build_parallel_module(model, gpu_step, plan, mesh, strict=True)
-        runner = par._autoshard_runner
+        runner = runtime_of(par).runner
 
         # the plan's layouts, carried over by role: q, k, v and out, logsumexp in the row;
         # the 0-d philox seed and offset replicated

@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autoshard import AutoParallel, _core
+from autoshard.runtime.module_runtime import runtime_of
 from test_host_syncs import HostSyncs
 
 pytestmark = [
@@ -63,7 +64,7 @@ def test_cuda_random_ops_are_traced_as_dtensor_rng_ops_and_seen(cuda_mesh):
     par = _planned(DropoutNet, cuda_mesh, (8, 16))
     x = torch.randn(8, 16, device="cuda")
     par(x).backward()  # lowers and runs the program
-    program = par._autoshard_program
+    program = runtime_of(par).program
     found = random_nodes(program.fwd_gm)
     assert found, f"no random op found in the lowered forward:\n{program.fwd_gm.graph}"
     names = {getattr(n.target, "__name__", str(n.target)) for n in found}
@@ -93,7 +94,7 @@ def test_nccl_meshes_defer_nothing_and_steps_do_not_sync(cuda_mesh):
     )
     x = torch.randn(8, 16, device="cuda")
     par(x).sum().backward()
-    program = par._autoshard_program
+    program = runtime_of(par).program
     assert program.split is None and program.info["deferred_round_trips"] == 0
     with HostSyncs() as seen:
         for _ in range(3):

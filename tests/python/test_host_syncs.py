@@ -28,6 +28,7 @@ from autoshard.trace.input_binding import _is_default
 from autoshard.program.passes.deferred_tail import backend_for_device, defers_round_trips
 from autoshard.trace.fake_pg import fake_world
 from autoshard.models import MLP
+from autoshard.runtime.module_runtime import runtime_of
 from conftest import REPO
 
 needs_planner = pytest.mark.skipif(
@@ -204,7 +205,7 @@ def _lowered(mesh):
         par = autop.apply_placement(autop.optimize_placement())
     par.to_empty(device="cpu")
     par.parallel_gm  # lowers the training step
-    return par._autoshard_program
+    return runtime_of(par).program
 
 
 @needs_planner

@@ -9,7 +9,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import Shard
 
 from autoshard import AutoParallel, _core
-from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict
+from autoshard.runtime.module_state import load_full_state_dict
+from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.trace.fake_pg import fake_world
 from autoshard.planning.graph_export import graph_json
 from autoshard.trace.mixed_precision import CastingStep, canonical_policy

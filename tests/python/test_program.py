@@ -20,6 +20,7 @@ from autoshard.program.passes.overlap import _reads_an_input, block_of, schedule
 from autoshard.program.graph_nodes import is_collective, is_wait, op_name
 from autoshard.program.passes.in_place import divide_in_place
 from autoshard.trace.tracer import trace_training_step
+from autoshard.runtime.module_runtime import runtime_of
 
 needs_planner = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -43,8 +44,9 @@ def _fsdp_module(mesh, prefetch_bytes=None, bucket_bytes=0, budget=None, dim=16)
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         autop.add_parameter_memory_constraint(*(budget or ()))
         par = autop.apply_placement(autop.optimize_placement())
-    par._autoshard_prefetch_bytes = prefetch_bytes
-    par._autoshard_bucket_bytes = bucket_bytes  # 0: one collective per tensor, as traced
+    rt = runtime_of(par)
+    # bucket_bytes 0: one collective per tensor, as traced
+    rt.options = rt.options.replace(prefetch_bytes=prefetch_bytes, bucket_bytes=bucket_bytes)
     par.to_empty(device="cpu")
     return par, autop.step
 
@@ -74,7 +76,7 @@ def test_graphs_hold_only_local_aten_and_functional_collectives(mlp_program):
                 ns = getattr(n.target, "namespace", None)
                 assert ns in ("aten", "_c10d_functional", "prims"), n.target
         assert not any("DTensor" in type(n.meta.get("val")).__name__ for n in gm.graph.nodes)
-    colls = par._autoshard_program.collectives()
+    colls = runtime_of(par).program.collectives()
     # FSDP-like: the sharded weights are gathered in forward and their gradients reduced
     sharded = [n for n, p in par.named_parameters() if p.to_local().numel() < p.numel()]
     fwd_gathers = [
@@ -159,7 +161,7 @@ def test_prefetch_budget_bounds_bytes_in_flight():
                     is_collective(x) or is_wait(x)
                     for x in list(fwd.graph.nodes)[order[n] + 1 : order[w]]
                 )
-        report = par._autoshard_program.info["forward_schedule"]
+        report = runtime_of(par).program.info["forward_schedule"]
         assert report["deferred_by_budget"] > 0
 
 
@@ -172,11 +174,11 @@ def test_parameter_gathers_and_gradient_reductions_are_bucketed():
     with fake_world((4,), device_type="cpu") as mesh:
         par, _ = _fsdp_module(mesh, bucket_bytes=None, dim=512)
         par.parallel_gm
-    info = par._autoshard_program.info
+    info = runtime_of(par).program.info
     blocks = {block_of(n) for n, p in par.named_parameters() if p.to_local().numel() < p.numel()}
     assert len(blocks) == 3  # layers.0, layers.1, layers.2
     assert info["forward_gather_buckets"]["buckets"] == len(blocks)
-    colls = par._autoshard_program.collectives()
+    colls = runtime_of(par).program.collectives()
     buckets = [
         c
         for c in colls
@@ -196,10 +198,10 @@ def test_small_blocks_share_a_bucket():
     with fake_world((4,), device_type="cpu") as mesh:
         par, _ = _fsdp_module(mesh, bucket_bytes=None, dim=16)
         par.parallel_gm
-    assert par._autoshard_program.info["forward_gather_buckets"]["buckets"] == 1
+    assert runtime_of(par).program.info["forward_gather_buckets"]["buckets"] == 1
     gathers = [
         c
-        for c in par._autoshard_program.collectives()
+        for c in runtime_of(par).program.collectives()
         if c["phase"] == "forward" and c["op"] == "all_gather_into_tensor"
     ]
     assert len(gathers) == 1 and gathers[0]["where"].startswith("bucket of ")
@@ -230,7 +232,7 @@ def test_gathers_of_cast_weight_shards_are_bucketed_per_block():
             par = autop.apply_placement(autop.optimize_placement())
         par.to_empty(device="cpu")
         fwd = par.parallel_gm
-    assert par._autoshard_program.info["forward_gather_buckets"]["buckets"] == 3
+    assert runtime_of(par).program.info["forward_gather_buckets"]["buckets"] == 3
     buckets = [
         n
         for n in fwd.graph.nodes
@@ -254,7 +256,7 @@ def test_gradient_all_reduces_are_bucketed_per_block():
         bwd = par.parallel_bwd_gm
     # 3 blocks of 1 MiB of weights and biases: a bucket each (a small first bucket, DDP's,
     # only when there are no blocks)
-    assert par._autoshard_program.info["backward_reduction_buckets"]["buckets"] == 3
+    assert runtime_of(par).program.info["backward_reduction_buckets"]["buckets"] == 3
     order = _order(bwd)
     buckets = [
         n
@@ -266,7 +268,7 @@ def test_gradient_all_reduces_are_bucketed_per_block():
     mms = [order[n] for n in bwd.graph.nodes if op_name(n) in ("mm", "addmm")]
     # what runs: each bucket's concatenation is a fresh buffer read by nothing else, reduced
     # in place (reduce_in_place) without the copy the functional all_reduce makes first
-    runs = par._autoshard_program.bwd.graph.nodes
+    runs = runtime_of(par).program.bwd.graph.nodes
     in_place = [n for n in runs if op_name(n) == "all_reduce_"]
     assert len(in_place) == 3 and not any(op_name(n) == "all_reduce" for n in runs)
     # (the eager program calls cat through its Python binding: direct_calls.py)
@@ -287,7 +289,7 @@ def test_collectives_keep_their_traced_issue_order(mlp_program):
     par, step, fwd, bwd = mlp_program
     for phase, gm in (("forward", fwd), ("backward", bwd)):
         issued = [n.name for n in gm.graph.nodes if is_collective(n)]
-        traced = [c["node"] for c in par._autoshard_program.collectives() if c["phase"] == phase]
+        traced = [c["node"] for c in runtime_of(par).program.collectives() if c["phase"] == phase]
         assert issued == traced
         # scheduling again changes nothing
         before = [n.name for n in gm.graph.nodes]
@@ -330,9 +332,9 @@ def test_replicated_plan_has_no_collectives_and_needs_no_schedule():
     with fake_world((2,), device_type="cpu") as mesh:
         model, step = _tiny_mlp()
         par = build_parallel_module(model, step, {"nodes": {}}, mesh)
-        assert par._autoshard_program is None  # nothing to lower from on the meta device
+        assert runtime_of(par).program is None  # nothing to lower from on the meta device
         par.to_empty(device="cpu")
-        assert par._autoshard_program.collectives() == []
+        assert runtime_of(par).program.collectives() == []
 
 
 def test_unknown_runtime_and_compile_with_interpreter_are_refused():
@@ -406,9 +408,9 @@ def test_program_is_lowered_again_when_the_state_changes_dtype():
         model, step = _tiny_mlp()
         par = build_parallel_module(model, step, {"nodes": {}}, mesh)
         par.to_empty(device="cpu")
-        first = par._autoshard_program
+        first = runtime_of(par).program
         par.to(torch.float64)
-        assert par._autoshard_program is not first
+        assert runtime_of(par).program is not first
         placeholders = [n for n in par.parallel_gm.graph.nodes if n.op == "placeholder"]
         assert placeholders[0].meta["val"].dtype == torch.float64
 

@@ -20,11 +20,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autoshard.runtime.parallel_module import (
-    _distribute_full_tensors,
-    _meta_dtensor,
-    load_full_state_dict,
-)
+from autoshard.runtime.module_state import load_full_state_dict
+
+from autoshard.runtime.module_state import distribute_full_tensors
+from autoshard.runtime.parallel_module import _meta_dtensor
 from autoshard.trace.fake_pg import init_fake_process_group
 from autoshard.runtime.init_weights import full_tensor_init
 from autoshard.runtime.local_shard import local_shard
@@ -105,7 +104,7 @@ class Holder(nn.Module):
             )
         self.w = nn.Parameter(w)
         # as the parallel module's: full tensors in a state dict become this rank's shards
-        self.register_load_state_dict_pre_hook(_distribute_full_tensors)
+        self.register_load_state_dict_pre_hook(distribute_full_tensors)
 
 
 def _expected(full, mesh, layout, dtype=None):
@@ -153,14 +152,14 @@ def test_load_state_dict_hook_copies_only_the_shard(mesh_shape, rank, shape, lay
         on_device = Holder(mesh, shape, layout)
         state = {"w": full}
         with HostToDevice() as copies:
-            _distribute_full_tensors(on_device, state, "")
+            distribute_full_tensors(on_device, state, "")
         assert copies.numels and max(copies.numels) == on_device.w._local_tensor.numel()
         assert isinstance(state["w"], DTensor) and state["w"].placements == tuple(
             Shard(p.dim % len(shape)) if isinstance(p, Shard) else p for p in layout
         )
         on_cpu = Holder(mesh, shape, layout, device="cpu")
         state = {"w": full}
-        _distribute_full_tensors(on_cpu, state, "")
+        distribute_full_tensors(on_cpu, state, "")
         assert torch.equal(state["w"]._local_tensor, _expected(full, mesh, layout))
         on_cpu.load_state_dict({"w": full})  # torch's own load, through the hook
         assert torch.equal(on_cpu.w._local_tensor, _expected(full, mesh, layout))

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 from autoshard import AutoParallel
-from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
+from autoshard.runtime.module_state import load_full_state_dict, local_inputs
+from autoshard.runtime.module_runtime import runtime_of
 
 VOCAB, DIM, HEADS, SEQ, BUCKETS, MAX_DIST = 32, 16, 2, 8, 8, 16
 
@@ -113,7 +114,7 @@ def _compare(
         assert (g is None) == (r is None), n
         if r is not None:
             assert torch.allclose(g, r, rtol=1e-5, atol=1e-6), (n, float((g - r).abs().max()))
-    return {"step": step, "warnings": dict(par._autoshard_runner.warnings)}
+    return {"step": step, "warnings": dict(runtime_of(par).runner.warnings)}
 
 
 @pytest.mark.parametrize("runtime", ["program", "interpret"])

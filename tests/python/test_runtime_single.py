@@ -6,10 +6,13 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict
+from autoshard.runtime.module_state import load_full_state_dict
+
+from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.program.interpreter import PlanMismatchError
 from autoshard.trace.traced_step import ForwardInputs
 from autoshard.trace.tracer import trace_training_step
+from autoshard.runtime.module_runtime import runtime_of
 
 
 class WithBuffer(nn.Module):
@@ -88,7 +91,7 @@ def test_recorded_plan_replays_strictly_and_strict_catches_wrong_plans(mesh1):
     load_full_state_dict(par, ref.state_dict())
     x, shift = torch.randn(4, 6), torch.randn(6)
     par(x, shift=shift)[0].backward()
-    plan = par._autoshard_runner.recorded_plan()
+    plan = runtime_of(par).runner.recorded_plan()
     ops = [
         n.name
         for n in step.gm.graph.nodes
@@ -317,7 +320,7 @@ def test_dynamic_true_runs_new_input_shapes_like_single_device(mesh1):
         par.zero_grad()
         ref.zero_grad()
     assert dict(par.named_parameters()) == params  # never replaced or re-laid out
-    shaped = [k for k in par._autoshard_variants if len(k) == 3]
+    shaped = [k for k in runtime_of(par).variants if len(k) == 3]
     # three new shapes, each as an eval step, an eval forward and a training step
     assert len(shaped) == 9 and {k[2] for k in shaped} == {
         ((2, 6, 8),),
@@ -334,4 +337,4 @@ def test_without_dynamic_another_input_shape_is_an_error(mesh1):
     par = _dynamic_module(mesh1, dynamic=False)
     with pytest.raises(ValueError, match=r"input 0 \(x\) has shape \[2, 6, 8\].*dynamic=True"):
         par(torch.randn(2, 6, 8))
-    assert par._autoshard_variants == {}
+    assert runtime_of(par).variants == {}

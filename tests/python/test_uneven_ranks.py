@@ -27,7 +27,8 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 from autoshard import AutoParallel, _core
-from autoshard.runtime.parallel_module import _example_local_inputs, _traced_buffers, _traced_params
+from autoshard.runtime.inputs import example_local_inputs
+from autoshard.runtime.module_runtime import runtime_of, traced_buffers, traced_params
 from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.trace.fake_pg import init_fake_process_group
 from autoshard.program.graph_nodes import is_collective, op_name
@@ -127,10 +128,10 @@ def _rank_program(make_model, plan, step, mesh, lowered: dict, **lower_options) 
         model = make_model()
     module = build_parallel_module(model, step, plan, mesh)
     module.to_empty(device="cpu")
-    runner = module._autoshard_runner
-    params = [p._local_tensor for p in _traced_params(module)]
-    buffers = [b._local_tensor for b in _traced_buffers(module)]
-    inputs = _example_local_inputs(runner)
+    runner = runtime_of(module).runner
+    params = [p._local_tensor for p in traced_params(module, runtime_of(module))]
+    buffers = [b._local_tensor for b in traced_buffers(module, runtime_of(module))]
+    inputs = example_local_inputs(runner)
     shapes = tuple(
         tuple(t.shape) for t in (*params, *buffers, *inputs) if isinstance(t, torch.Tensor)
     )

@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 
 from autoshard import AutoParallel, _core
-from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict
+from autoshard.runtime.module_state import load_full_state_dict
+from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.trace.tracer import UnsupportedModelError, trace_training_step
 
 needs_planner = pytest.mark.skipif(

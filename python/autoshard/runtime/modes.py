@@ -14,8 +14,7 @@ selects the original step again.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -25,86 +24,78 @@ from torch.distributed.tensor import DTensor, Replicate
 from autoshard.ops.local_map_collectives import planning_on
 from autoshard.placements import layout_to_strs
 from autoshard.program.interpreter import StepRunner
+from autoshard.runtime.inputs import is_traced_tensor
+from autoshard.runtime.module_runtime import ModuleRuntime, Step, step_program
 from autoshard.trace.traced_step import ForwardInputs, TracedStep
 from autoshard.trace.tracer import trace_training_step
 
 log = logging.getLogger("autoshard")
 
 
-@dataclass
-class Variant:
-    runner: StepRunner
-    program: Any = None  # lowered on first use; dropped when the state moves (apply.py)
+def module_modes(module: nn.Module) -> tuple:
+    """Every submodule's ``training`` flag (named_modules order): what decides dropout and
+    batch statistics, so what a traced step depends on."""
+    return tuple(m.training for _, m in module.named_modules())
 
 
 def step_for_current_mode(
-    module: nn.Module, flat_inputs: list, shapes: tuple | None = None
-) -> tuple[StepRunner, Callable[[], Any], bool]:
-    """(runner, program getter, joint) for the module's current modes and autograd state;
-    joint=False means run the forward alone, without an autograd graph. ``shapes``: the
-    local input shapes when they differ from the traced ones (dynamic=True;
-    apply.dynamic_input_shapes), else None."""
-    from autoshard.runtime.parallel_module import _program, lower_program, module_modes
-
+    module: nn.Module, rt: ModuleRuntime, flat_inputs: list, shapes: tuple | None = None
+) -> tuple[Step, bool]:
+    """(step, joint) for the module's current modes and autograd state; joint=False means
+    run the forward alone, without an autograd graph. ``shapes``: the local input shapes
+    when they differ from the traced ones (dynamic=True; inputs.dynamic_input_shapes), else
+    None. The step's program is lowered by the executor, from ``flat_inputs``."""
     modes = module_modes(module)
     # (Dynamo cannot ask about inference mode, and compiled code never runs under it)
     joint = torch.is_grad_enabled() and (
         torch.compiler.is_compiling() or not torch.is_inference_mode_enabled()
     )
-    if joint and modes == module._autoshard_modes and shapes is None:
-        return module._autoshard_runner, lambda: _program(module, flat_inputs), True
+    if joint and modes == rt.modes and shapes is None:
+        return rt.main, True
     key = (modes, joint) if shapes is None else (modes, joint, shapes)
     if torch.compiler.is_compiling():
         # Dynamo is tracing the call (torch.compile of the module): the step of this mode is
         # traced, planned and lowered now, by Python, outside the graph Dynamo builds
         # (tracing and planning cannot be captured); the graph then runs its program
-        _prepare_variant(module, key)
-    variant = module._autoshard_variants.get(key)
-    if variant is None:
+        _prepare_variant(module, rt, key)
+    step = rt.variants.get(key)
+    if step is None:
         with torch.inference_mode(False), torch.enable_grad():
-            variant = Variant(_plan_variant(module, *key))
-        module._autoshard_variants[key] = variant
-
-    def get_program():
-        if variant.program is None:
-            with torch.inference_mode(False), torch.enable_grad():
-                variant.program = lower_program(module, variant.runner, flat_inputs)
-        return variant.program
-
-    return variant.runner, get_program, joint
+            step = Step(_plan_variant(module, rt, *key))
+        rt.variants[key] = step
+    return step, joint
 
 
 @torch._dynamo.assume_constant_result
-def _prepare_variant(module: nn.Module, key: tuple) -> bool:
+def _prepare_variant(module: nn.Module, rt: ModuleRuntime, key: tuple) -> bool:
     """The step of ``key`` = (modes, joint[, input shapes]), planned and lowered (from the
     example local inputs) if not yet. Dynamo calls it while tracing, as Python (a result it
     may take as a constant), so torch.compile(module, fullgraph=True) traces a first call in
     a new mode."""
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    variant = module._autoshard_variants.get(key)
+    step = rt.variants.get(key)
     # (graph modules made while Dynamo compiles are lazy, and Dynamo refuses to call a lazy
     # one: the program's are made ordinary; Dynamo cannot capture the model again inside
     # its own compilation, so the model is traced directly, without source lines)
     with torch.inference_mode(False), torch.enable_grad(), _use_lazy_graph_module(False):
-        if variant is None:
-            variant = Variant(_plan_variant(module, *key, capture="direct"))
-            module._autoshard_variants[key] = variant
-        if variant.program is None and module._autoshard_runtime == "program":
-            from autoshard.runtime.parallel_module import lower_program
-
-            variant.program = lower_program(module, variant.runner)
+        if step is None:
+            step = Step(_plan_variant(module, rt, *key, capture="direct"))
+            rt.variants[key] = step
+        if rt.options.runs_program:
+            step_program(module, rt, step)
     return True
 
 
 def _plan_variant(
     module: nn.Module,
+    rt: ModuleRuntime,
     modes: tuple,
     joint: bool,
     shapes: tuple | None = None,
     capture: str | None = None,
 ) -> StepRunner:
-    main: StepRunner = module._autoshard_runner
+    main: StepRunner = rt.runner
     paths = [path for path, _ in module.named_modules()]
     what = ("training" if all(modes) else "eval" if not any(modes) else "mixed-mode") + (
         " step" if joint else " forward (no autograd)"
@@ -121,11 +112,11 @@ def _plan_variant(
     log.info("autoshard: first call as a %s: tracing and planning it", what)
     with planning_on(main.mesh):  # local_map regions without device_mesh= (collectives.py)
         step = trace_training_step(
-            module._autoshard_source_model,
+            rt.source_model,
             _example_inputs(main.step, joint, global_shapes),
             main.step.device,
-            capture=capture or module._autoshard_capture,
-            mp_policy=module._autoshard_mp_policy,
+            capture=capture or rt.options.capture,
+            mp_policy=rt.options.mp_policy,
             training=dict(zip(paths, modes)),
             joint=joint,
         )
@@ -138,7 +129,7 @@ def _plan_variant(
                 out_pins[str(o.output_index)] = layout_to_strs(
                     tuple(Replicate() if p.is_partial() else p for p in layout)
                 )
-    planner = module._autoshard_variant_planner
+    planner = rt.variant_planner
     plan = planner(step, pins, out_pins) if planner is not None else {"nodes": {}}
     # The runner wraps each local shard in its placeholder's planned layout, so that layout
     # must be the one the tensor has. Enforced even if a planner moved a pin: the runner
@@ -244,15 +235,13 @@ def _example_inputs(
 ) -> Callable[[], ForwardInputs]:
     """The traced step's example inputs again (global shapes; made under the fake mode),
     with the given global shapes where not None."""
-    from autoshard.runtime.parallel_module import _is_traced_tensor
-
     requires_grad = list(step.input_requires_grad) or [False] * len(step.input_metas)
 
     def make() -> ForwardInputs:
         leaves = []
         shapes = global_shapes or [None] * len(step.input_metas)
         for meta, rg, shape in zip(step.input_metas, requires_grad, shapes):
-            if _is_traced_tensor(meta):
+            if is_traced_tensor(meta):
                 t = torch.empty(shape if shape is not None else meta[0], dtype=meta[1])
                 leaves.append(t.requires_grad_() if joint and rg else t)
             else:

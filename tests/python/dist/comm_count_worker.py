@@ -31,6 +31,7 @@ from scenario_runner import run_scenarios
 
 from autoshard.placements import layout_to_strs
 from autoshard.program.interpreter import StepRunner
+from autoshard.runtime.module_runtime import runtime_of
 
 OUTSIDE = "<graph outputs>"
 
@@ -156,7 +157,7 @@ def planned_redistributions(step, plan: dict) -> list[dict]:
 
 def run(sc: dict, rank: int) -> dict:
     from autoshard.api.autoparallel import AutoParallel
-    from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
+    from autoshard.runtime.module_state import load_full_state_dict, local_inputs
 
     mesh = init_device_mesh("cpu", tuple(sc["mesh"]), mesh_dim_names=("dp",))
     cross_entropy = sc.get("loss") == "cross_entropy"
@@ -208,14 +209,14 @@ def run(sc: dict, rank: int) -> dict:
         with recorder:
             loss = parallel(*a, **k)
             loss.backward()
-        in_program = parallel._autoshard_program.collectives()
+        in_program = runtime_of(parallel).program.collectives()
         executed = sorted((c["op"], c["numel"]) for c in recorder.calls)
         calls = [{"where": c["where"], "kind": _KIND_OF_OP[c["op"]], "op": c["op"],
                   "numel": c["numel"], "phase": c["phase"], "members": c["members"]}
                  for c in in_program]
         result = _result(sc, parallel, ref, step, plan, x, target, loss, pinned, calls,
                          executed == sorted((c["op"], c["numel"]) for c in in_program))
-        result["late_loss_scale"] = parallel._autoshard_program.info.get("late_loss_scale")
+        result["late_loss_scale"] = runtime_of(parallel).program.info.get("late_loss_scale")
         return result
     original = StepRunner.run_node
 

@@ -179,7 +179,9 @@ def run_scenario(name: str, runtime: str, mesh) -> dict:
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
     from autoshard import AutoParallel
-    from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict, local_inputs
+    from autoshard.runtime.module_state import load_full_state_dict, local_inputs
+    from autoshard.runtime.module_runtime import runtime_of
+    from autoshard.runtime.parallel_module import build_parallel_module
     from autoshard.trace.tracer import trace_training_step
 
     ref, inputs, plan_fn = build(name)
@@ -216,7 +218,7 @@ def run_scenario(name: str, runtime: str, mesh) -> dict:
                                  f"max abs diff {worst[n]}")
     if not torch.allclose(loss, rloss, rtol=1e-5, atol=1e-6):
         raise AssertionError(f"{name}/{runtime}: loss {float(loss)} != eager {float(rloss)}")
-    runner = par._autoshard_runner
+    runner = runtime_of(par).runner
     return {"loss": float(loss.detach()), "ref_loss": float(rloss.detach()), "grad_diff": worst,
             "warnings": dict(runner.warnings)}
 

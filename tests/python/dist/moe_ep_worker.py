@@ -23,8 +23,9 @@ from scenario_runner import (compare_losses, compare_parameters, reference_step,
                              run_scenarios)
 from train_worker import ATOL, RTOL, layouts_by_fqn, param_fraction
 
-from autoshard.runtime.parallel_module import load_full_state_dict, local_inputs
+from autoshard.runtime.module_state import load_full_state_dict, local_inputs
 from autoshard._testing.models_zoo import DeepSeekMoEBlock
+from autoshard.runtime.module_runtime import runtime_of
 
 
 # the lowered program all-reduces into a buffer nothing else reads (program.py: all_reduce_)
@@ -77,7 +78,7 @@ def run(sc: dict, rank: int) -> dict:
         parallel.parallel_gm  # lowered before the recorder runs
         result["program_collectives"] = [
             {k: c[k] for k in ("phase", "op", "where", "numel")}
-            for c in parallel._autoshard_program.collectives()]
+            for c in runtime_of(parallel).program.collectives()]
     steps = []
     for i, x in enumerate(inputs):
         a, k = local_inputs(parallel, *x)

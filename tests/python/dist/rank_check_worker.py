@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
 
 from autoshard import AutoParallel
-from autoshard.runtime.parallel_module import local_inputs
+from autoshard.runtime.module_state import local_inputs
 from autoshard.models import MLP
 
 

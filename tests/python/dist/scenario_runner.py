@@ -42,7 +42,7 @@ def run_scenarios(run_one: Callable[[dict, int], dict]) -> int:
 
 def parallel_step(parallel, opt, inputs) -> torch.Tensor:
     """One SGD step of the parallel module on this rank's part of the global ``inputs``."""
-    from autoshard.runtime.parallel_module import local_inputs
+    from autoshard.runtime.module_state import local_inputs
 
     args, kwargs = local_inputs(parallel, *inputs)
     loss = parallel(*args, **kwargs)

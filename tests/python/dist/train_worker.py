@@ -20,9 +20,12 @@ from torch.distributed.tensor import Replicate, Shard
 from scenario_runner import (compare_losses, compare_parameters, reference_step,
                              run_scenarios)
 
-from autoshard.runtime.parallel_module import build_parallel_module, load_full_state_dict, local_inputs
+from autoshard.runtime.module_state import load_full_state_dict, local_inputs
+
+from autoshard.runtime.parallel_module import build_parallel_module
 from autoshard.models import MLP, Llama, LlamaConfig, TinyGPT
 from autoshard.trace.tracer import trace_training_step
+from autoshard.runtime.module_runtime import runtime_of
 
 RTOL, ATOL = 1e-5, 1e-6
 _TRACED: dict = {}
@@ -170,8 +173,8 @@ def run_scenario(sc: dict, rank: int) -> dict:
                                  out_shardings=(Replicate(),) * len(mesh_shape),
                                  parameter_memory_budget=tuple(budget) if budget else None,
                                  strict=True, time_limit_s=sc.get("time_limit_s", 8.0))
-        step = parallel._autoshard_runner.step
-        result["report"] = parallel._autoshard_plan.get("report", "")
+        step = runtime_of(parallel).runner.step
+        result["report"] = runtime_of(parallel).plan.get("report", "")
     else:
         key = (kind, tuple(tuple(x.shape) for x in inputs[0]))
         if key not in _TRACED:  # tracing is deterministic: one trace per model and shapes
@@ -187,7 +190,7 @@ def run_scenario(sc: dict, rank: int) -> dict:
             load_full_state_dict(parallel, ref.state_dict())
             a, k = local_inputs(parallel, *inputs[0])
             parallel(*a, **k).backward()
-            plan = parallel._autoshard_runner.recorded_plan()
+            plan = runtime_of(parallel).runner.recorded_plan()
             parallel = build_parallel_module(meta_model, step, plan, mesh, strict=True)
     result["plan_seconds"] = time.perf_counter() - t0
     parallel.to_empty(device="cpu")
@@ -214,10 +217,10 @@ def run_scenario(sc: dict, rank: int) -> dict:
                       **compare_parameters(parallel, ref, RTOL, ATOL)})
     result["steps"] = steps
     result["extrapolated"] = step.joint_with_descriptors is None
-    program = getattr(parallel, "_autoshard_program", None)
+    program = runtime_of(parallel).program
     result["program_info"] = {k: v for k, v in (program.info if program else {}).items()
                               if isinstance(v, int)}
-    result["warnings"] = dict(parallel._autoshard_runner.warnings)
+    result["warnings"] = dict(runtime_of(parallel).runner.warnings)
     result["ok"] = True
     return result
 

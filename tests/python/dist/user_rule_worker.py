@@ -22,7 +22,8 @@ from scenario_runner import (full_parameters, parallel_step,  # noqa: E402
                              reference_step, run_scenarios)
 
 from autoshard import AutoParallel  # noqa: E402
-from autoshard.runtime.parallel_module import load_full_state_dict  # noqa: E402
+from autoshard.runtime.module_state import load_full_state_dict  # noqa: E402
+from autoshard.runtime.module_runtime import runtime_of
 
 
 def run_scenario(sc: dict) -> dict:
@@ -56,7 +57,7 @@ def run_scenario(sc: dict) -> dict:
     nodes = plan.plan["nodes"]
     return {"name": sc["name"], "ok": True, "steps": steps,
             "planned": {k: nodes[k] for k in ("rowscale", "rowscale_backward")},
-            "warnings": dict(parallel._autoshard_runner.warnings)}
+            "warnings": dict(runtime_of(parallel).runner.warnings)}
 
 
 if __name__ == "__main__":
