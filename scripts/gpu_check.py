@@ -188,7 +188,7 @@ def _rope_in_input_dtype(enabled: bool):
     """autoshard.models.apply_rope multiplies by fp32 rotary tables, which turns
     bf16 queries and keys into fp32 ones (eager fails the same way): under bf16 mixed
     precision the result is cast back to the input's dtype, as Llama's own code does."""
-    from autoshard._testing import models
+    from autoshard import models
 
     if not enabled:
         yield

@@ -20,7 +20,7 @@ fi
 python3 -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || pip install -q torch==2.13.0
 python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy transformers \
-  matplotlib tqdm
+  matplotlib tqdm import-linter
 # HiGHS (the C++ solver's MILP) as a static library under build/highs, once.
 bash scripts/build_highs.sh
 # No build isolation: the build tools are installed above, and isolation would download them.

@@ -11,7 +11,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from autoshard import AutoParallel, _core
 from autoshard.trace.fake_pg import fake_world
-from autoshard._testing import models
+from autoshard import models
 from local_ranks import one_program, shards
 
 pytestmark = pytest.mark.skipif(

@@ -22,7 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from autoshard import AutoParallel, local_inputs
-from autoshard._testing import models
+from autoshard import models
 
 DIM, HEADS, SEQ, VOCAB = 32, 4, 8, 64
 
