@@ -72,24 +72,6 @@ def output_metas(node: fx.Node) -> list:
     return [entry]
 
 
-def tangent_dependent(gm: fx.GraphModule, tangents: set[str]) -> set[str]:
-    """Names of the nodes that (transitively) read a tangent: the backward pass proper."""
-    dep: set[str] = set(tangents)
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and any(a.name in dep for a in n.all_input_nodes):
-            dep.add(n.name)
-    return dep
-
-
-def node_phase(node: fx.Node, backward: set[str]) -> str:
-    tag = node.meta.get("partitioner_tag")
-    if tag == "is_backward":
-        return "backward"
-    if tag == "is_forward":
-        return "forward"
-    return "backward" if node.name in backward else "forward"
-
-
 def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) -> dict:
     """``free_outputs``: forward output indices the planner may leave in any layout. Each is
     written as tied to its tangent (role "grad" of the tangent placeholder: the output leaves
@@ -100,7 +82,7 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
     (user_rules.py), which is evaluated for it into the node's ``strategies``."""
     gm = step.gm
     tangent_of_output = {idx: name for name, idx in step.tangent_of.items()}
-    backward = tangent_dependent(gm, set(step.tangent_of))
+    phase = step.schedule.phase
     ruled: dict = {}  # op -> whether a user sharding rule is registered for it
     nodes = []
     for n in gm.graph.nodes:
@@ -127,7 +109,7 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
             entry = {
                 "name": n.name,
                 "op": str(n.target),
-                "phase": node_phase(n, backward),
+                "phase": phase[n.name],
                 "args": [encode_arg(a) for a in n.args],
                 "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
                 "outputs": output_metas(n),

@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from autoshard.ops.local_run import OUTPUT_SIZE_ARGS, local_impl, runs_locally
 from autoshard.placements import layout_from_strs, layout_to_strs, local_shape, normalize_placements
+from autoshard.trace.step_schedule import BACKWARD, FORWARD
 from autoshard.trace.traced_step import TracedStep
 
 log = logging.getLogger("autoshard")
@@ -140,30 +141,12 @@ class StepRunner:
         self.warnings: Counter = Counter()
         self.recorded: dict[str, dict] = {}
         self._layout_cache: dict = {}
-        tangents = set(step.tangent_of)
-        backward: set[str] = set(tangents)
-        self.forward_nodes: list[fx.Node] = []
-        self.backward_nodes: list[fx.Node] = []
-        for n in self.gm.graph.nodes:
-            if n.op != "call_function":
-                continue
-            if any(a.name in backward for a in n.all_input_nodes):
-                backward.add(n.name)
-                self.backward_nodes.append(n)
-            else:
-                self.forward_nodes.append(n)
-        # forward values (placeholders included) that the backward nodes or grads read
-        saved: set[str] = set()
-        fwd_outputs_by_bwd = [a for n in self.backward_nodes for a in n.all_input_nodes]
-        fwd_outputs_by_bwd += [
-            o.node for o in step.outputs if o.role == "grad" and isinstance(o.node, fx.Node)
-        ]
-        for a in fwd_outputs_by_bwd:
-            if a.name not in backward:
-                if a.op == "call_function" and a.target is operator.getitem:
-                    a = a.args[0]
-                saved.add(a.name)
-        self.saved_names = saved
+        # the forward / backward split and the values crossing it: the step's schedule, the
+        # same one the planner priced (trace/step_schedule.py)
+        schedule = step.schedule
+        self.forward_nodes: list[fx.Node] = schedule.nodes_run_in(self.gm, FORWARD)
+        self.backward_nodes: list[fx.Node] = schedule.nodes_run_in(self.gm, BACKWARD)
+        self.saved_names = set(schedule.saved)
         self.reused_across = self._small_redistributions_done_twice()
         self.param_names = list(step.param_fqns)
         self.buffer_names = list(step.buffer_fqns)

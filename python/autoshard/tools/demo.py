@@ -208,11 +208,9 @@ def summarize_plan(plan_json: dict, step) -> str:
         out = plan.nodes.get(ph, none).output
         by_layer[layer_of(fqn)].append(f"  {fqn:<42} {_fmt(out)}")
     acts: dict[str, list[str]] = defaultdict(list)
-    from autoshard.planning.graph_export import tangent_dependent
-
-    backward = tangent_dependent(step.gm, set(step.tangent_of))
+    runs_in = step.schedule.runs_in
     for n in step.gm.graph.nodes:
-        if n.op != "call_function" or n.name in backward:
+        if n.op != "call_function" or runs_in[n.name] != "forward":
             continue
         if str(n.target) not in (
             "aten.mm.default",

@@ -10,6 +10,8 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from autoshard.trace.step_schedule import StepSchedule, schedule_step
+
 
 @dataclass(frozen=True)
 class ForwardInputs:
@@ -58,6 +60,21 @@ class TracedStep:
     sharding_pins: dict[str, tuple] = field(default_factory=dict)
     # torch's JointWithDescriptors of the export (AutoParallel's autop.joint_with_descriptors)
     joint_with_descriptors: Any = None
+
+    @property
+    def schedule(self) -> StepSchedule:
+        """The step's schedule (step_schedule.py), computed at first use after tracing and
+        kept (not a field: tracing and block extrapolation fill the fields)."""
+        graph = self.gm.graph
+        key = (id(graph), len(graph.nodes))  # computed again if the graph was edited
+        cached = self.__dict__.get("_schedule")
+        if cached is None or cached[0] != key:
+            grads = [
+                o.node for o in self.outputs if o.role == "grad" and isinstance(o.node, fx.Node)
+            ]
+            cached = (key, schedule_step(self.gm, set(self.tangent_of), grads))
+            self.__dict__["_schedule"] = cached
+        return cached[1]
 
     def placeholder(self, name: str) -> fx.Node:
         for n in self.gm.graph.find_nodes(op="placeholder"):
