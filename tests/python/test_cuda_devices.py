@@ -31,7 +31,8 @@ from autoshard.planning.planner import default_hardware, measured_hardware, mesh
 from autoshard.trace.fake_pg import fake_world
 from autoshard.planning.hardware import detect_gpu_hardware, fp32_matmul_precision, gpu_part
 from autoshard.planning.options import PlannerOptions, enumerate_strategies
-from autoshard.program.lowering import check_program_devices, foreign_devices, lower_step
+from autoshard.program.local_program import check_program_devices, foreign_devices
+from autoshard.program.lowering import lower_step
 from autoshard.program.interpreter import StepRunner
 from autoshard.models import MLP, Llama, LlamaConfig
 from autoshard.trace.tracer import _fake_inputs, trace_training_step

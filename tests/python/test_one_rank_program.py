@@ -133,7 +133,7 @@ def test_uneven_shard_dtensor_cannot_trace_for_every_rank_is_refused():
 def test_a_trace_that_depends_on_the_tracing_ranks_size_is_refused():
     """A guard on an uneven size (here: the size read as an int) holds on the tracing rank
     only: check_every_rank refuses the program."""
-    from autoshard.program.lowering import _fake_like
+    from autoshard.program.capture import _fake_like
     from autoshard.program.interpreter import rank_varying_dims
     from autoshard.program.passes.uneven import UnevenDims
 

@@ -89,12 +89,13 @@ def _state_digest(device: torch.device) -> int:
     return int.from_bytes(hashlib.sha256(state.cpu().numpy().tobytes()).digest()[:7], "little")
 
 
-def check_random_states_once(program, runner) -> None:
-    """At a program's first eager run (a collective per affected mesh dim, then never)."""
-    if program.random_states_checked or torch.compiler.is_compiling():
+def check_random_states_once(program, state, runner) -> None:
+    """At a program's first eager run (a collective per affected mesh dim, then never);
+    ``state``: the program's ProgramRunState (execution.py)."""
+    if state.random_states_checked or torch.compiler.is_compiling():
         return
     check_random_states_agree(program, runner)
-    program.random_states_checked = True
+    state.random_states_checked = True
 
 
 def check_random_states_agree(program, runner) -> None:

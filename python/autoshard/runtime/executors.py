@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 
 from autoshard.program.interpreter import _StepFunction
-from autoshard.program.lowering import LocalProgram, ProgramFunction
+from autoshard.program.execution import ProgramFunction
+from autoshard.program.local_program import LocalProgram
 from autoshard.program.rng_check import check_random_states_once
 from autoshard.runtime.module_runtime import (
     ModuleRuntime,
@@ -49,7 +50,7 @@ def _module_outputs(program: LocalProgram, local_outs) -> list:
 class ProgramExecutor:
     def _program(self, module, rt: ModuleRuntime, step: Step, flat: list) -> LocalProgram:
         program = step_program(module, rt, step, flat)
-        check_random_states_once(program, step.runner)
+        check_random_states_once(program, step.run_state, step.runner)
         return program
 
     def joint(self, module, rt, step, buffers, flat) -> list:
@@ -63,7 +64,8 @@ class ProgramExecutor:
         else:
             params = state_params(module, rt)
             n_dtensors = len(params)
-        local_outs = ProgramFunction.apply(program, n_dtensors, *_tensors(params, buffers, flat))
+        tensors = _tensors(params, buffers, flat)
+        local_outs = ProgramFunction.apply(program, step.run_state, n_dtensors, *tensors)
         return _module_outputs(program, local_outs)
 
     def forward_only(self, module, rt, step, buffers, flat) -> list:

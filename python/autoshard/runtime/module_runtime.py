@@ -12,14 +12,16 @@ moves.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from autoshard.program.interpreter import StepRunner
-from autoshard.program.lowering import LocalProgram, compile_program, lower_step
+from autoshard.program.execution import ProgramRunState, compile_program
+from autoshard.program.local_program import LocalProgram
+from autoshard.program.lowering import lower_step
 from autoshard.runtime.inputs import example_local_inputs
 from autoshard.runtime.options import RuntimeOptions
 from autoshard.trace.input_binding import InputBinder
@@ -34,6 +36,7 @@ class Step:
 
     runner: StepRunner
     program: LocalProgram | None = None
+    run_state: ProgramRunState = field(default_factory=ProgramRunState)  # the program's
     # forward output index -> (placements, global shape, stride) of the outputs returned
     # as DTensors (parallel_module.dtensor_output_layouts); None until first needed
     dtensor_outputs: dict | None = None
@@ -154,6 +157,7 @@ def step_program(
     parameters and the plan's input layouts; no data is read)."""
     if step.program is None:
         step.program = lower_program(module, rt, step.runner, flat_inputs)
+        step.run_state = ProgramRunState()
     return step.program
 
 

@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from autoshard.ops.attention_kernels import match_attention_kernels
 from autoshard.placements import layout_to_strs
 from autoshard.program.interpreter import StepRunner, contiguous_stride
-from autoshard.program.lowering import joint_graph
+from autoshard.program.local_program import joint_graph
 from autoshard.runtime.executors import executor_for
 from autoshard.runtime.inputs import check_inputs, dynamic_input_shapes
 from autoshard.runtime.modes import module_modes, step_for_current_mode
