@@ -30,6 +30,9 @@ def compile_program(program: LocalProgram) -> LocalProgram:
         "reorder_for_compute_comm_overlap_passes": ["sink_waits"],
     }
 
+    if program.one_in_flight:  # passes/in_flight.py: waits stay where the pass put them
+        overlap = {}
+
     def compiled(gm):
         return torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False, options=overlap)
 
@@ -80,6 +83,10 @@ class ProgramFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         program: LocalProgram = ctx.program
         grads = [g.contiguous() for g in grads]
+        if ctx.pending is not None and program.one_in_flight:
+            # one collective in flight: the forward's last round trip (ended long ago) is
+            # waited for before the backward issues its own
+            ctx.pending.finish()
         results = list(_runnable(program, "bwd")(*ctx.saved_tensors, *grads))
         if ctx.pending is not None:
             ctx.pending.finish()  # the forward's last round trip ended long ago: waited for

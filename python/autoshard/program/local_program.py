@@ -32,6 +32,8 @@ class LocalProgram:
     # (runtime/module_runtime.py)
     state_key: tuple = ()
     split: Any = None  # deferred_tail.SplitForward of fwd, for the training step
+    # at most one collective in flight (passes/in_flight.py): gloo, where waits block the host
+    one_in_flight: bool = False
     # the graphs fwd / bwd run (fwd_gm / bwd_gm rewritten for the step: lower_step), before
     # any compilation
     run_fwd_gm: fx.GraphModule = None

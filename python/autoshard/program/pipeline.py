@@ -7,8 +7,9 @@ under the pass's name (or, for a pass that ``merges``, its dict of statistics me
   round trips for small reductions, collectives bucketed per block, and every collective
   issued where its input is ready and waited for just before its result is used.
 - RUN_PASSES, on copies of those graphs, the ones that run: the loss scale moved to the
-  backward's end where waits block the host, and, for eager programs, in-place reductions
-  and direct calls of common ops (inductor wants functional graphs and does both itself).
+  backward's end where waits block the host, for eager programs in-place reductions and
+  direct calls of common ops (inductor wants functional graphs and does both itself), and
+  where waits block the host (gloo) one collective in flight at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from autoshard.program.passes.fuse_reductions import (
     count_targets_early,
     split_normalised_reductions,
 )
+from autoshard.program.passes.in_flight import limit_in_flight
 from autoshard.program.passes.in_place import divide_in_place, reduce_in_place
 from autoshard.program.passes.late_loss_scale import scale_gradients_late
 from autoshard.program.passes.overlap import bucket_gathers, bucket_reductions, schedule_collectives
@@ -109,6 +111,13 @@ RUN_PASSES: tuple[GraphPass, ...] = (
     GraphPass("all_reduces_in_place", _sum_over_both(reduce_in_place), when=_eager),
     GraphPass("divisions_in_place", lambda g, c: divide_in_place(g.bwd), when=_eager),
     GraphPass("direct_calls", _sum_over_both(bind_direct_calls), when=_eager),
+    # where waits block the host (gloo), one collective in flight at a time
+    # (passes/in_flight.py); each still overlaps compute
+    GraphPass(
+        "waits_moved_for_one_in_flight",
+        _sum_over_both(lambda gm: limit_in_flight(gm, 1)),
+        when=lambda c: c.defer,
+    ),
 )
 
 
@@ -167,6 +176,7 @@ def build_program(
     run_passes(RUN_PASSES, run, context, info)
     program.fwd, program.bwd = run.fwd, run.bwd
     program.run_fwd_gm, program.run_bwd_gm = run.fwd, run.bwd
+    program.one_in_flight = defer
     program.split = split_forward(run.fwd, n_out) if defer else None
     info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program
