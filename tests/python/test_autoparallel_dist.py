@@ -165,7 +165,7 @@ def test_dp_tp_mesh_shards_linear_weights_on_tp(results):
 
 def test_an_extrapolated_trace_trains_like_the_single_process(results):
     """The 6-layer Llama's joint graph was built from its 3- and 4-layer traces
-    (trace_blocks.py); test_planned_module_trains_like_single_process checks its numerics."""
+    (block_extrapolation.py); test_planned_module_trains_like_single_process checks its numerics."""
     for rank, r in enumerate(ok_on_every_rank(results, "llama_deep_extrapolated")):
         assert r["extrapolated"], f"rank {rank} traced every layer"
 

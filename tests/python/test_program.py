@@ -1,4 +1,4 @@
-"""Lowering a plan to per-rank graphs (program.py) and overlapping their collectives
+"""Lowering a plan to per-rank graphs (program/lowering.py) and overlapping their collectives
 (overlap.py), checked in one process on a fake 4-rank process group: lowering only traces
 with fake tensors, so no collective has to run. Numerics of the lowered program on real
 gloo ranks: test_autoparallel_dist.py, test_runtime_dist.py, test_comm_count.py."""

@@ -341,7 +341,7 @@ def test_histc_and_its_int_offsets_keep_partial_sums_only_where_exact(cases):
 
 
 def test_sharded_mean_loss_backward_fails(cases):
-    # the kernel divides by the LOCAL element count (trace.py rewrites mean losses as sums)
+    # the kernel divides by the LOCAL element count (trace/decompositions.py rewrites mean losses as sums)
     cap = cases["losses_raw"]
     node = node_where(cap, "aten.mse_loss_backward.default", lambda n: n["args"][3] == 1)
     assert "R,S(0),S(0) -> S(0)" not in offered(cap, node, (2,))

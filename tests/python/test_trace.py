@@ -126,7 +126,7 @@ def test_remembered_source_lines_are_the_parsed_ones(llama_step):
 
 def test_tracing_restores_the_collector_and_dynamos_check():
     """Tracing pauses the garbage collector and skips Dynamo's constraint check (both only
-    cost time, trace.py); both are back afterwards, also when tracing fails."""
+    cost time, tracer.py); both are back afterwards, also when tracing fails."""
     import gc
 
     from torch._dynamo import functional_export

@@ -1,4 +1,4 @@
-"""Block-trace extrapolation (trace_blocks.py): a model with many interchangeable layers is
+"""Block-trace extrapolation (block_extrapolation.py): a model with many interchangeable layers is
 traced with 3 and 4 of them and the rest extrapolated; the result must equal the full trace
 exactly, and anything else must fall back to the full trace."""
 

@@ -70,7 +70,7 @@ class AutoParallel:
     (dim names), and add_input_constraints is then not called.
     AutoParallel's keywords ``reshard_after_forward``, ``dynamic``, ``cost_model`` and
     ``repeated_subgraphs`` are accepted with the values autoshard can honour; any other value
-    is refused with the reason (compat.py, docs/autoparallel_compat.md).
+    is refused with the reason (api/keywords.py, docs/autoparallel_compat.md).
     ``repeated_layers``: identical repeated layers (``layers.0 .. layers.N-1``) are "tie"d
     (one layer priced, every copy takes its strategies: planning time and memory stop growing
     with depth), "untie"d (each layer planned on its own) or, by default ("auto"), tied only
@@ -157,7 +157,7 @@ class AutoParallel:
         self.plan_cache = plan_cache
         self.memory_limit_bytes = memory_limit_bytes
         self.capture = capture
-        # how the parallel module runs its step (apply.py): the lowered per-rank program,
+        # how the parallel module runs its step (parallel_module.py): the lowered per-rank program,
         # compiled with inductor when ``compile``, or the reference DTensor interpreter
         self.compile = compile
         self.runtime = runtime
@@ -254,7 +254,7 @@ class AutoParallel:
         """torch's JointWithDescriptors of the trace (``aot_export_joint_with_descriptors``).
         After apply_placement, as AutoParallel's, its ``graph_module`` is the parallel graph
         (``parallel_gm``) and the rest is the trace's (compat.ParallelJoint). A deep model's
-        step is extrapolated from 3 of its layers (trace_blocks.py) and holds none: the first
+        step is extrapolated from 3 of its layers (block_extrapolation.py) and holds none: the first
         read traces every layer once for it (the same graph, node for node)."""
         if self.parallel_model is not None:
             return ParallelJoint(lambda: self.parallel_gm, self._traced_joint_with_descriptors)

@@ -55,7 +55,7 @@ def autoparallel_backend(
     """A ``torch.compile`` backend for a module autoshard built, as AutoParallel's
     ``autoparallel_backend``: ``torch.compile(parallel, backend=autoparallel_backend())``.
 
-    The module's program is already lowered, bucketed and overlapped (program.py,
+    The module's program is already lowered, bucketed and overlapped (program/lowering.py,
     overlap.py) when it is materialised, so the backend is inductor's ``compile_fx``.
     ``overlap_scheduling`` may only be True (the program's own schedule) or left out;
     ``enable_ac`` (AutoParallel's activation-checkpointing pass) may only be False or left

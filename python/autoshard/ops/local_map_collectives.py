@@ -43,7 +43,7 @@ _PLANNING: list = []  # meshes of the AutoParallel traces running now, innermost
 @contextlib.contextmanager
 def planning_on(mesh):
     """While AutoParallel traces a model for ``mesh``: a ``local_map`` without
-    ``device_mesh=`` is declared on it (local_map_region.py)."""
+    ``device_mesh=`` is declared on it (ops/local_map.py)."""
     _PLANNING.append(mesh)
     try:
         yield

@@ -131,7 +131,7 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
         elif n.op == "get_attr" and isinstance(getattr(gm, n.target, None), torch.Tensor):
             # a tensor constant the model builds in forward (e.g. transformers' GPT-2
             # `torch.tensor([])`): to the planner it is a graph input like a buffer; the
-            # runtime feeds its value (runtime.StepRunner.constant_values)
+            # runtime feeds its value (interpreter.StepRunner.constant_values)
             nodes.append(
                 {
                     "name": n.name,

@@ -1,6 +1,6 @@
 """Before ranks plan together: are they all here, and planning the same thing?
 
-Every rank traces its own model, and rank 0's plan is broadcast to all (api.py). A rank
+Every rank traces its own model, and rank 0's plan is broadcast to all (api/autoparallel.py). A rank
 that never arrives would leave the others blocked in that broadcast, and a rank with a
 different model (other sizes, another layer count) or other constraints would run rank 0's
 plan on tensors it does not fit: a size error deep in a collective, or a missing graph

@@ -6,17 +6,19 @@ layouts, registered under the ORIGINAL names (submodules are recreated, so ``sta
 keys match the user's model). Materialise with ``to_empty(device=...)``, then initialise or
 ``load_full_state_dict`` (or torch's ``load_state_dict`` with full tensors: each is sliced
 into its parameter's layout). ``forward`` takes this rank's LOCAL inputs, bound to the traced
-inputs by argument name (binding.py), and returns the local outputs (the loss); ``backward``
+inputs by argument name (input_binding.py), and returns the local outputs (the loss); ``backward``
 leaves DTensor gradients in each parameter's layout. In eval mode or without autograd the
 module runs a step planned for that mode (modes.py).
 
-How the step runs (``runtime``):
-- "program" (default): at the first call the plan is lowered to this rank's forward and
-  backward graphs on local shards with explicit, overlapped collectives (program.py,
-  overlap.py) and those run; ``compile=True`` compiles them with inductor. The lowered
-  graphs are ``module.parallel_gm`` (forward) and ``module.parallel_bwd_gm``.
-- "interpret": the reference interpreter (runtime.StepRunner: DTensor ops node by node),
-  kept for debugging and as the ground truth the program is tested against.
+Everything the module runs with is one ``ModuleRuntime`` (module_runtime.py) kept on it;
+how the step runs is its ``RuntimeOptions`` (options.py), the ``runtime`` keyword choosing
+the executor (executors.py):
+- "program" (default): the plan lowered to this rank's forward and backward graphs on local
+  shards with explicit, overlapped collectives (program/), lowered when the state is
+  materialised; ``compile=True`` compiles them with inductor. The lowered graphs are
+  ``module.parallel_gm`` (forward) and ``module.parallel_bwd_gm``.
+- "interpret": the reference interpreter (program/interpreter.py: DTensor ops node by
+  node), kept for debugging and as the ground truth the program is tested against.
 """
 
 from __future__ import annotations

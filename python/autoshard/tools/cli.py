@@ -1,5 +1,5 @@
 """The `autoshard` console script: `demo` runs in Python (it traces a torch model), and so
-do view, explain, diff and plan --preset (cli_tools.py); every other subcommand is the C++
+do view, explain, diff and plan --preset (tools/commands.py); every other subcommand is the C++
 command line in the extension."""
 
 import sys
@@ -13,7 +13,7 @@ def main(argv=None) -> int:
         return demo_main(argv[1:])
     from autoshard.tools.commands import python_command
 
-    command = python_command(argv)  # view, explain, diff, plan --preset (cli_tools.py)
+    command = python_command(argv)  # view, explain, diff, plan --preset (tools/commands.py)
     if command is not None:
         return command(argv[1:])
     from autoshard import _core

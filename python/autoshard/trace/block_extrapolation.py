@@ -185,7 +185,7 @@ def trace_by_blocks(
     run_fn: Callable[[Any], Any],
     min_layers: int = MIN_LAYERS,
 ):
-    """The extrapolated TracedStep of ``fake`` (the fake copy trace.py traces), or None when
+    """The extrapolated TracedStep of ``fake`` (the fake copy tracer.py traces), or None when
     the model has no repeated layers to extrapolate or anything fails: then the caller traces
     the whole model. ``trace_fn()`` traces ``fake`` as it is at the call; ``run_fn(mode)``
     runs the whole fake model's forward once, eagerly, with the dispatch mode ``mode``
@@ -1068,7 +1068,7 @@ def _fill_remaining_fields(step, k3) -> None:
 
 
 def _has_entry(desc, value) -> bool:
-    """Whether trace.py made a GraphOutput of an output slot (PlainAOTOutput always, a
+    """Whether tracer.py made a GraphOutput of an output slot (PlainAOTOutput always, a
     gradient if it is not None)."""
     from torch._functorch._aot_autograd.descriptors import PlainAOTOutput
 

@@ -49,7 +49,7 @@ class TracedStep:
     trace_seconds: float = 0.0
     # node name -> positions of inputs that must arrive without a collective (mixed precision)
     local_inputs: dict[str, list[int]] = field(default_factory=dict)
-    # the user's forward signature: calls are bound to the traced inputs by name (binding.py)
+    # the user's forward signature: calls are bound to the traced inputs by name (input_binding.py)
     forward_signature: Any = None
     # per flattened input: whether the traced example required grad (input gradients)
     input_requires_grad: list[bool] = field(default_factory=list)

@@ -220,7 +220,7 @@ def trace_training_step(
     statistics; a dict gives the flag per submodule path). ``joint=False`` traces the
     forward alone (the inference step). ``extrapolate_layers``: a model with many
     interchangeable layers (``layers``) is traced with 3 and 4 of them and the rest
-    extrapolated, checked exactly (trace_blocks.py); False (or AUTOSHARD_TRACE_ALL_LAYERS=1)
+    extrapolated, checked exactly (block_extrapolation.py); False (or AUTOSHARD_TRACE_ALL_LAYERS=1)
     traces every layer.
     Constructs one static graph cannot hold (data-dependent branches, in-place buffer
     updates) raise UnsupportedModelError naming the construct and the workaround.
@@ -366,7 +366,7 @@ def _trace_fake_model(
     )
 
     # forward() writes a buffer or a user input in place: the graph returns its new value,
-    # which the step writes back (runtime.StepRunner._write_back)
+    # which the step writes back (interpreter.StepRunner._write_back)
     written: dict[int, str] = {}  # output slot -> the placeholder it writes
     placeholders = gm.graph.find_nodes(op="placeholder")
     placeholder_of = {repr(n.meta.get("desc")): n for n in placeholders}

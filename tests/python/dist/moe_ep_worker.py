@@ -28,7 +28,7 @@ from autoshard._testing.models_zoo import DeepSeekMoEBlock
 from autoshard.runtime.module_runtime import runtime_of
 
 
-# the lowered program all-reduces into a buffer nothing else reads (program.py: all_reduce_)
+# the lowered program all-reduces into a buffer nothing else reads (program/lowering.py: all_reduce_)
 comm_count_worker._KIND_OF_OP.setdefault("all_reduce_", "all_reduce")
 
 

@@ -34,7 +34,7 @@ _TRACED: dict = {}
 def make_model(kind: str, device: str = "cpu"):
     if kind == "mlp":
         return MLP(dim=16, hidden=32, layers=2)
-    if kind in ("llama", "llama_deep"):  # deep: its trace is extrapolated (trace_blocks.py)
+    if kind in ("llama", "llama_deep"):  # deep: its trace is extrapolated (block_extrapolation.py)
         return Llama(LlamaConfig(dim=32, n_layers=6 if kind == "llama_deep" else 2, n_heads=4,
                                  n_kv_heads=2, vocab_size=64, ffn_dim=64, max_seq_len=8))
     if kind == "classifier":

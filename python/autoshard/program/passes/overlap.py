@@ -1,7 +1,7 @@
 """Overlapping communication with compute in a lowered graph.
 
 DTensor issues each redistribution right before its consumer and waits at once, so nothing
-overlaps. This pass reorders a local graph (program.py) so that every collective starts as
+overlaps. This pass reorders a local graph (program/lowering.py) so that every collective starts as
 soon as its input exists and its ``wait_tensor`` runs just before the first op that reads
 the result; the compute ops keep their order.
 

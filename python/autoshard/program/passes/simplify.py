@@ -1,4 +1,4 @@
-"""Exact simplifications of a lowered local graph (program.py), run after tracing and again
+"""Exact simplifications of a lowered local graph (program/lowering.py), run after tracing and again
 after the overlap passes. Every node left is a dispatched op, and its Python line runs every
 step, so ops that compute nothing are removed:
 
