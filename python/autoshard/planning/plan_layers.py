@@ -14,6 +14,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from autoshard.blocks import block_prefix
 from autoshard.planning.plan import Plan
 
 DTYPE_BYTES = {
@@ -84,11 +85,7 @@ def layer_of(path: str | None) -> str:
     module path up to its first block index (a repeated block is one layer)."""
     if not path:
         return NO_LAYER
-    parts = path.split(".")
-    for i, p in enumerate(parts):
-        if p.isdigit():
-            return ".".join(parts[: i + 1])
-    return parts[0]
+    return block_prefix(path) or path.split(".")[0]
 
 
 def fmt_layout(layout) -> str:

@@ -19,6 +19,7 @@ from contextlib import ExitStack
 
 import torch
 
+from autoshard.planning.plan_layers import layer_of
 from autoshard.planning.presets import PRESET_NAMES, PresetError, default_dim_names, resolve
 
 
@@ -199,10 +200,6 @@ def summarize_plan(plan_json: dict, step) -> str:
     none = NodePlan(outputs=[], inputs=[])
     lines = []
     by_layer: dict[str, list[str]] = defaultdict(list)
-
-    def layer_of(fqn: str) -> str:
-        parts = fqn.split(".")
-        return ".".join(parts[:2]) if parts[0] == "layers" else parts[0]
 
     for ph, fqn in step.param_fqns.items():
         out = plan.nodes.get(ph, none).output

@@ -35,6 +35,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from autoshard.blocks import block_prefix
 from autoshard.program.graph_nodes import OUTSIDE, PARAM_KEY, is_wait, op_name, wait_of
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
@@ -261,11 +262,8 @@ def block_of(fqn: str | None) -> str | None:
     k compute while block k+1's bucket is in flight (FSDP's per-block wrapping)."""
     if fqn is None:
         return None
-    parts = fqn.split(".")
-    for i, p in enumerate(parts[:-1]):
-        if p.isdigit():
-            return ".".join(parts[: i + 1])
-    return ""
+    module = fqn.rpartition(".")[0]  # the parameter's own name is never the block index
+    return block_prefix(module) or ""
 
 
 # one-input ops that only re-lay or convert their input: DTensor gathers a transposed weight
