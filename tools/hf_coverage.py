@@ -3,7 +3,7 @@
     python3 tools/hf_coverage.py [--families llama,mixtral,...] [--mesh 8x8] [--time-limit S]
                                  [--trace-only]
 
-Builds each family with a tiny config on the meta device (python/autoshard/testing/hf_zoo.py),
+Builds each family with a tiny config on the meta device (python/autoshard/_testing/hf_zoo.py),
 traces its training step, and plans it on a virtual mesh (fake process group, default 8x8).
 Prints per family OK, or the ops without a sharding rule, or the error. Exit status 1 when a
 family is not OK.
@@ -18,7 +18,7 @@ import warnings
 
 
 def main(argv=None) -> int:
-    from autoshard.testing import hf_zoo
+    from autoshard._testing import hf_zoo
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
