@@ -15,6 +15,7 @@ from torch.distributed.tensor import Replicate, Shard
 import autoshard
 from autoshard import AutoParallel, _core
 from autoshard import collectives as C
+from autoshard.ops import local_map_collectives
 from autoshard.trace.fake_pg import fake_world
 from conftest import ok_on_every_rank, run_torchrun
 from local_map_models import DIM, RegionNet
@@ -256,13 +257,13 @@ def test_region_without_device_mesh_takes_the_planning_mesh(monkeypatch):
 
     layout = (Shard(0), Shard(1))
     # no local_map has named a mesh yet: nothing to fall back on outside a trace
-    monkeypatch.setattr(C, "_LAST_MESH", None)
+    monkeypatch.setattr(local_map_collectives, "_LAST_MESH", None)
     # declared before any mesh exists (module level / __init__): resolved at the call
     region = autoshard.local_map(_softsign, out_placements=layout, in_placements=(layout,))
     with pytest.raises(ValueError, match="no device_mesh"):
         region(torch.ones(4, 4))
     with fake_world((4,), ("tp",), device_type="cpu") as stale:
-        monkeypatch.setattr(C, "_LAST_MESH", stale)  # an older local_map's mesh
+        monkeypatch.setattr(local_map_collectives, "_LAST_MESH", stale)  # an older local_map's mesh
     for make in (lambda: Scaled(region), lambda: SoftsignInForward(layout)):
         with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
             with torch.device("meta"):
