@@ -59,6 +59,11 @@ class Region:
     # state from before fn ran, and the backward recomputes fn from that state, so the
     # gradient is that of the values the forward produced (checkpoint's rule)
     random: bool = False
+    # what fn returned its outputs as: torch.Tensor (one bare tensor), tuple or list; noted
+    # each time fn runs (None: not yet). A traced call returns the same structure, as
+    # torch's local_map does (it unflattens fn's own output, whatever the nesting of
+    # out_placements)
+    container: type | None = None
 
     @property
     def name(self) -> str:
@@ -286,7 +291,17 @@ def _call(region: Region, args: tuple, kwargs: dict):
             consts.append((k, a))
     out = torch.ops.autoshard.local_map.default(tensors, region.index, repr(tuple(consts)))
     outs = out[1 : 1 + len(region.out_layouts)]  # after the selector; before a random state
-    return outs[0] if region.single_output else tuple(outs)
+    return _as_fn_returned(region, list(outs))
+
+
+def _as_fn_returned(region: Region, outs: list):
+    """The op's outputs in the structure ``fn`` returned them in (its fake run noted it): a
+    bare tensor for a function returning one tensor, even when out_placements is written
+    as a 1-tuple of placements (``((Shard(0),),)``), as torch's local_map does."""
+    container = region.container
+    if container is None:  # fn has not run in this process (a cached fake result)
+        container = torch.Tensor if region.single_output else tuple
+    return outs[0] if container is torch.Tensor else container(outs)
 
 
 # ---- the ops --------------------------------------------------------------------------------
@@ -346,7 +361,8 @@ def _run_fn(region: Region, args: list) -> list[torch.Tensor]:
     with collectives.running_on(region.mesh):
         out = region.fn(*args)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    if region.single_output and isinstance(out, (tuple, list)):
+    region.container = type(out) if type(out) in (tuple, list) else torch.Tensor
+    if region.single_output and isinstance(out, (tuple, list)) and len(outs) != 1:
         raise ValueError(
             f"local_map({region.name}): returns a {type(out).__name__} but "
             "out_placements declares one output"

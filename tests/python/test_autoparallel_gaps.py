@@ -1,0 +1,67 @@
+"""The last gaps a user switching from AutoParallel hits (issue 45), one process, fake
+process group: local_map's output structure in a traced model, the sharding optimizer's
+files after the ``with`` block, the input errors' exception type, get_json's summary keys,
+how a with_sharding_constraint is found in the graph, and autoparallel_backend's refusal
+of enable_ac. Written from the behaviour AutoParallel documents, not from its tests."""
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import Replicate, Shard
+
+import autoshard
+from autoshard import AutoParallel, _core
+from autoshard.trace.fake_pg import fake_world
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
+
+
+@pytest.fixture
+def mesh4():
+    with fake_world((4,), ("dp",), device_type="cpu") as mesh:
+        yield mesh
+
+
+# ---- 1. local_map returns what fn returns ---------------------------------------------------
+def _doubled(h):
+    return h * 2
+
+
+def _doubled_in_a_tuple(h):
+    return (h * 2,)
+
+
+class RegionThenMatmul(nn.Module):
+    """The region's result goes straight into the next op (unpacked first where fn returns a
+    1-tuple), so a result in another structure than fn's fails the trace."""
+
+    def __init__(self, region, unpack: bool):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(16, 16))
+        self.region = region
+        self.unpack = unpack
+
+    def forward(self, x):
+        out = self.region(x @ self.w)
+        if self.unpack:
+            (out,) = out
+        return (out @ self.w).sum()
+
+
+@pytest.mark.parametrize(
+    "fn,returned",
+    [(_doubled, "tensor"), (_doubled_in_a_tuple, "tuple")],
+)
+def test_traced_local_map_returns_the_structure_fn_returns(mesh4, fn, returned):
+    # out_placements as a tuple holding one output's placements: torch's local_map returns
+    # fn's own structure with it (a bare tensor for a bare tensor), so does the trace
+    region = autoshard.local_map(
+        fn, out_placements=((Shard(0),),), in_placements=((Shard(0),),), device_mesh=mesh4
+    )
+    with torch.device("meta"):
+        model = RegionThenMatmul(region, unpack=returned == "tuple")
+    with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh4) as autop:
+        autop.optimize_placement()
+    assert any("local_map_kwargs" in n.meta for n in autop.gm.graph.nodes)
