@@ -65,3 +65,40 @@ def test_traced_local_map_returns_the_structure_fn_returns(mesh4, fn, returned):
     with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh4) as autop:
         autop.optimize_placement()
     assert any("local_map_kwargs" in n.meta for n in autop.gm.graph.nodes)
+
+
+# ---- 2. the sharding optimizer's files after the with block --------------------------------
+class TwoLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _two_linear():
+    with torch.device("meta"):
+        return TwoLinear()
+
+
+def test_sharding_optimizer_saves_and_loads_after_the_with_block(mesh4, tmp_path):
+    from autoshard.api.sharding_optimizer import ShardingOptimizer
+
+    with AutoParallel(_two_linear(), lambda: (torch.empty(8, 16),), mesh4) as autop:
+        chosen = autop.optimize_placement()
+    opt = autop.sharding_optimizer
+    # the documented workflow: plan, then keep the plan in a file
+    opt.save(tmp_path / "opt.json")
+    opt.save_placements(tmp_path / "placements.json")
+    loaded = opt.load_placements(tmp_path / "placements.json")
+    assert set(loaded) == set(chosen)
+    node = next(iter(chosen))
+    assert loaded[node].output_specs.placements == chosen[node].output_specs.placements
+    assert {n["name"] for n in opt.get_json()["nodes"]} >= {n.name for n in chosen}
+    offline = ShardingOptimizer.load(tmp_path / "opt.json")
+    assert offline.get_solution()["nodes"].keys() == chosen.plan["nodes"].keys()
+    # planning again with this AutoParallel still needs its block
+    with pytest.raises(RuntimeError, match="not reentrant"):
+        opt.resolve()

@@ -282,8 +282,9 @@ class AutoParallel:
     def sharding_optimizer(self):
         """AutoParallel's ShardingOptimizer methods over this planner (sharding_optimizer.py):
         add_node_constraint, remove_constraints, get_solution, get_json, save / load,
-        save_placements / load_placements. Readable after the ``with`` block (graph, prob,
-        get_json, save); what plans again still needs the block."""
+        save_placements / load_placements. After the ``with`` block it still reads, saves
+        and loads (graph, prob, get_json, save, save_placements, load_placements); what
+        plans again (get_solution / resolve) or edits constraints still needs the block."""
         if self._state == "new":  # readable after the block too (solving checks again)
             raise RuntimeError(_NOT_ENTERED)
         return self._sharding_optimizer
@@ -427,7 +428,11 @@ class AutoParallel:
 
     # ---- planning --------------------------------------------------------------------------
     def graph_json(self) -> str:
-        self._check_entered()
+        """The traced step as the planner's graph JSON (docs/formats.md). A read: it works
+        after the ``with`` block too, so the sharding optimizer's save / get_json /
+        load_placements do (the traced step and the constraints no longer change)."""
+        if self._state == "new":
+            raise RuntimeError(_NOT_ENTERED)
         from autoshard.planning.graph_export import graph_json
 
         return graph_json(self.step, free_outputs=self._free_outputs(), mesh=self.mesh)
