@@ -102,3 +102,60 @@ def test_sharding_optimizer_saves_and_loads_after_the_with_block(mesh4, tmp_path
     # planning again with this AutoParallel still needs its block
     with pytest.raises(RuntimeError, match="not reentrant"):
         opt.resolve()
+
+
+# ---- 3. a wrong number of arguments: both ValueError (AutoParallel's) and TypeError ---------
+@pytest.fixture
+def gloo_mesh1():
+    """A one-rank gloo group for one test (conftest's module-wide mesh1 would overlap the
+    fake process groups of the other tests here)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+class Loss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x, target):
+        return ((self.lin(x) - target) ** 2).mean()
+
+
+def _parallel_loss(mesh):
+    from autoshard.runtime.parallel_module import build_parallel_module
+    from autoshard.trace.tracer import trace_training_step
+
+    with torch.device("meta"):
+        meta = Loss()
+    example = lambda: (torch.empty(4, 6), torch.empty(4, 6))  # noqa: E731
+    step = trace_training_step(meta, example, capture="direct")
+    par = build_parallel_module(meta, step, {"nodes": {}}, mesh)
+    par.to_empty(device="cpu")
+    return par
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,what",
+    [
+        ((3,), {}, "too many positional arguments"),
+        ((1,), {}, "missing a required argument: 'target'"),
+        ((2,), {"scale": 1.0}, "unexpected keyword argument 'scale'"),
+    ],
+)
+def test_wrong_arguments_raise_both_valueerror_and_typeerror(gloo_mesh1, args, kwargs, what):
+    par = _parallel_loss(gloo_mesh1)
+    x = torch.zeros(4, 6)
+    call = lambda: par(*[x] * args[0], **kwargs)  # noqa: E731
+    # AutoParallel's users catch ValueError, Python's habit is TypeError: both work, and
+    # the message says what was wrong and how many arguments the traced call had
+    for caught in (ValueError, TypeError):
+        with pytest.raises(caught, match=what) as err:
+            call()
+        assert "expected the 2 argument(s) it was traced with: x, target" in str(err.value)

@@ -9,6 +9,7 @@ from torch.distributed.tensor import DTensor
 
 from autoshard.placements import layout_to_strs
 from autoshard.program.interpreter import StepRunner
+from autoshard.trace.input_binding import InputArgumentsError
 
 
 def example_local_inputs(runner: StepRunner) -> list:
@@ -50,7 +51,7 @@ def check_inputs(
     ``check_sizes=False`` (dynamic=True) checks the number of dims, not the sizes."""
     step = runner.step
     if len(flat) != len(step.input_metas):
-        raise ValueError(
+        raise InputArgumentsError(
             f"autoshard: expected {len(step.input_metas)} inputs (flattened args "
             f"then kwargs) as traced, got {len(flat)}"
         )

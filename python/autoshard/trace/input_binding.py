@@ -22,6 +22,12 @@ import torch.utils._pytree as pytree
 _EMPTY = inspect.Parameter.empty
 
 
+class InputArgumentsError(ValueError, TypeError):
+    """A call's arguments differ in number or names from the traced call's. A ValueError,
+    which AutoParallel raises for a wrong argument count, and a TypeError, Python's type for
+    a call that does not bind: a handler written for either catches it."""
+
+
 @dataclass(frozen=True)
 class _Slot:
     """One argument of the traced call: where a call holds it, and where its leaves go."""
@@ -105,8 +111,9 @@ class InputBinder:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise TypeError(
-                f"autoshard: the parallel module's forward{self.signature}: " f"{e}"
+            raise InputArgumentsError(
+                f"autoshard: the parallel module's forward{self.signature}: {e}; "
+                f"{self._traced_arguments()}"
             ) from None
         params = self.signature.parameters
         flat: list = [None] * self.n_inputs
@@ -137,11 +144,11 @@ class InputBinder:
                     else []
                 )
             if extra:
-                raise TypeError(
+                raise InputArgumentsError(
                     f"autoshard: argument(s) {', '.join(extra)} were not given "
                     "when the model was traced, so the planned step has no input "
                     "for them: leave them out, or trace with them (input_fn / "
-                    "sample_inputs)"
+                    f"sample_inputs); {self._traced_arguments()}"
                 )
         return flat
 
@@ -151,7 +158,9 @@ class InputBinder:
                 return bound.arguments[slot.key]
             default = self.signature.parameters[slot.key].default
             if default is _EMPTY:  # bind() already refused a missing required argument
-                raise TypeError(f"autoshard: missing argument '{slot.key}'")
+                raise InputArgumentsError(
+                    f"autoshard: missing argument '{slot.key}'; {self._traced_arguments()}"
+                )
             return default  # traced with a value, called without: the checks compare them
         var = next(
             (
@@ -170,10 +179,15 @@ class InputBinder:
         try:
             return container[slot.key]
         except (IndexError, KeyError):
-            raise TypeError(
+            raise InputArgumentsError(
                 f"autoshard: missing argument '{slot.label}' (it was given when "
-                "the model was traced)"
+                f"the model was traced); {self._traced_arguments()}"
             ) from None
+
+    def _traced_arguments(self) -> str:
+        """How many arguments the traced call had, and which (errors name the count)."""
+        names = [s.label for s in self.slots]
+        return f"expected the {len(names)} argument(s) it was traced with: {', '.join(names)}"
 
 
 def _is_default(value: Any, default: Any) -> bool:
