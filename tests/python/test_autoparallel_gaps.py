@@ -159,3 +159,20 @@ def test_wrong_arguments_raise_both_valueerror_and_typeerror(gloo_mesh1, args, k
         with pytest.raises(caught, match=what) as err:
             call()
         assert "expected the 2 argument(s) it was traced with: x, target" in str(err.value)
+
+
+# ---- 4. get_json's summary has AutoParallel's keys too ------------------------------------
+def test_get_json_summary_has_autoparallels_keys_in_microseconds(mesh4):
+    with AutoParallel(_two_linear(), lambda: (torch.empty(8, 16),), mesh4) as autop:
+        autop.optimize_placement()
+        info = autop.sharding_optimizer.get_json()
+    summary = info["summary"]
+    # autoshard's own keys stay
+    assert {"total_us", "compute_us", "comm_us"} <= set(summary)
+    # AutoParallel's: the same microseconds, total = the sum of the parts (as it defines it)
+    assert summary["compute"] == pytest.approx(summary["compute_us"])
+    assert summary["comm"] == pytest.approx(summary["comm_us"])
+    assert summary["transition"] == 0.0
+    assert summary["total"] == pytest.approx(summary["compute"] + summary["comm"])
+    assert summary["compute"] == pytest.approx(sum(n["compute_us"] for n in info["nodes"]))
+    assert summary["compute"] > 0

@@ -229,7 +229,8 @@ class ShardingOptimizer:
     def get_json(self) -> dict:
         """The graph with the chosen layouts and costs: ``{"mesh", "nodes": [{name, op,
         shapes, source, module, phase, outputs, inputs, compute_us, comm_us}], "edges":
-        [{src, dst, from, to}], "summary"}``."""
+        [{src, dst, from, to}], "summary"}``; the summary has the plan's keys and
+        AutoParallel's (``total``, ``comm``, ``compute``, ``transition``; _summary)."""
         graph, plan = self._graph(), self._plan()
         chosen = plan.get("nodes", {})
         nodes, edges = [], []
@@ -268,7 +269,7 @@ class ShardingOptimizer:
             "mesh": self._options().to_json()["mesh"],
             "nodes": nodes,
             "edges": edges,
-            "summary": plan.get("summary", {}),
+            "summary": _summary(plan.get("summary") or {}, nodes),
         }
 
     # ---- comparing -------------------------------------------------------------------------
@@ -487,6 +488,24 @@ def _refs(value: Any, out: list) -> None:
     elif isinstance(value, list):
         for v in value:
             _refs(v, out)
+
+
+def _summary(plan_summary: dict, nodes: list[dict]) -> dict:
+    """The plan's summary (``total_us``, ``compute_us``, ``comm_us``, ...) plus the keys of
+    AutoParallel's get_json summary, in its unit (microseconds): ``compute``, ``comm``
+    (every collective in full), ``transition`` (0: autoshard prices re-layouts as
+    communication) and ``total``, their sum as AutoParallel defines it. autoshard's own step
+    estimate, with the communication hidden behind compute left out, stays ``total_us``.
+    A plan without a summary (load_placements) sums its nodes' figures."""
+    compute = float(plan_summary.get("compute_us", sum(n["compute_us"] or 0.0 for n in nodes)))
+    comm = float(plan_summary.get("comm_us", sum(n["comm_us"] or 0.0 for n in nodes)))
+    return {
+        **plan_summary,
+        "total": compute + comm,
+        "comm": comm,
+        "compute": compute,
+        "transition": 0.0,
+    }
 
 
 def _as_plan(x) -> dict | None:
