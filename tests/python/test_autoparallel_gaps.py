@@ -176,3 +176,48 @@ def test_get_json_summary_has_autoparallels_keys_in_microseconds(mesh4):
     assert summary["total"] == pytest.approx(summary["compute"] + summary["comm"])
     assert summary["compute"] == pytest.approx(sum(n["compute_us"] for n in info["nodes"]))
     assert summary["compute"] > 0
+
+
+# ---- 5. a with_sharding_constraint is found as AutoParallel's users find theirs ------------
+class PinnedTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 32)
+        self.c = nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = autoshard.with_sharding_constraint(self.a(x), (Replicate(), Shard(1)))
+        h = autoshard.with_sharding_constraint(self.b(h), (Shard(0), Replicate()))
+        return self.c(h)
+
+
+def _declared_nodes(graph, backward: bool) -> list:
+    """The lookup AutoParallel's users write: nodes declaring a local_map region (its
+    with_sharding_constraint is one), split by the partitioner's backward tag."""
+    return [
+        n
+        for n in graph.nodes
+        if "local_map_kwargs" in n.meta
+        and (n.meta.get("partitioner_tag") == "is_backward") == backward
+    ]
+
+
+def test_sharding_constraint_node_is_found_by_its_local_map_kwargs():
+    pins = [(Replicate(), Shard(1)), (Shard(0), Replicate())]
+    with fake_world((2, 2), ("dp", "tp"), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = PinnedTwice()
+        with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh) as autop:
+            placement = autop.optimize_placement()
+    forward = _declared_nodes(autop.gm.graph, backward=False)
+    assert len(forward) == 2  # one per constraint, in the model's order
+    for node, pin in zip(forward, pins):
+        assert placement[node].output_specs.placements == pin
+        declared = node.meta["local_map_kwargs"]
+        assert declared["out_placements"] == pin and declared["in_placements"] == (pin,)
+        assert declared["device_mesh"] is mesh
+    # the gradient is pinned too, on the backward's node
+    backward = _declared_nodes(autop.gm.graph, backward=True)
+    assert {placement[n].output_specs.placements for n in backward} == set(pins)
+    assert len(backward) == 2

@@ -5,7 +5,9 @@ In the model it is an identity (a copy of ``x``). While tracing it is the custom
 gradient of ``x`` to the same layout (AutoParallel pins both directions too). After the
 joint graph is exported, ``take_sharding_pins`` turns each such node into a plain
 ``aten.clone`` and returns its name with the layout, which AutoParallel adds as node
-constraints: the planner must produce exactly that layout there.
+constraints: the planner must produce exactly that layout there. The clone keeps the
+constraint in ``meta["local_map_kwargs"]``, the key AutoParallel's local_map-based
+constraint nodes carry, so the same graph lookups find it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch.fx as fx
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Placement
 
-from autoshard.placements import layout_to_strs, normalize_placements
+from autoshard.placements import layout_to_strs, normalize_placements, placement_from_str
 
 
 @torch.library.custom_op("autoshard::sharding_constraint", mutates_args=())
@@ -77,13 +79,34 @@ def take_sharding_pins(gm: fx.GraphModule) -> dict[str, tuple[list[str], str]]:
         with gm.graph.inserting_before(n):
             clone = gm.graph.call_function(torch.ops.aten.clone.default, (n.args[0],))
         clone.meta = dict(n.meta)
+        layout = n.args[1].split(",")
+        clone.meta["local_map_kwargs"] = _as_local_map_kwargs(layout)
         n.replace_all_uses_with(clone)
         gm.graph.erase_node(n)
-        pins[clone.name] = (n.args[1].split(","), _user_line(clone.meta.get("stack_trace")))
+        pins[clone.name] = (layout, _user_line(clone.meta.get("stack_trace")))
     if pins:
         gm.graph.lint()
         gm.recompile()
     return pins
+
+
+def _as_local_map_kwargs(layout: list[str]) -> dict:
+    """The constraint described as AutoParallel's graphs describe theirs: AutoParallel's
+    with_sharding_constraint is an identity local_map region, whose node carries its
+    declaration in ``meta["local_map_kwargs"]`` (and the backward's the partitioner tag
+    ``is_backward``, which the clone keeps from the trace). Code that finds AutoParallel's
+    constraints by that key finds autoshard's clones. The mesh is that of the AutoParallel
+    tracing the model (None outside one)."""
+    from autoshard.ops.local_map_collectives import planning_mesh
+
+    placements = tuple(placement_from_str(p) for p in layout)
+    return {
+        "out_placements": placements,
+        "in_placements": (placements,),
+        "in_grad_placements": None,
+        "device_mesh": planning_mesh(),
+        "redistribute_inputs": True,
+    }
 
 
 def _user_line(stack_trace: str | None) -> str:
