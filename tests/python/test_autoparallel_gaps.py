@@ -221,3 +221,20 @@ def test_sharding_constraint_node_is_found_by_its_local_map_kwargs():
     backward = _declared_nodes(autop.gm.graph, backward=True)
     assert {placement[n].output_specs.placements for n in backward} == set(pins)
     assert len(backward) == 2
+
+
+# ---- 6. enable_ac is refused with what to use instead ------------------------------------
+@pytest.mark.parametrize(
+    "keywords",
+    [{"enable_ac": True}, {"ac_stage_size_in_GiB": 2.0}],
+)
+def test_activation_checkpointing_is_refused_naming_what_to_use(keywords):
+    from autoshard import autoparallel_backend
+
+    with pytest.raises(NotImplementedError) as err:
+        autoparallel_backend(**keywords)
+    message = str(err.value)
+    assert "memory_limit_bytes=" in message and "mp_policy=" in message
+    # the model's own checkpoint is named so that nobody counts on it saving memory
+    assert "torch.utils.checkpoint" in message and "not recomputed" in message
+    assert callable(autoparallel_backend(enable_ac=False))

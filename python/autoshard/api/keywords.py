@@ -46,6 +46,19 @@ def check_autoparallel_keywords(
     )
 
 
+# what a user asking for AutoParallel's activation checkpointing can use today (until the
+# planner chooses recomputation itself); torch.utils.checkpoint is named so that nobody
+# counts on it: it traces, but autoshard's program keeps the region's activations
+_INSTEAD_OF_AC = (
+    "the program keeps the forward activations the backward reads. To bound memory per "
+    "GPU, pass memory_limit_bytes=BYTES to AutoParallel / auto_parallel: the planner then "
+    "only picks layouts whose step (parameters, gradients, activations) fits, sharding "
+    "activations further; mp_policy=MixedPrecisionPolicy(param_dtype="
+    "torch.bfloat16) halves fp32 activations. torch.utils.checkpoint in the model traces "
+    "and runs, but its activations are kept, not recomputed."
+)
+
+
 def autoparallel_backend(
     *,
     enable_ac: bool | None = None,
@@ -63,13 +76,13 @@ def autoparallel_backend(
     if enable_ac not in (None, False):
         raise NotImplementedError(
             "autoparallel_backend(enable_ac=True): autoshard has no activation-checkpointing "
-            "pass; the program keeps the forward activations the backward needs. Pass "
-            "enable_ac=False (or leave it out)"
+            f"pass yet; {_INSTEAD_OF_AC} Pass enable_ac=False (or leave it out)"
         )
     if ac_stage_size_in_GiB not in ("auto", None):
         raise NotImplementedError(
-            "autoparallel_backend(ac_stage_size_in_GiB=...) configures "
-            "activation checkpointing, which autoshard does not do"
+            "autoparallel_backend(ac_stage_size_in_GiB=...) configures activation "
+            f"checkpointing, which autoshard does not do yet; {_INSTEAD_OF_AC} Leave "
+            "ac_stage_size_in_GiB out"
         )
     if overlap_scheduling not in (None, True):
         raise NotImplementedError(
