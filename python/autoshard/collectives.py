@@ -1,9 +1,11 @@
-"""``autoshard.collectives``: the public name of the collectives for ``local_map`` regions,
-where AutoParallel users find them (``autoparallel.collectives``). They are defined with the
-local_map op in ``autoshard.ops.local_map_collectives``."""
+"""``autoshard.collectives``: the public name of ``local_map`` and of the collectives for
+its regions, where AutoParallel users find them (``from autoparallel.collectives import
+local_map, axis_size, ...``). They are defined in ``autoshard.ops.local_map`` and
+``autoshard.ops.local_map_collectives``."""
 
+from autoshard.ops.local_map import local_map  # noqa: F401
 from autoshard.ops.local_map_collectives import (  # noqa: F401
-    __all__,
+    __all__ as _collectives,
     all_gather,
     all_reduce,
     all_to_all,
@@ -12,3 +14,5 @@ from autoshard.ops.local_map_collectives import (  # noqa: F401
     grad_all_reduce,
     reduce_scatter,
 )
+
+__all__ = [*_collectives, "local_map"]

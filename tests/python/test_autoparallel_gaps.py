@@ -1,8 +1,9 @@
 """The last gaps a user switching from AutoParallel hits (issue 45), one process, fake
 process group: local_map's output structure in a traced model, the sharding optimizer's
 files after the ``with`` block, the input errors' exception type, get_json's summary keys,
-how a with_sharding_constraint is found in the graph, and autoparallel_backend's refusal
-of enable_ac. Written from the behaviour AutoParallel documents, not from its tests."""
+how a with_sharding_constraint is found in the graph, autoparallel_backend's refusal of
+enable_ac, and local_map imported from autoshard.collectives. Written from the behaviour
+AutoParallel documents, not from its tests."""
 
 import pytest
 import torch
@@ -238,3 +239,31 @@ def test_activation_checkpointing_is_refused_naming_what_to_use(keywords):
     # the model's own checkpoint is named so that nobody counts on it saving memory
     assert "torch.utils.checkpoint" in message and "not recomputed" in message
     assert callable(autoparallel_backend(enable_ac=False))
+
+
+# ---- 7. local_map where AutoParallel users import it from: the collectives module -----------
+def test_local_map_is_importable_from_collectives_and_traces_as_a_decorator(mesh4):
+    from autoshard import collectives
+    from autoshard.collectives import local_map
+
+    assert local_map is autoshard.local_map
+    assert "local_map" in collectives.__all__ and "axis_size" in collectives.__all__
+
+    class DecoratedRegion(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.empty(16, 16))
+
+        def forward(self, x):
+            # the decorator form, no device_mesh: the region takes the AutoParallel's mesh
+            @local_map(out_placements=((Shard(0),),), in_placements=((Shard(0),),))
+            def scaled(h):
+                return (h * 3,)
+
+            return (scaled(x @ self.w)[0] @ self.w).sum()
+
+    with torch.device("meta"):
+        model = DecoratedRegion()
+    with AutoParallel(model, lambda: (torch.empty(8, 16),), mesh4) as autop:
+        autop.optimize_placement()
+    assert sum("local_map_kwargs" in n.meta for n in autop.gm.graph.nodes) >= 1
