@@ -55,6 +55,10 @@ struct Node {
   std::string op;  // "placeholder" or e.g. "aten.mm.default"
   NodeRole role = NodeRole::Compute;
   Phase phase = Phase::Unknown;
+  // The pass the per-rank program runs it in, where that differs from `phase`: a backward
+  // node that reads no gradient (a weight's transpose) runs in the forward and its output is
+  // kept for the backward. Unknown: as `phase`.
+  Phase runs_in = Phase::Unknown;
   std::string fqn;       // parameters / buffers
   int input_index = -1;  // user inputs
   int tangent_of = -1;   // tangents

@@ -11,6 +11,7 @@
 #include "autoshard/cost_model.h"
 #include "autoshard/graph.h"
 #include "autoshard/lowering.h"
+#include "autoshard/memory_model.h"
 #include "autoshard/plan.h"
 #include "autoshard/placement.h"
 #include "autoshard/solver.h"
@@ -43,6 +44,9 @@ struct PlannerOptions {
   // Untie plans every layer on its own; Auto ties where planning each layer on its own would
   // not fit the memory cap or takes long (see kAutoTieEntries).
   LayerTying repeated_layers = LayerTying::Auto;
+  // The optimizer whose state the memory estimate counts (step_memory.h): Adam / AdamW with
+  // fp32 moments unless told otherwise; options key "optimizer" (adam, sgd, sgd_momentum, none).
+  OptimizerConfig optimizer;
   bool verbose = false;
 };
 
@@ -55,6 +59,10 @@ inline constexpr double kAutoTieEntries = 2e8;
 void validate_planner_options(const PlannerOptions& options);
 
 // Raised when no plan satisfies the constraints; says which constraint to relax.
+// "adam" (also AdamW), "sgd", "sgd_momentum" or "none"; throws std::invalid_argument naming
+// `what` and the accepted names otherwise.
+OptimizerKind parse_optimizer_kind(const std::string& name, const std::string& what);
+
 class InfeasiblePlanError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

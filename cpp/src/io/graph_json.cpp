@@ -61,6 +61,17 @@ class GraphReader {
  private:
   Graph g_;
 
+  // An optional pass field ("phase", "runs_in"): forward, backward, or absent (Unknown).
+  static Phase read_phase(const Json& j, const char* key, const std::string& at) {
+    const Json* f = json_find(j, key);
+    if (!f || f->is_null()) return Phase::Unknown;
+    const std::string where = at + ": field '" + key + "'";
+    const std::string& p = json_string(*f, where);
+    if (p == "forward") return Phase::Forward;
+    if (p == "backward") return Phase::Backward;
+    throw JsonError(where + ": expected \"forward\" or \"backward\", found \"" + p + "\"");
+  }
+
   void read_node(const Json& j, size_t index) {
     std::string at = "graph.nodes[" + std::to_string(index) + "]";
     if (!j.is_object()) throw JsonError(at + ": expected an object");
@@ -88,15 +99,8 @@ class GraphReader {
       }
     } else {
       n.role = NodeRole::Compute;
-      if (const Json* ph = json_find(j, "phase"); ph && !ph->is_null()) {
-        const std::string& p = json_string(*ph, at + ": field 'phase'");
-        if (p == "forward")
-          n.phase = Phase::Forward;
-        else if (p == "backward")
-          n.phase = Phase::Backward;
-        else
-          throw JsonError(at + ": field 'phase': expected \"forward\" or \"backward\", found \"" + p + "\"");
-      }
+      n.phase = read_phase(j, "phase", at);
+      n.runs_in = read_phase(j, "runs_in", at);
       if (const Json* args = json_find(j, "args"); args && !args->is_null()) {
         const auto& list = json_array(*args, at + ": field 'args'");
         for (size_t k = 0; k < list.size(); ++k)

@@ -166,13 +166,20 @@ PlannerOptions parse_planner_options(const Json& doc) {
     } else if (k == "fp32_matmul_precision") {
       if (v.is_null()) continue;
       fp32_matmul_tf32 = parse_fp32_matmul_precision(json_string(v, "options.fp32_matmul_precision"));
+    } else if (k == "optimizer") {
+      if (v.is_null()) continue;
+      try {
+        o.optimizer.kind = parse_optimizer_kind(json_string(v, "options.optimizer"), "options.optimizer");
+      } catch (const std::invalid_argument& e) {
+        throw JsonError(e.what());
+      }
     } else if (k == "verbose") {
       o.verbose = !v.is_null() && json_bool(v, "options.verbose");
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
                       "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, "
-                      "repeated_layers, fp32_matmul_precision, verbose)");
+                      "repeated_layers, fp32_matmul_precision, optimizer, verbose)");
     }
   }
   if (fp32_matmul_tf32) o.hardware.fp32_matmul_uses_tf32 = *fp32_matmul_tf32;

@@ -12,6 +12,25 @@
 
 namespace autoshard {
 
+namespace {
+
+// docs/formats.md section 3, summary.memory: bytes per GPU.
+Json memory_to_json(const StepMemory& m) {
+  Json j = Json::object();
+  j["peak_bytes"] = m.total_peak();
+  j["step_peak_bytes"] = m.step_peak;
+  j["peak_at"] = m.peak_at;
+  j["parameters"] = m.parameters;
+  j["gradients"] = m.gradients;
+  j["optimizer_state"] = m.optimizer_state;
+  j["saved_activations"] = m.saved_activations;
+  j["buffers"] = m.buffers;
+  j["inputs"] = m.inputs;
+  return j;
+}
+
+}  // namespace
+
 Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
   const Graph& g = *sm.graph;
   const MeshModel& m = *sm.model;
@@ -67,6 +86,7 @@ Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
   sum["solver_edges"] = static_cast<int64_t>(plan.solver_edges);
   sum["solve_time_s"] = json_number(plan.solve_time_s);
   sum["planning_time_s"] = json_number(plan.total_time_s);
+  sum["memory"] = memory_to_json(plan.memory);
   doc["summary"] = std::move(sum);
   return doc;
 }

@@ -174,6 +174,7 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
   }
   plan.choice = expand_solution(r.lowered, solution);
   plan.cost = evaluate_choice(r.sharding, plan.choice, cache, r.lowered.overlap);
+  plan.memory = step_memory(r.sharding, plan.choice, options.optimizer);
   plan.solver_objective_us = objective + r.lowered.constant_cost;
   // The lowering must price every plan exactly as the graph does; a mismatch is a bug here,
   // never something to report as a plan.

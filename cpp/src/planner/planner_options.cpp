@@ -86,3 +86,17 @@ const char* layer_tying_name(LayerTying t) {
 }
 
 }  // namespace autoshard
+
+namespace autoshard {
+
+OptimizerKind parse_optimizer_kind(const std::string& name, const std::string& what) {
+  if (name == "adam" || name == "adamw") return OptimizerKind::Adam;
+  if (name == "sgd") return OptimizerKind::SGD;
+  if (name == "sgd_momentum") return OptimizerKind::SGDMomentum;
+  if (name == "none") return OptimizerKind::None;
+  throw std::invalid_argument(what + ": unknown optimizer \"" + name +
+                              "\" (expected adam, adamw, sgd, sgd_momentum or none: whose state the memory "
+                              "estimate counts)");
+}
+
+}  // namespace autoshard

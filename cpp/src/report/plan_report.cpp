@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "autoshard/build_limits.h"
 #include "autoshard/layout.h"
 #include "autoshard/report.h"
 
@@ -30,6 +31,19 @@ struct Group {
   int32_t main_activation = -1;
   int64_t main_activation_bytes = -1;
 };
+
+// The step's memory per GPU against the GPU's capacity: the peak, then what it is made of.
+std::string memory_lines(const StepMemory& mem, double capacity) {
+  const double peak = static_cast<double>(mem.total_peak());
+  std::string verdict;
+  if (capacity > 0)
+    verdict = " of " + human_bytes(capacity) + (peak <= capacity ? " (fits)" : " (DOES NOT FIT: set a memory limit)");
+  auto b = [](int64_t v) { return human_bytes(static_cast<double>(v)); };
+  return "  memory per GPU: peak " + human_bytes(peak) + verdict + " = step peak " + b(mem.step_peak) +
+         (mem.peak_at.empty() ? "" : " (at " + mem.peak_at + ")") + " + optimizer state " + b(mem.optimizer_state) +
+         "\n    parameters " + b(mem.parameters) + ", gradients " + b(mem.gradients) + ", saved activations " +
+         b(mem.saved_activations) + ", buffers " + b(mem.buffers) + ", inputs " + b(mem.inputs) + "\n";
+}
 
 }  // namespace
 
@@ -78,6 +92,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
                    " of the total)"
              : std::string())
      << "\n";
+  os << memory_lines(plan.memory, m.hw.memory_bytes);
   for (const auto& note : plan.notes) os << "  note: " << note << "\n";
   size_t strategies = 0;
   for (const auto& s : sm.strategies) strategies += s.size();

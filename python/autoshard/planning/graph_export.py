@@ -72,6 +72,13 @@ def output_metas(node: fx.Node) -> list:
     return [entry]
 
 
+def _runs_in(name: str, schedule) -> dict:
+    """The node's pass where it differs from its autograd phase (a backward node run in the
+    forward, its output kept for the backward): the planner's memory estimate follows the
+    program's passes (step_memory.h)."""
+    return {"runs_in": schedule.runs_in[name]} if name in schedule.early else {}
+
+
 def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) -> dict:
     """``free_outputs``: forward output indices the planner may leave in any layout. Each is
     written as tied to its tangent (role "grad" of the tangent placeholder: the output leaves
@@ -110,6 +117,7 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
                 "name": n.name,
                 "op": str(n.target),
                 "phase": phase[n.name],
+                **_runs_in(n.name, step.schedule),
                 "args": [encode_arg(a) for a in n.args],
                 "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
                 "outputs": output_metas(n),

@@ -47,6 +47,9 @@ class PlannerOptions:
     # how float32 matmuls run (torch.backends.cuda.matmul.fp32_precision): "ieee" (full
     # float32, PyTorch's default), "tf32" (TF32 tensor cores), or None: as the profile says
     fp32_matmul_precision: str | None = None
+    # the optimizer whose state the memory estimate counts: "adam" (also AdamW, fp32
+    # moments), "sgd", "sgd_momentum", "none"; None: the planner's default (adam)
+    optimizer: str | None = None
     verbose: bool = False  # the planner's own trace on stderr
 
     def replace(self, **changes: Any) -> "PlannerOptions":
@@ -74,7 +77,13 @@ class PlannerOptions:
                 if self.parameter_memory is None
                 else {"low": self.parameter_memory[0], "high": self.parameter_memory[1]}
             )
-        for key in ("time_limit_s", "gap_tolerance", "memory_limit_bytes", "max_problem_bytes"):
+        for key in (
+            "time_limit_s",
+            "gap_tolerance",
+            "memory_limit_bytes",
+            "max_problem_bytes",
+            "optimizer",
+        ):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.repeated_layers != "auto":
@@ -112,6 +121,7 @@ class PlannerOptions:
             max_problem_bytes=d.get("max_problem_bytes"),
             repeated_layers=d.get("repeated_layers", "auto"),
             fp32_matmul_precision=d.get("fp32_matmul_precision"),
+            optimizer=d.get("optimizer"),
             verbose=bool(d.get("verbose", False)),
         )
 

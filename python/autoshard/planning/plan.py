@@ -9,6 +9,7 @@ planner's strings, one per mesh dim (``"S(0)"``, ``"R"``, ``"P(sum)"``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,27 @@ class NodePlan:
 
 
 @dataclass
+class StepMemory:
+    """What one GPU holds over the step under the plan, in bytes (autoshard::StepMemory,
+    cpp/include/autoshard/step_memory.h; docs/cost_model.md 6)."""
+
+    peak_bytes: int = 0  # step_peak_bytes + optimizer_state: what the GPU must hold
+    step_peak_bytes: int = 0  # most bytes live at once during forward + backward
+    peak_at: str = ""  # the node running at that peak
+    parameters: int = 0
+    gradients: int = 0
+    optimizer_state: int = 0
+    saved_activations: int = 0  # forward values kept for the backward
+    buffers: int = 0
+    inputs: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict) -> "StepMemory":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
 class PlanSummary:
     total_us: float = 0.0  # compute_us + exposed_comm_us
     compute_us: float = 0.0
@@ -48,6 +70,7 @@ class PlanSummary:
     parameter_bytes_per_gpu: float = 0.0
     lower_bound_us: float = 0.0
     solver_status: str | None = None  # "optimal", "gap tolerance" or "time limit"
+    memory: StepMemory = field(default_factory=StepMemory)  # plans older than it: zeros
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanSummary":
@@ -60,6 +83,7 @@ class PlanSummary:
             parameter_bytes_per_gpu=float(d.get("parameter_bytes_per_gpu", 0)),
             lower_bound_us=float(d.get("lower_bound_us", 0.0)),
             solver_status=d.get("solver_status"),
+            memory=StepMemory.from_json(d.get("memory") or {}),
         )
 
 

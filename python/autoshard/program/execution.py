@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.fx as fx
 from torch.distributed.tensor import DTensor
 
 from autoshard.program.interpreter import mark_integer_outputs
-from autoshard.program.local_program import LocalProgram
+from autoshard.program.local_program import LocalProgram, copy_graph_module
 from autoshard.program.passes.deferred_tail import DeferredValue, PendingTail
 
 
@@ -54,6 +55,9 @@ class ProgramRunState:
     random_states_checked: bool = False
     # the last training forward's round trip, not yet waited for (passes/deferred_tail.py)
     pending: PendingTail | None = None
+    # bytes the last training forward kept for the backward: the storages of its saved
+    # tensors that are not its inputs' (parameters, buffers, inputs), each counted once
+    saved_bytes: int = 0
 
 
 class ProgramFunction(torch.autograd.Function):
@@ -76,6 +80,8 @@ class ProgramFunction(torch.autograd.Function):
         ctx.program = program
         ctx.param_specs = [p._spec for p in params]
         ctx.save_for_backward(*saved)
+        if not torch.compiler.is_compiling():
+            state.saved_bytes = own_storage_bytes(saved, [*local, *tensors[n_dtensors:]])
         mark_integer_outputs(ctx, outs)
         return tuple(outs)
 
@@ -87,7 +93,12 @@ class ProgramFunction(torch.autograd.Function):
             # one collective in flight: the forward's last round trip (ended long ago) is
             # waited for before the backward issues its own
             ctx.pending.finish()
-        results = list(_runnable(program, "bwd")(*ctx.saved_tensors, *grads))
+        args = [*ctx.saved_tensors, *grads]
+        if not torch.compiler.is_compiling():
+            # autograd's copies of the saved tensors go now (unless the graph is kept for
+            # another backward): with the list handed over, each is freed after its last use
+            ctx.maybe_clear_saved_tensors()
+        results = _run_backward(program, args)
         if ctx.pending is not None:
             ctx.pending.finish()  # the forward's last round trip ended long ago: waited for
         for i, spec in enumerate(ctx.param_specs):
@@ -98,6 +109,22 @@ class ProgramFunction(torch.autograd.Function):
         return (None, None, None, *results)
 
 
+def own_storage_bytes(tensors: list, excluded: list) -> int:
+    """Bytes of the distinct storages behind ``tensors``, leaving out those of ``excluded``."""
+    seen = {_storage_key(t) for t in excluded if isinstance(t, torch.Tensor)}
+    total = 0
+    for t in tensors:
+        key = _storage_key(t) if isinstance(t, torch.Tensor) else None
+        if key is not None and key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def _storage_key(t: torch.Tensor):
+    return (t.device, t.untyped_storage().data_ptr())
+
+
 def _runnable(program: LocalProgram, phase: str) -> Callable:
     """The graph to run: the program's own (in-place reductions, or compiled), except while
     Dynamo traces the module (torch.compile of the parallel module), which needs the
@@ -105,6 +132,19 @@ def _runnable(program: LocalProgram, phase: str) -> Callable:
     if torch.compiler.is_compiling() and not program.compiled:
         return getattr(program, f"{phase}_gm")
     return getattr(program, phase)
+
+
+def _run_backward(program: LocalProgram, args: list) -> list:
+    """The backward graph on ``args`` (saved tensors, then gradients). The eager graph takes
+    the list itself and empties it as it reads it (torch.fx's boxed calling convention), so
+    that no caller's reference keeps a saved tensor alive past its last use."""
+    fn = _runnable(program, "bwd")
+    eager = fn is program.run_bwd_gm and isinstance(fn, fx.GraphModule)
+    if not eager or torch.compiler.is_compiling():
+        return list(fn(*args))
+    if program.boxed_bwd is None:
+        program.boxed_bwd = copy_graph_module(fn, boxed=True)
+    return list(program.boxed_bwd(args))
 
 
 def _run_split_forward(ctx, program: LocalProgram, state: ProgramRunState, inputs: list) -> list:

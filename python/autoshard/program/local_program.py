@@ -38,6 +38,8 @@ class LocalProgram:
     # any compilation
     run_fwd_gm: fx.GraphModule = None
     run_bwd_gm: fx.GraphModule = None
+    # run_bwd_gm taking its inputs as one list it empties (execution._run_backward)
+    boxed_bwd: fx.GraphModule = None
 
     def __post_init__(self):
         self.fwd = self.fwd or self.fwd_gm
@@ -169,6 +171,20 @@ def joint_graph(program: LocalProgram) -> fx.GraphModule:
             setattr(root, name, functools.reduce(getattr, n.target.split("."), gm))
             env[n].target = name
     return fx.GraphModule(root, g)
+
+
+def copy_graph_module(gm: fx.GraphModule, boxed: bool = False) -> fx.GraphModule:
+    """A copy of ``gm`` (its own graph, the same attributes). ``boxed``: the copy is called
+    with one list of its inputs, which it empties as it reads it (torch.fx's boxed calling
+    convention: the caller keeps no reference to the inputs, so each is freed after its last
+    use in the graph)."""
+    from torch.fx.graph import _BoxedCodeGen
+
+    g = fx.Graph()
+    g.output(g.graph_copy(gm.graph, {}))
+    if boxed:
+        g.set_codegen(_BoxedCodeGen())
+    return fx.GraphModule(gm, g)
 
 
 def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:

@@ -22,7 +22,7 @@ import torch.fx as fx
 from autoshard.program.capture import CapturedStep
 from autoshard.program.graph_nodes import OUTSIDE, PARAM_KEY, is_wait, strip_views
 from autoshard.program.interpreter import StepRunner
-from autoshard.program.local_program import LocalProgram, _graph_outputs
+from autoshard.program.local_program import LocalProgram, _graph_outputs, copy_graph_module
 from autoshard.program.passes.deferred_tail import defers_round_trips, split_forward
 from autoshard.program.passes.direct_calls import bind_direct_calls
 from autoshard.program.passes.fuse_reductions import (
@@ -93,7 +93,7 @@ def _late_loss_scale(g: ProgramGraphs, c: PassContext) -> dict:
     instead: one round trip a step instead of two, and the forward waits for neither."""
     if not c.defer:
         return {"late_loss_scale": 0}
-    together = _copy_gm(g.fwd)
+    together = copy_graph_module(g.fwd)
     if coalesce_small_reductions(together, hold_back=True) and scale_gradients_late(
         together, g.bwd, c.n_outputs
     ):
@@ -171,7 +171,7 @@ def build_program(
     # what runs: copies of the graphs, rewritten for the eager (or inductor-compiled) step;
     # fwd_gm / bwd_gm stay as traced and scheduled (parallel_gm, torch.compile of the
     # module, which traces them under Dynamo)
-    run = ProgramGraphs(_copy_gm(graphs.fwd), _copy_gm(graphs.bwd))
+    run = ProgramGraphs(copy_graph_module(graphs.fwd), copy_graph_module(graphs.bwd))
     info["deferred_round_trips"] = int(defer)
     run_passes(RUN_PASSES, run, context, info)
     program.fwd, program.bwd = run.fwd, run.bwd
@@ -180,12 +180,6 @@ def build_program(
     program.split = split_forward(run.fwd, n_out) if defer else None
     info["deferred_forward_outputs"] = len(program.split.from_tail) if program.split else 0
     return program
-
-
-def _copy_gm(gm: fx.GraphModule) -> fx.GraphModule:
-    g = fx.Graph()
-    g.output(g.graph_copy(gm.graph, {}))
-    return fx.GraphModule(gm, g)
 
 
 def _mark_parameters(

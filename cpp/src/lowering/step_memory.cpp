@@ -1,0 +1,265 @@
+// A plan's memory per GPU over one training step (step_memory.h).
+#include "autoshard/step_memory.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include "autoshard/layout.h"
+
+namespace autoshard {
+
+Phase pass_of(const Node& node) {
+  if (node.role == NodeRole::Tangent) return Phase::Backward;
+  if (node.role != NodeRole::Compute) return Phase::Forward;
+  if (node.runs_in != Phase::Unknown) return node.runs_in;
+  return node.phase == Phase::Backward ? Phase::Backward : Phase::Forward;
+}
+
+namespace {
+
+// overlap.py's DEFAULT_BUCKET_BYTES (DDP's bucket_cap_mb): the runtime's default reduction bucket.
+constexpr int64_t kReductionBucketBytes = int64_t{25} << 20;
+
+using Storage = std::pair<int32_t, int32_t>;  // (node, output) that owns the bytes
+
+class StepMemoryModel {
+ public:
+  StepMemoryModel(const ShardingModel& sm, const std::vector<int32_t>& choice)
+      : sm_(sm), g_(*sm.graph), choice_(choice) {}
+
+  StepMemory run(const OptimizerConfig& optimizer) {
+    order_timeline();
+    find_storages();
+    const int64_t steps = static_cast<int64_t>(g_.nodes.size());
+    delta_.assign(static_cast<size_t>(steps) + 1, 0);
+    StepMemory m;
+    count_persistent(m, optimizer);
+    count_outputs(m);
+    count_values(m);
+    count_collective_buffers();
+    int64_t live = m.parameters + m.buffers + m.inputs;
+    m.step_peak = live;
+    for (int64_t t = 0; t < steps; ++t) {
+      live += delta_[static_cast<size_t>(t)];
+      if (live > m.step_peak) {
+        m.step_peak = live;
+        m.peak_at = g_.nodes[static_cast<size_t>(by_position_[static_cast<size_t>(t)])].name;
+      }
+    }
+    return m;
+  }
+
+ private:
+  const ShardingModel& sm_;
+  const Graph& g_;
+  const std::vector<int32_t>& choice_;
+  std::vector<int64_t> position_;     // graph node -> its step in the timeline
+  std::vector<int32_t> by_position_;  // step -> graph node
+  int64_t backward_start_ = 0;        // the backward's first step
+  std::vector<std::vector<Storage>> storage_;  // per node output: the storage it lives in
+  std::map<Storage, int64_t> last_read_;       // storage -> the last step that reads it (views included)
+  std::set<Storage> leaves_step_;              // storages the step returns as they are (alive to the end)
+
+  const Strategy& strategy(size_t node) const { return sm_.of(static_cast<int32_t>(node)).at(choice_[node]); }
+  int64_t local_bytes(const TensorMeta& meta, const Layout& layout) const {
+    return local_meta(meta, layout, sm_.model->mesh).bytes();
+  }
+  int64_t output_bytes(size_t node, size_t k) const {
+    const auto& layout = strategy(node).outputs[k];
+    return g_.nodes[node].outputs[k] && layout ? local_bytes(*g_.nodes[node].outputs[k], *layout) : 0;
+  }
+  bool persistent(const Node& n) const {
+    return n.role == NodeRole::Parameter || n.role == NodeRole::Buffer || n.role == NodeRole::Input;
+  }
+  void add_live(int64_t start, int64_t end, int64_t bytes) {
+    delta_[static_cast<size_t>(start)] += bytes;
+    delta_[static_cast<size_t>(end)] -= bytes;
+  }
+  std::vector<int64_t> delta_;
+
+  // The forward's nodes in graph order, then the backward's.
+  void order_timeline() {
+    position_.assign(g_.nodes.size(), 0);
+    for (Phase pass : {Phase::Forward, Phase::Backward}) {
+      if (pass == Phase::Backward) backward_start_ = static_cast<int64_t>(by_position_.size());
+      for (size_t i = 0; i < g_.nodes.size(); ++i)
+        if (pass_of(g_.nodes[i]) == pass) {
+          position_[i] = static_cast<int64_t>(by_position_.size());
+          by_position_.push_back(static_cast<int32_t>(i));
+        }
+    }
+  }
+
+  // A view's outputs live in its first input's storage, unless that input arrives through a
+  // collective: then they live in the collective's result (a gathered weight's transpose
+  // keeps the gathered copy), counted as the view's own. Every other output owns its own.
+  bool views_its_input(size_t i, const std::vector<TensorRef>& refs) const {
+    if (g_.nodes[i].role != NodeRole::Compute || !strategy(i).aliases_input || refs.empty()) return false;
+    return *strategy(refs[0].node).outputs[refs[0].output] == strategy(i).inputs[0];
+  }
+
+  void find_storages() {
+    storage_.resize(g_.nodes.size());
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const std::vector<TensorRef> refs = g_.nodes[i].tensor_inputs();
+      const bool view = views_its_input(i, refs);
+      for (size_t k = 0; k < g_.nodes[i].outputs.size(); ++k)
+        storage_[i].push_back(view ? storage_[refs[0].node][refs[0].output]
+                                   : Storage{static_cast<int32_t>(i), static_cast<int32_t>(k)});
+      for (const TensorRef& r : refs) {
+        int64_t& last = last_read_[storage_[r.node][r.output]];
+        last = std::max(last, position_[i]);
+      }
+    }
+  }
+
+  void count_persistent(StepMemory& m, const OptimizerConfig& optimizer) {
+    std::set<int32_t> has_gradient;
+    for (const GraphOutput& o : g_.outputs)
+      if (o.role == GraphOutput::Role::Grad) has_gradient.insert(o.grad_of);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (!persistent(n) || !n.outputs[0]) continue;
+      const int64_t bytes = output_bytes(i, 0);
+      const int64_t numel = local_meta(*n.outputs[0], *strategy(i).outputs[0], sm_.model->mesh).numel();
+      if (n.role == NodeRole::Buffer) m.buffers += bytes;
+      if (n.role == NodeRole::Input) m.inputs += bytes;
+      if (n.role != NodeRole::Parameter) continue;
+      m.parameters += bytes;
+      OptimizerConfig opt = optimizer;
+      opt.has_gradients = has_gradient.count(static_cast<int32_t>(i)) > 0;
+      const TrainingStateBytes state = training_state_bytes(numel, n.outputs[0]->dtype, opt);
+      m.optimizer_state += opt.has_gradients ? state.optimizer_state + state.master_weights : 0;
+    }
+  }
+
+  // Every computed storage (and tangent) from the step that makes it to its last reader.
+  // A storage made in the forward and read in the backward is saved.
+  void count_values(StepMemory& m) {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (persistent(n)) continue;
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        const Storage s = storage_[i][k];
+        if (s != Storage{static_cast<int32_t>(i), static_cast<int32_t>(k)}) continue;  // a view: counted at its storage
+        const auto it = last_read_.find(s);
+        const int64_t last = std::max(position_[i], it == last_read_.end() ? position_[i] : it->second);
+        const int64_t end = leaves_step_.count(s) ? static_cast<int64_t>(g_.nodes.size()) : last + 1;
+        const int64_t bytes = output_bytes(i, k);
+        add_live(position_[i], end, bytes);
+        if (position_[i] < backward_start_ && last >= backward_start_) m.saved_activations += bytes;
+      }
+    }
+  }
+
+  // Gradients and module outputs leave the step: alive from where they are made to the end,
+  // in the layout they leave in. A gradient that must be reduced into its parameter's layout
+  // waits for its bucket (reduction_buckets), then the reduced copy lives to the end.
+  void count_outputs(StepMemory& m) {
+    const int64_t steps = static_cast<int64_t>(g_.nodes.size());
+    std::vector<Reduction> reductions;
+    for (size_t j = 0; j < g_.outputs.size(); ++j) {
+      const GraphOutput& o = g_.outputs[j];
+      const Layout& from = *strategy(o.ref.node).outputs[o.ref.output];
+      const Layout& to =
+          o.role == GraphOutput::Role::Output ? sm_.output_targets[j] : *strategy(o.grad_of).outputs[0];
+      const int64_t bytes = local_bytes(g_.meta(o.ref), to);
+      if (o.role == GraphOutput::Role::Grad) m.gradients += bytes;
+      const Storage s = storage_[o.ref.node][o.ref.output];
+      if (from == to) {
+        leaves_step_.insert(s);  // the value itself leaves the step (nothing new if persistent)
+      } else if (o.role == GraphOutput::Role::Grad) {
+        reductions.push_back({position_[o.ref.node], s, local_bytes(g_.meta(o.ref), from), bytes,
+                              block_of(g_.nodes[o.grad_of].fqn) + "|" + std::string(dtype_name(g_.meta(o.ref).dtype))});
+      } else {
+        add_live(position_[o.ref.node], steps, bytes);  // the collective's result leaves it
+      }
+    }
+    reduction_buckets(std::move(reductions));
+  }
+
+  struct Reduction {
+    int64_t at;          // where the gradient is made
+    Storage unreduced;   // its value before the reduction
+    int64_t unreduced_bytes;
+    int64_t reduced_bytes;
+    std::string key;     // block and dtype: a bucket holds one of each
+  };
+
+  // The program reduces gradients in buckets (program/passes/overlap.py bucket_reductions):
+  // consecutive gradients of one block and dtype, up to kReductionBucketBytes of them, issued
+  // where the last is made, flattened into one buffer. Until then each waits unreduced.
+  void reduction_buckets(std::vector<Reduction> reductions) {
+    const int64_t steps = static_cast<int64_t>(g_.nodes.size());
+    std::sort(reductions.begin(), reductions.end(), [](const Reduction& a, const Reduction& b) { return a.at < b.at; });
+    size_t first = 0;
+    int64_t bucket_bytes = 0;
+    auto close = [&](size_t end) {  // the bucket [first, end)
+      if (first == end) return;
+      const int64_t issue = reductions[end - 1].at;
+      int64_t reduced = 0;
+      for (size_t k = first; k < end; ++k) {
+        int64_t& last = last_read_[reductions[k].unreduced];
+        last = std::max(last, issue);
+        reduced += reductions[k].reduced_bytes;
+      }
+      if (end - first > 1) add_live(issue, issue + 1, bucket_bytes);  // the flattened bucket
+      add_live(issue, steps, reduced);
+      first = end;
+      bucket_bytes = 0;
+    };
+    for (size_t k = 0; k < reductions.size(); ++k) {
+      const bool fits = bucket_bytes + reductions[k].unreduced_bytes <= kReductionBucketBytes;
+      if (k > first && (reductions[k].key != reductions[first].key || !fits)) close(k);
+      bucket_bytes += reductions[k].unreduced_bytes;
+    }
+    close(reductions.size());
+  }
+
+  // A parameter's block: its module path up to the first numeric part ("layers.3"), "" for
+  // the model's other parameters (python/autoshard/blocks.py, overlap.py block_of).
+  static std::string block_of(const std::string& fqn) {
+    const size_t dot = fqn.rfind('.');
+    const std::string module = dot == std::string::npos ? "" : fqn.substr(0, dot);
+    std::string prefix;
+    size_t start = 0;
+    while (start <= module.size() && !module.empty()) {
+      const size_t end = std::min(module.find('.', start), module.size());
+      const std::string part = module.substr(start, end - start);
+      prefix += (prefix.empty() ? "" : ".") + part;
+      if (!part.empty() && std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); }))
+        return prefix;
+      start = end + 1;
+    }
+    return "";
+  }
+
+  // A collective's result, in the layout its consumer reads, while the consumer runs.
+  void count_collective_buffers() {
+    for (size_t c = 0; c < g_.nodes.size(); ++c) {
+      if (g_.nodes[c].role != NodeRole::Compute) continue;
+      const Strategy& s = strategy(c);
+      const std::vector<TensorRef> refs = g_.nodes[c].tensor_inputs();
+      for (size_t a = 0; a < refs.size(); ++a) {
+        const Layout& from = *strategy(refs[a].node).outputs[refs[a].output];
+        if (from == s.inputs[a] || (a == 0 && s.aliases_input)) continue;  // a view's: counted as its output
+        add_live(position_[c], position_[c] + 1, local_bytes(g_.meta(refs[a]), s.inputs[a]));
+      }
+    }
+  }
+};
+
+}  // namespace
+
+StepMemory step_memory(const ShardingModel& sm, const std::vector<int32_t>& choice, const OptimizerConfig& optimizer) {
+  if (choice.size() != sm.graph->nodes.size())
+    throw std::invalid_argument("step_memory: one choice per graph node (" + std::to_string(sm.graph->nodes.size()) +
+                                "), got " + std::to_string(choice.size()));
+  return StepMemoryModel(sm, choice).run(optimizer);
+}
+
+}  // namespace autoshard

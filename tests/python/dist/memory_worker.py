@@ -1,0 +1,87 @@
+"""torchrun worker: the planner's memory prediction (the plan's summary.memory) against what
+the parallel module holds on each gloo rank over one training step (runtime/memory_probe.py:
+torch's MemTracker for the peak, the program's own count for the saved bytes).
+
+Each scenario plans a model with its inputs split on the batch dim under the default
+parameter budget, runs one step to warm up, then measures the next (gradients set to None
+before it, as an optimizer's zero_grad does).
+
+Usage: torchrun --standalone --nproc-per-node 4 memory_worker.py CONFIG.json OUT_DIR
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard
+
+from scenario_runner import run_scenarios
+
+from autoshard.api.autoparallel import AutoParallel
+from autoshard.models import Llama, LlamaConfig
+from autoshard.runtime.memory_probe import measure_step_memory
+from autoshard.runtime.module_runtime import runtime_of
+from autoshard._testing import hf_zoo
+from autoshard._testing.models_zoo import GPT2LM, MoEBlock
+
+
+def _llama():
+    cfg = LlamaConfig(dim=128, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=256,
+                      ffn_dim=256, max_seq_len=64, attention="sdpa")
+    return Llama(cfg), lambda: (torch.randint(0, 256, (8, 64)), torch.randint(0, 256, (8, 64)))
+
+
+def _gpt2():
+    model = GPT2LM(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64, dropout=0.0)
+    return model, lambda: (torch.randint(0, 128, (8, 64)), torch.randint(0, 128, (8, 64)))
+
+
+def _moe():
+    return MoEBlock(dim=64, hidden=96), lambda: (torch.randn(8, 32, 64), torch.randn(8, 32, 64))
+
+
+def _vit():
+    model, inputs = hf_zoo.build("vit", device="cpu")
+    return model, inputs
+
+
+MODELS = {"llama": _llama, "gpt2": _gpt2, "moe": _moe, "vit": _vit}
+
+
+def _materialise(parallel: torch.nn.Module) -> None:
+    parallel.to_empty(device="cpu")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in parallel.parameters():
+            p.normal_(0.0, 0.02)
+
+
+def run(sc: dict, rank: int) -> dict:
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model, input_fn = MODELS[sc["model"]]()
+    with AutoParallel(model, input_fn, mesh) as autop:
+        autop.add_input_constraints([(Shard(0),)] * len(input_fn()))
+        parallel = autop.apply_placement(autop.optimize_placement())
+    _materialise(parallel)
+    torch.manual_seed(1)
+    local = [t.chunk(world)[rank].contiguous() for t in input_fn()]
+
+    def step():
+        parallel(*local).backward()
+
+    step()
+    for p in parallel.parameters():
+        p.grad = None
+    measured = measure_step_memory(parallel, step, tuple(local))
+    predicted = runtime_of(parallel).plan["summary"]["memory"]
+    return {"name": sc["name"], "ok": True,
+            "measured": {"peak": measured.peak_bytes, "saved": measured.saved_bytes},
+            "predicted": {"peak": predicted["step_peak_bytes"], "saved": predicted["saved_activations"]}}
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_scenarios(run))
