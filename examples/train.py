@@ -78,6 +78,7 @@ class Batches:
 def build(cfg: dict, mesh, device: torch.device):
     from autoshard import AutoParallel, load_full_state_dict
     from autoshard.models import Llama, LlamaConfig
+    from autoshard.planning.plan import Plan
 
     m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
     llama_cfg = LlamaConfig(
@@ -106,8 +107,9 @@ def build(cfg: dict, mesh, device: torch.device):
         time_limit_s=p["plan_time_limit"],
         **kwargs,
     ) as autop:
-        autop.optimize_placement()
+        placement = autop.optimize_placement()
         model = autop.apply_placement()
+    log.info("planned %s", Plan.from_json(placement.plan).summary.memory.describe())
     model.to_empty(device=device)
     torch.manual_seed(t["seed"])  # every rank builds the same full model, keeps its shards
     load_full_state_dict(model, Llama(llama_cfg).state_dict())

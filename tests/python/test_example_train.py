@@ -58,6 +58,7 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     assert "checkpoint: saved step 2" in first and "checkpoint: saved step 4" in first
     assert (folder / "step-2" / ".metadata").exists()
     assert "autoshard: stage plan done" in first  # planning progress went to the log
+    assert "planned memory per GPU: peak" in first  # the plan's predicted memory
 
     # drop the last checkpoint: the next run resumes from step 2 and redoes steps 3 and 4
     shutil.rmtree(folder / "step-4")

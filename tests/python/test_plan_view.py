@@ -72,6 +72,7 @@ def test_view_writes_html_and_png(demo_plan, tmp_path, capsys):
     assert [l for l in rows.layers if l != "(graph)"] == LAYERS
     assert len(rows.images) == 1 and rows.images[0].startswith("data:image/png;base64,")
     assert "http" not in text.replace("http-equiv", "")  # self-contained: nothing fetched
+    assert "peak memory per GPU" in text and "saved activations" in text  # summary.memory
     plan = json.loads(plan_path.read_text())
     for name, info in plan["node_info"].items():
         if info.get("role") == "parameter":  # every weight is shown with its layout

@@ -55,6 +55,16 @@ class StepMemory:
     buffers: int = 0
     inputs: int = 0
 
+    def describe(self) -> str:
+        """One line: the peak and what it is made of, in GiB."""
+        gib = lambda b: f"{b / 2**30:.3f} GiB"  # noqa: E731
+        return (
+            f"memory per GPU: peak {gib(self.peak_bytes)} (at {self.peak_at or '?'}) = "
+            f"parameters {gib(self.parameters)}, gradients {gib(self.gradients)}, optimizer "
+            f"state {gib(self.optimizer_state)}, saved activations "
+            f"{gib(self.saved_activations)}, the rest transient"
+        )
+
     @classmethod
     def from_json(cls, d: dict) -> "StepMemory":
         known = {f.name for f in dataclasses.fields(cls)}

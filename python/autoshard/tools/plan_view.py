@@ -90,6 +90,26 @@ def _title(plan: Plan) -> str:
     )
 
 
+def _memory_rows(m) -> str:
+    """The step's memory per GPU (plan summary.memory): the peak, then what it is made of;
+    nothing for plans made before the planner predicted it."""
+    if not m.peak_bytes:
+        return ""
+    parts = [
+        ("parameters", m.parameters),
+        ("gradients", m.gradients),
+        ("optimizer state", m.optimizer_state),
+        ("saved activations", m.saved_activations),
+        ("buffers", m.buffers),
+        ("inputs", m.inputs),
+    ]
+    where = f" (step peak at {html.escape(m.peak_at)})" if m.peak_at else ""
+    rows = f"<tr><td>peak memory per GPU</td><td>{m.peak_bytes / 2**30:.3f} GiB{where}</td></tr>"
+    return rows + "".join(
+        f"<tr><td>&nbsp;&nbsp;{name}</td><td>{b / 2**30:.3f} GiB</td></tr>" for name, b in parts
+    )
+
+
 def render_html(plan: Plan, png: bytes, title: str) -> str:
     e = html.escape
     s = plan.summary
@@ -100,7 +120,7 @@ def render_html(plan: Plan, png: bytes, title: str) -> str:
         f" ms / {s.comm_us / 1e3:.3f} ms</td></tr>"
         f"<tr><td>lower bound</td><td>{s.lower_bound_us / 1e3:.3f} ms"
         f"</td></tr><tr><td>parameters per GPU</td>"
-        f"<td>{s.parameter_bytes_per_gpu / 2**20:.2f} MiB</td></tr>"
+        f"<td>{s.parameter_bytes_per_gpu / 2**20:.2f} MiB</td></tr>" + _memory_rows(s.memory)
     )
     body = "\n".join(_layer_row(r) for r in rows)
     note = (
