@@ -17,6 +17,10 @@ Variants:
   autoshard_ddp_compile  the DDP-like plan with compile=True
   autoshard_interp   the reference DTensor interpreter (runtime="interpret"), for comparison
   fsdp2              torch.distributed.fsdp.fully_shard on every block, then the root
+  fsdp2_ac           fsdp2 with every block checkpointed (torch.utils.checkpoint: full
+                     activation checkpointing, the block recomputed in the backward)
+  fsdp2_sac          fsdp2 with selective checkpointing of every block: matmul and attention
+                     outputs saved, the rest recomputed (torchtitan's "op" policy, by hand)
   ddp                torch.nn.parallel.DistributedDataParallel
   ddp_global_loss    DDP that also returns the global batch's mean loss, as autoshard (and the
                      model on one device) does: an async all-reduce of the detached local
@@ -27,6 +31,7 @@ Variants:
     python3 bench/step_time.py --dim 256 --layers 4
     python3 bench/step_time.py --ranks 2 --variants autoshard,fsdp2
     python3 bench/step_time.py --ranks 2 --profile /tmp/traces   # + Chrome traces, overlap
+    python3 bench/step_time.py --memory     # + each variant's measured peak (MemTracker)
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ ALL_VARIANTS = [
     "autoshard_ddp_compile",
     "autoshard_interp",
     "fsdp2",
+    "fsdp2_ac",
+    "fsdp2_sac",
     "ddp",
     "ddp_global_loss",
 ]
@@ -114,6 +121,36 @@ def make_model(a) -> Decoder:
     return Decoder(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.hidden)
 
 
+class Checkpointed(nn.Module):
+    """A block run under torch.utils.checkpoint: ``policy`` None recomputes all of it in the
+    backward; otherwise the ops it names are saved and the rest recomputed (selective)."""
+
+    def __init__(self, block: nn.Module, policy=None):
+        super().__init__()
+        self.block, self.policy = block, policy
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+        if self.policy is None:
+            return checkpoint(self.block, x, use_reentrant=False)
+        context = lambda: create_selective_checkpoint_contexts(self.policy)  # noqa: E731
+        return checkpoint(self.block, x, use_reentrant=False, context_fn=context)
+
+
+def _save_matmuls_and_attention(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    saved = {
+        aten.mm.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention.default,
+    }
+    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
 # ---- one rank --------------------------------------------------------------------------------
 def _autoshard_module(a, mesh, variant, ref_state):
     from torch.distributed.tensor import Shard
@@ -164,10 +201,13 @@ def _build_variant(a, variant: str, rank: int, world: int) -> tuple:
     info: dict = {}
     if variant.startswith("autoshard"):
         model, info["plan_s"] = _autoshard_module(a, mesh, variant, ref.state_dict())
-    elif variant == "fsdp2":
+    elif variant.startswith("fsdp2"):
         from torch.distributed.fsdp import fully_shard
 
         model = ref
+        if variant != "fsdp2":  # checkpoint each block first, then shard it (torchtitan's order)
+            policy = _save_matmuls_and_attention if variant == "fsdp2_sac" else None
+            model.blocks = nn.ModuleList(Checkpointed(b, policy) for b in model.blocks)
         for blk in model.blocks:
             fully_shard(blk, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -254,16 +294,35 @@ def _profile(a, step, variant: str, rank: int, world: int) -> dict:
     }
 
 
+def _peak_memory(step, model, variant: str) -> dict:
+    """One step (forward, backward, optimizer step) under torch's MemTracker: the most
+    bytes live at once on this rank, the model's own included; for autoshard also the
+    planner's prediction (the plan's summary.memory)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with tracker:
+        step()
+    peak = max(v.get("Total", 0) for v in tracker.get_tracker_snapshot("peak").values())
+    out = {"peak_bytes": int(peak)}
+    if variant.startswith("autoshard"):
+        from autoshard.runtime.module_runtime import runtime_of
+
+        out["predicted_bytes"] = runtime_of(model).plan["summary"]["memory"]["step_peak_bytes"]
+    return out
+
+
 def worker(a) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    out, steps = {}, {}
+    out, steps, models = {}, {}, {}
     for v in a.variants.split(","):
         try:
-            _, steps[v], out[v] = _build_variant(a, v, rank, world)
+            models[v], steps[v], out[v] = _build_variant(a, v, rank, world)
         except Exception as e:  # one failing variant must not hide the others
             out[v] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         dist.barrier()
@@ -275,6 +334,9 @@ def worker(a) -> None:
     if a.profile:
         for v, step in steps.items():
             out[v].update(_profile(a, step, v, rank, world))
+    if a.memory:
+        for v, step in steps.items():
+            out[v].update(_peak_memory(step, models[v], v))
     if rank == 0:
         with open(a.out, "w") as f:
             json.dump(out, f)
@@ -320,9 +382,9 @@ def launch(a) -> None:
                 out,
             ]
             cmd += [
-                f"--{k.replace('_', '-')}={v}"
+                f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
                 for k, v in vars(a).items()
-                if k not in ("worker", "out", "ranks") and v is not None
+                if k not in ("worker", "out", "ranks") and v is not None and v is not False
             ]
             env = dict(os.environ, OMP_NUM_THREADS="1")
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -391,6 +453,8 @@ def launch(a) -> None:
                 )
                 + " |"
             )
+    if a.memory:
+        _print_memory(rows, variants)
     print()
     for n, res in rows:
         for v in variants:
@@ -404,6 +468,32 @@ def launch(a) -> None:
                 f"{n} ranks {v}: {r.get('error') or extra}; first loss "
                 f"{r.get('first_loss', float('nan')):.5f}"
             )
+
+
+def _print_memory(rows, variants) -> None:
+    print(
+        "\npeak memory per rank over one step (MemTracker, rank 0; model, gradients and "
+        "activations), and autoshard's step time and peak against each checkpointed FSDP2:\n"
+    )
+    print("| ranks | " + " | ".join(variants) + " | autoshard predicted |")
+    print("|---:|" + "---:|" * (len(variants) + 1))
+    for n, res in rows:
+        cells = [
+            f"{res[v]['peak_bytes'] / 2**20:.2f} MiB" if "peak_bytes" in res[v] else "-"
+            for v in variants
+        ]
+        pred = res.get("autoshard", {}).get("predicted_bytes")
+        pred_cell = f"{pred / 2**20:.2f} MiB" if pred else "-"
+        print(f"| {n} | " + " | ".join(cells) + f" | {pred_cell} |")
+    for n, res in rows:
+        a = res.get("autoshard", {})
+        for base in ("fsdp2", "fsdp2_ac", "fsdp2_sac"):
+            b = res.get(base, {})
+            if "step_s" in a and "step_s" in b and "peak_bytes" in a and "peak_bytes" in b:
+                print(
+                    f"{n} ranks autoshard / {base}: step {a['step_s'] / b['step_s']:.2f}x, "
+                    f"peak {a['peak_bytes'] / b['peak_bytes']:.2f}x"
+                )
 
 
 def main() -> None:
@@ -447,6 +537,11 @@ def main() -> None:
         "to DIR, with how much communication ran behind compute",
     )
     p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="also measure each variant's peak memory over one step (MemTracker)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
