@@ -138,17 +138,19 @@ class Checkpointed(nn.Module):
         return checkpoint(self.block, x, use_reentrant=False, context_fn=context)
 
 
+# what fsdp2_sac saves: matmul and attention outputs (the policy runs for every op)
+_SAC_SAVED = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+}
+
+
 def _save_matmuls_and_attention(ctx, op, *args, **kwargs):
     from torch.utils.checkpoint import CheckpointPolicy
 
-    aten = torch.ops.aten
-    saved = {
-        aten.mm.default,
-        aten._scaled_dot_product_flash_attention_for_cpu.default,
-        aten._scaled_dot_product_efficient_attention.default,
-        aten._scaled_dot_product_flash_attention.default,
-    }
-    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+    return CheckpointPolicy.MUST_SAVE if op in _SAC_SAVED else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 # ---- one rank --------------------------------------------------------------------------------

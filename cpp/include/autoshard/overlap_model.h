@@ -69,8 +69,13 @@ double charged_time_us(double us, int collectives, double launch_us, double laun
 // All factors are 1 when the hardware's comm_overlap is 0; launch shares do not depend on it.
 OverlapModel model_overlap(const ShardingModel& sm, RedistributionCache& cache);
 
-// The number of prefetch/reduction groups among parameter names: one per distinct prefix up
-// to the first numeric component ("layers.3"), plus one for parameters outside any block.
+// The block a parameter belongs to, as the runtime buckets its gathers and reductions
+// (python/autoshard/blocks.py): its name up to the first numeric module ("layers.3" for
+// "layers.3.attention.wq.weight"); "" outside any block (a parameter named "0" is not one).
+std::string parameter_block(const std::string& fqn);
+
+// The number of prefetch/reduction groups among parameter names: one per distinct
+// parameter_block, plus one for parameters outside any block.
 int count_blocks(const std::vector<std::string>& parameter_fqns);
 
 }  // namespace autoshard

@@ -56,27 +56,29 @@ double pass_factor(double overlap, double compute_us, double comm_us, int blocks
 
 }  // namespace
 
+std::string parameter_block(const std::string& fqn) {
+  size_t start = 0;
+  while (start <= fqn.size()) {
+    size_t end = fqn.find('.', start);
+    if (end == std::string::npos) end = fqn.size();
+    const bool digits = end > start && std::all_of(fqn.begin() + static_cast<std::ptrdiff_t>(start),
+                                                   fqn.begin() + static_cast<std::ptrdiff_t>(end),
+                                                   [](unsigned char ch) { return std::isdigit(ch) != 0; });
+    if (digits && end < fqn.size()) return fqn.substr(0, end);  // a numbered module, not a parameter named "0"
+    start = end + 1;
+  }
+  return "";
+}
+
 int count_blocks(const std::vector<std::string>& parameter_fqns) {
   std::set<std::string> groups;
   bool outside = false;
   for (const std::string& fqn : parameter_fqns) {
-    // the prefix up to and including the first all-digit component
-    size_t start = 0;
-    bool found = false;
-    while (start <= fqn.size()) {
-      size_t end = fqn.find('.', start);
-      if (end == std::string::npos) end = fqn.size();
-      const bool digits = end > start && std::all_of(fqn.begin() + static_cast<std::ptrdiff_t>(start),
-                                                     fqn.begin() + static_cast<std::ptrdiff_t>(end),
-                                                     [](unsigned char ch) { return std::isdigit(ch) != 0; });
-      if (digits && end < fqn.size()) {  // a numbered module, not a parameter named "0"
-        groups.insert(fqn.substr(0, end));
-        found = true;
-        break;
-      }
-      start = end + 1;
-    }
-    outside = outside || !found;
+    const std::string block = parameter_block(fqn);
+    if (block.empty())
+      outside = true;
+    else
+      groups.insert(block);
   }
   return static_cast<int>(groups.size()) + (outside ? 1 : 0);
 }

@@ -2,13 +2,13 @@
 #include "autoshard/step_memory.h"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
 #include "autoshard/layout.h"
+#include "autoshard/overlap_model.h"
 
 namespace autoshard {
 
@@ -124,15 +124,15 @@ class StepMemoryModel {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
       if (!persistent(n) || !n.outputs[0]) continue;
-      const int64_t bytes = output_bytes(i, 0);
-      const int64_t numel = local_meta(*n.outputs[0], *strategy(i).outputs[0], sm_.model->mesh).numel();
+      const TensorMeta local = local_meta(*n.outputs[0], *strategy(i).outputs[0], sm_.model->mesh);
+      const int64_t bytes = local.bytes();
       if (n.role == NodeRole::Buffer) m.buffers += bytes;
       if (n.role == NodeRole::Input) m.inputs += bytes;
       if (n.role != NodeRole::Parameter) continue;
       m.parameters += bytes;
       OptimizerConfig opt = optimizer;
       opt.has_gradients = has_gradient.count(static_cast<int32_t>(i)) > 0;
-      const TrainingStateBytes state = training_state_bytes(numel, n.outputs[0]->dtype, opt);
+      const TrainingStateBytes state = training_state_bytes(local.numel(), n.outputs[0]->dtype, opt);
       m.optimizer_state += opt.has_gradients ? state.optimizer_state + state.master_weights : 0;
     }
   }
@@ -174,7 +174,7 @@ class StepMemoryModel {
         leaves_step_.insert(s);  // the value itself leaves the step (nothing new if persistent)
       } else if (o.role == GraphOutput::Role::Grad) {
         reductions.push_back({position_[o.ref.node], s, local_bytes(g_.meta(o.ref), from), bytes,
-                              block_of(g_.nodes[o.grad_of].fqn) + "|" + std::string(dtype_name(g_.meta(o.ref).dtype))});
+                              parameter_block(g_.nodes[o.grad_of].fqn) + "|" + std::string(dtype_name(g_.meta(o.ref).dtype))});
       } else {
         add_live(position_[o.ref.node], steps, bytes);  // the collective's result leaves it
       }
@@ -218,24 +218,6 @@ class StepMemoryModel {
       bucket_bytes += reductions[k].unreduced_bytes;
     }
     close(reductions.size());
-  }
-
-  // A parameter's block: its module path up to the first numeric part ("layers.3"), "" for
-  // the model's other parameters (python/autoshard/blocks.py, overlap.py block_of).
-  static std::string block_of(const std::string& fqn) {
-    const size_t dot = fqn.rfind('.');
-    const std::string module = dot == std::string::npos ? "" : fqn.substr(0, dot);
-    std::string prefix;
-    size_t start = 0;
-    while (start <= module.size() && !module.empty()) {
-      const size_t end = std::min(module.find('.', start), module.size());
-      const std::string part = module.substr(start, end - start);
-      prefix += (prefix.empty() ? "" : ".") + part;
-      if (!part.empty() && std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); }))
-        return prefix;
-      start = end + 1;
-    }
-    return "";
   }
 
   // A collective's result, in the layout its consumer reads, while the consumer runs.

@@ -50,10 +50,11 @@ def check_autoparallel_keywords(
 # planner chooses recomputation itself); torch.utils.checkpoint is named so that nobody
 # counts on it: it traces, but autoshard's program keeps the region's activations
 _INSTEAD_OF_AC = (
-    "the program keeps the forward activations the backward reads. To bound memory per "
-    "GPU, pass memory_limit_bytes=BYTES to AutoParallel / auto_parallel: the planner then "
-    "only picks layouts whose step (parameters, gradients, activations) fits, sharding "
-    "activations further; mp_policy=MixedPrecisionPolicy(param_dtype="
+    "the program keeps the forward activations the backward reads. Each plan's report "
+    "gives its predicted memory per GPU (docs/cost_model.md 6). memory_limit_bytes=BYTES "
+    "on AutoParallel / auto_parallel makes the planner shard activations further to stay "
+    "under it (that limit does not yet count every value the prediction does: check the "
+    "report); mp_policy=MixedPrecisionPolicy(param_dtype="
     "torch.bfloat16) halves fp32 activations. torch.utils.checkpoint in the model traces "
     "and runs, but its activations are kept, not recomputed."
 )

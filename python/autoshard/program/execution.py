@@ -55,7 +55,10 @@ class ProgramRunState:
     random_states_checked: bool = False
     # the last training forward's round trip, not yet waited for (passes/deferred_tail.py)
     pending: PendingTail | None = None
-    # bytes the last training forward kept for the backward: the storages of its saved
+    # count saved_bytes on each training forward (runtime/memory_probe.py sets it while it
+    # measures: the count walks every saved tensor, work a step does not need otherwise)
+    count_saved: bool = False
+    # bytes the last counted forward kept for the backward: the storages of its saved
     # tensors that are not its inputs' (parameters, buffers, inputs), each counted once
     saved_bytes: int = 0
 
@@ -80,7 +83,7 @@ class ProgramFunction(torch.autograd.Function):
         ctx.program = program
         ctx.param_specs = [p._spec for p in params]
         ctx.save_for_backward(*saved)
-        if not torch.compiler.is_compiling():
+        if state.count_saved and not torch.compiler.is_compiling():
             state.saved_bytes = own_storage_bytes(saved, [*local, *tensors[n_dtensors:]])
         mark_integer_outputs(ctx, outs)
         return tuple(outs)

@@ -5,7 +5,7 @@ The peak is torch's own ``MemTracker`` (torch.distributed._tools.mem_tracker): a
 mode that follows every storage the step makes until it is freed, plus the module's
 parameters, buffers and the inputs it is given, which exist before the step. It works on
 any device, CPU included, where the allocator keeps no statistics. The saved bytes are the
-program's own count (``ProgramRunState.saved_bytes``)."""
+program's own count (``ProgramRunState.saved_bytes``), made while the probe runs."""
 
 from __future__ import annotations
 
@@ -37,12 +37,15 @@ def measure_step_memory(
 ) -> MeasuredMemory:
     """Runs ``step()`` (a forward and backward of ``module``, a parallel module) once under
     torch's memory tracker; ``inputs``: the tensors the step is fed, counted as held."""
+    run_state = runtime_of(module).main.run_state
     tracker = MemTracker()
     tracker.track_external(module, *(t for t in inputs if isinstance(t, torch.Tensor)))
-    with tracker:
-        step()
+    run_state.count_saved = True
+    try:
+        with tracker:
+            step()
+    finally:
+        run_state.count_saved = False
     peak = tracker.get_tracker_snapshot("peak")
     total = max((by_kind.get("Total", 0) for by_kind in peak.values()), default=0)
-    return MeasuredMemory(
-        peak_bytes=int(total), saved_bytes=runtime_of(module).main.run_state.saved_bytes
-    )
+    return MeasuredMemory(peak_bytes=int(total), saved_bytes=run_state.saved_bytes)
