@@ -143,9 +143,11 @@ class StepRunner:
         self._layout_cache: dict = {}
         # the forward / backward split and the values crossing it: the step's schedule, the
         # same one the planner priced (trace/step_schedule.py)
-        schedule = step.schedule
+        # with the plan's recomputed nodes, which the backward runs again (step_schedule.py)
+        schedule = step.schedule.with_recompute(self.gm, plan.get("recompute", ()))
+        self.schedule = schedule
         self.forward_nodes: list[fx.Node] = schedule.nodes_run_in(self.gm, FORWARD)
-        self.backward_nodes: list[fx.Node] = schedule.nodes_run_in(self.gm, BACKWARD)
+        self.backward_nodes: list[fx.Node] = schedule.backward_order(self.gm)
         self.saved_names = set(schedule.saved)
         self.reused_across = self._small_redistributions_done_twice()
         self.param_names = list(step.param_fqns)
