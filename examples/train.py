@@ -109,7 +109,8 @@ def build(cfg: dict, mesh, device: torch.device):
     ) as autop:
         placement = autop.optimize_placement()
         model = autop.apply_placement()
-    log.info("planned %s", Plan.from_json(placement.plan).summary.memory.describe())
+    summary = Plan.from_json(placement.plan).summary
+    log.info("planned %s; %s", summary.memory.describe(), summary.recompute.describe())
     model.to_empty(device=device)
     torch.manual_seed(t["seed"])  # every rank builds the same full model, keeps its shards
     load_full_state_dict(model, Llama(llama_cfg).state_dict())

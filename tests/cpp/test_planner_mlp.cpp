@@ -264,6 +264,7 @@ TEST(PlannerMemory, MemoryLimitBoundsThePeakOfThePlan) {
   Graph g = read_graph_file(test_data("mlp2_fwd_bwd.json"));
   PlannerOptions o = planner_options({4}, 3);
   o.parameter_memory_default = false;  // no budget: the memory limit alone must shape the plan
+  o.recompute = RecomputeMode::Off;    // the solver's own limit, not recomputation, meets it
   o.memory_limit_bytes = int64_t{1} << 50;
   PlanningResult loose = run_planner(g, o);
   int64_t loose_peak = independent_peak(loose);

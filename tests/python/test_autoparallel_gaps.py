@@ -235,9 +235,9 @@ def test_activation_checkpointing_is_refused_naming_what_to_use(keywords):
     with pytest.raises(NotImplementedError) as err:
         autoparallel_backend(**keywords)
     message = str(err.value)
-    assert "memory_limit_bytes=" in message and "mp_policy=" in message
-    # the model's own checkpoint is named so that nobody counts on it saving memory
-    assert "torch.utils.checkpoint" in message and "not recomputed" in message
+    assert "memory_limit_bytes=" in message and "recompute=" in message
+    # the model's own checkpoint is named so that nobody counts on it deciding
+    assert "torch.utils.checkpoint" in message and "only the plan's recomputation" in message
     assert callable(autoparallel_backend(enable_ac=False))
 
 

@@ -122,3 +122,30 @@ def test_early_nodes_recomputed_run_in_the_backward_and_bad_names_are_refused():
     backward_node = next(n for n, p in base.runs_in.items() if p == BACKWARD)
     with pytest.raises(ValueError, match="does not run"):
         base.with_recompute(step.gm, [backward_node])
+
+
+def test_the_plan_summary_and_options_carry_recomputation():
+    from autoshard.planning.options import PlannerOptions
+    from autoshard.planning.plan import Plan
+
+    opts = PlannerOptions(mesh_shape=[4], recompute="selective")
+    assert PlannerOptions.from_json(opts.to_json()).recompute == "selective"
+    plan = Plan.from_json(
+        {
+            "nodes": {},
+            "recompute": ["t", "mul"],
+            "summary": {
+                "recompute": {
+                    "added_us": 1500.0,
+                    "limit_bytes": 1 << 30,
+                    "fits": True,
+                    "blocks": {"layers.0": "full", "layers.1": "reshard"},
+                }
+            },
+        }
+    )
+    assert plan.recompute == ["t", "mul"]
+    r = plan.summary.recompute
+    assert r.fits and r.limit_bytes == 1 << 30
+    assert r.describe() == "recompute: layers.0 full, layers.1 reshard; +1.500 ms a step"
+    assert Plan.from_json({"nodes": {}}).summary.recompute.describe() == "recompute: nothing"

@@ -59,6 +59,9 @@ struct Node {
   // node that reads no gradient (a weight's transpose) runs in the forward and its output is
   // kept for the backward. Unknown: as `phase`.
   Phase runs_in = Phase::Unknown;
+  // Whether the backward may run this forward node again instead of keeping its value
+  // (recompute.h): false for ops that draw random numbers or write their inputs.
+  bool recomputable = true;
   std::string fqn;       // parameters / buffers
   int input_index = -1;  // user inputs
   int tangent_of = -1;   // tangents

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autoshard/lowering.h"
+#include "autoshard/recompute.h"
 #include "autoshard/step_memory.h"
 
 namespace autoshard {
@@ -14,7 +15,8 @@ namespace autoshard {
 struct Plan {
   std::vector<int32_t> choice;     // strategy index per graph node (into ShardingModel::strategies)
   ChoiceCost cost;                 // independent evaluation of `choice`
-  StepMemory memory;               // what each GPU holds over the step under `choice`
+  StepMemory memory;               // what each GPU holds over the step under `choice` and `recompute`
+  RecomputeDecision recompute;     // what the backward recomputes, per block (recompute.h)
   double lower_bound_us = 0;       // the solver's proven bound (+ constant costs)
   double solver_objective_us = 0;  // the solver's objective (+ constant costs), equals cost.total_us
   bool proven_optimal = false;

@@ -14,6 +14,7 @@
 #include "autoshard/memory_model.h"
 #include "autoshard/plan.h"
 #include "autoshard/placement.h"
+#include "autoshard/recompute.h"
 #include "autoshard/solver.h"
 
 namespace autoshard {
@@ -28,7 +29,10 @@ struct PlannerOptions {
   HardwareProfile hardware = hardware_profile("H100");
   bool parameter_memory_default = true;                       // low 0, high 1/mesh.size()
   std::optional<std::pair<double, double>> parameter_memory;  // used when !parameter_memory_default
-  int64_t memory_limit_bytes = -1;                            // per GPU; -1: no limit (users omit it, never pass <= 0)
+  // Peak bytes per GPU: the solver's per-time-point limit (when set) and the limit that
+  // recomputation fits the plan to; -1: the solver has none and recomputation fits the
+  // plan to default_memory_limit(hardware).
+  int64_t memory_limit_bytes = -1;
   PlacementConstraints constraints;
   double time_limit_s = 20.0;  // building + solving; plans stop early when proven optimal
   // The solver stops once (cost - lower bound) <= gap_tolerance * cost; the time limit stays
@@ -47,8 +51,18 @@ struct PlannerOptions {
   // The optimizer whose state the memory estimate counts (step_memory.h): Adam / AdamW with
   // fp32 moments unless told otherwise; options key "optimizer" (adam, sgd, sgd_momentum, none).
   OptimizerConfig optimizer;
+  // What the backward recomputes to fit the memory limit (recompute.h); options key
+  // "recompute" (auto, none, selective, full).
+  RecomputeMode recompute = RecomputeMode::Auto;
   bool verbose = false;
 };
+
+// The share of a GPU's memory a plan leaves free by default: the CUDA context, NCCL's
+// buffers and the caching allocator's fragmentation, which the estimate does not count.
+inline constexpr double kMemoryReserveFraction = 0.10;
+// The peak per GPU recomputation fits plans to when no memory_limit_bytes is set: the
+// hardware's memory less kMemoryReserveFraction; 0 (none) when the profile has no memory.
+int64_t default_memory_limit(const HardwareProfile& hardware);
 
 // Auto ties layers when the untied problem's cost tables would hold more entries than this
 // (about 1.6 GB of tables and the solver's copies; Llama-3-8B on 8x8 has 1.7e7).

@@ -33,8 +33,13 @@ struct StepMemory {
   int64_t total_peak() const { return step_peak + optimizer_state; }
 };
 
-// Throws std::invalid_argument when `choice` does not have one entry per graph node.
-StepMemory step_memory(const ShardingModel& sm, const std::vector<int32_t>& choice, const OptimizerConfig& optimizer);
+// `recompute` (one flag per graph node, or empty for none): forward nodes the backward runs
+// again right before their first backward reader instead of keeping their outputs, and
+// early nodes run in the backward only (trace/step_schedule.py with_recompute; recompute.h
+// chooses them). Throws std::invalid_argument when `choice` does not have one entry per
+// graph node, or `recompute` is neither empty nor that long.
+StepMemory step_memory(const ShardingModel& sm, const std::vector<int32_t>& choice, const OptimizerConfig& optimizer,
+                       const std::vector<char>& recompute = {});
 
 // The pass a node runs in: its runs_in, else its phase; placeholders and nodes of a graph
 // without phases run in the forward, tangents in the backward.

@@ -23,7 +23,7 @@ namespace {
 struct PlanArgs {
   std::string graph_path, out_path, problem_path;
   std::string mesh, dim_names, hardware, memory_limit, max_problem_bytes, time_limit, gap_tolerance;
-  std::string repeated_layers;
+  std::string repeated_layers, recompute;
   // --param-memory LOW,HIGH and --no-param-memory: the last one given wins.
   std::optional<std::optional<std::string>> param_memory;
   bool verbose = false;
@@ -56,8 +56,14 @@ void define(CLI::App& app, PlanArgs& a) {
          "--no-param-memory", [&a](std::int64_t) { a.param_memory = std::optional<std::string>(); },
          "no parameter memory constraint")
       ->trigger_on_parse();
-  app.add_option("--memory-limit", a.memory_limit, "bytes per GPU (> 0; leave it out for no limit)")
+  app.add_option("--memory-limit", a.memory_limit,
+                 "peak bytes per GPU (> 0): the solver's limit and the one recomputation\n"
+                 "fits the plan to (default: the hardware's memory less 10%, for recomputation only)")
       ->type_name("BYTES");
+  app.add_option("--recompute", a.recompute,
+                 "what the backward recomputes: auto (only what the memory limit needs; default),\n"
+                 "none, selective (every block keeps matmul and attention outputs) or full")
+      ->type_name("auto|none|selective|full");
   app.add_option("--time-limit", a.time_limit, "seconds for building the problem and solving it (default 20)")
       ->type_name("SECONDS");
   app.add_option("--gap-tolerance", a.gap_tolerance,
@@ -137,6 +143,7 @@ PlannerOptions to_options(const PlanArgs& a) {
     o.gap_tolerance =
         checked_gap_tolerance(cli::to_double(a.gap_tolerance, "--gap-tolerance", "a fraction"), "--gap-tolerance");
   if (!a.repeated_layers.empty()) o.repeated_layers = parse_layer_tying(a.repeated_layers, "--repeated-layers");
+  if (!a.recompute.empty()) o.recompute = parse_recompute_mode(a.recompute, "--recompute");
   o.verbose = a.verbose;
   return o;
 }

@@ -101,6 +101,8 @@ class GraphReader {
       n.role = NodeRole::Compute;
       n.phase = read_phase(j, "phase", at);
       n.runs_in = read_phase(j, "runs_in", at);
+      if (const Json* r = json_find(j, "recomputable"); r && !r->is_null())
+        n.recomputable = json_bool(*r, at + ": field 'recomputable'");
       if (const Json* args = json_find(j, "args"); args && !args->is_null()) {
         const auto& list = json_array(*args, at + ": field 'args'");
         for (size_t k = 0; k < list.size(); ++k)

@@ -173,13 +173,20 @@ PlannerOptions parse_planner_options(const Json& doc) {
       } catch (const std::invalid_argument& e) {
         throw JsonError(e.what());
       }
+    } else if (k == "recompute") {
+      if (v.is_null()) continue;
+      try {
+        o.recompute = parse_recompute_mode(json_string(v, "options.recompute"), "options.recompute");
+      } catch (const std::invalid_argument& e) {
+        throw JsonError(e.what());
+      }
     } else if (k == "verbose") {
       o.verbose = !v.is_null() && json_bool(v, "options.verbose");
     } else {
       throw JsonError("options: unknown field \"" + k +
                       "\" (expected mesh, hardware, parameter_memory, memory_limit_bytes, input_constraints, "
                       "output_constraints, node_constraints, time_limit_s, gap_tolerance, max_problem_bytes, "
-                      "repeated_layers, fp32_matmul_precision, optimizer, verbose)");
+                      "repeated_layers, fp32_matmul_precision, optimizer, recompute, verbose)");
     }
   }
   if (fp32_matmul_tf32) o.hardware.fp32_matmul_uses_tf32 = *fp32_matmul_tf32;

@@ -29,6 +29,19 @@ Json memory_to_json(const StepMemory& m) {
   return j;
 }
 
+// docs/formats.md section 3, summary.recompute: the levels chosen per block and their cost.
+Json recompute_to_json(const RecomputeDecision& d) {
+  Json j = Json::object();
+  j["added_us"] = json_number(d.added_us);
+  j["limit_bytes"] = d.limit_bytes;
+  j["fits"] = d.fits;
+  Json blocks = Json::object();
+  for (const BlockRecompute& b : d.blocks)
+    if (b.level != RecomputeLevel::None) blocks[b.block.empty() ? "(outside blocks)" : b.block] = recompute_level_name(b.level);
+  j["blocks"] = std::move(blocks);
+  return j;
+}
+
 }  // namespace
 
 Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
@@ -72,6 +85,9 @@ Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
   Json outs = Json::array();
   for (const auto& l : plan.cost.output_layouts) outs.push_back(layout_to_json(l));
   doc["graph_outputs"] = std::move(outs);
+  Json recomputed = Json::array();
+  for (const std::string& name : plan.recompute.node_names(g)) recomputed.push_back(Json(name));
+  doc["recompute"] = std::move(recomputed);
 
   Json sum = Json::object();
   sum["total_us"] = json_number(plan.cost.total_us);
@@ -87,6 +103,7 @@ Json plan_to_json(const ShardingModel& sm, const Plan& plan) {
   sum["solve_time_s"] = json_number(plan.solve_time_s);
   sum["planning_time_s"] = json_number(plan.total_time_s);
   sum["memory"] = memory_to_json(plan.memory);
+  sum["recompute"] = recompute_to_json(plan.recompute);
   doc["summary"] = std::move(sum);
   return doc;
 }

@@ -21,20 +21,21 @@ Phase pass_of(const Node& node) {
 
 namespace {
 
-// overlap.py's DEFAULT_BUCKET_BYTES (DDP's bucket_cap_mb): the runtime's default reduction bucket.
+// overlap.py's DEFAULT_BUCKET_BYTES (DDP's bucket_cap_mb): the runtime's default reduction and
+// gather bucket.
 constexpr int64_t kReductionBucketBytes = int64_t{25} << 20;
 
-using Storage = std::pair<int32_t, int32_t>;  // (node, output) that owns the bytes
+using Storage = std::pair<int32_t, int32_t>;  // (timeline step, output) that owns the bytes
 
 class StepMemoryModel {
  public:
-  StepMemoryModel(const ShardingModel& sm, const std::vector<int32_t>& choice)
-      : sm_(sm), g_(*sm.graph), choice_(choice) {}
+  StepMemoryModel(const ShardingModel& sm, const std::vector<int32_t>& choice, const std::vector<char>& recompute)
+      : sm_(sm), g_(*sm.graph), choice_(choice), recompute_(recompute) {}
 
   StepMemory run(const OptimizerConfig& optimizer) {
     order_timeline();
     find_storages();
-    const int64_t steps = static_cast<int64_t>(g_.nodes.size());
+    const int64_t steps = static_cast<int64_t>(by_position_.size());
     delta_.assign(static_cast<size_t>(steps) + 1, 0);
     StepMemory m;
     count_persistent(m, optimizer);
@@ -47,7 +48,8 @@ class StepMemoryModel {
       live += delta_[static_cast<size_t>(t)];
       if (live > m.step_peak) {
         m.step_peak = live;
-        m.peak_at = g_.nodes[static_cast<size_t>(by_position_[static_cast<size_t>(t)])].name;
+        const TimelineStep& at = by_position_[static_cast<size_t>(t)];
+        m.peak_at = g_.nodes[static_cast<size_t>(at.node)].name + (at.again ? " (recomputed)" : "");
       }
     }
     return m;
@@ -57,10 +59,16 @@ class StepMemoryModel {
   const ShardingModel& sm_;
   const Graph& g_;
   const std::vector<int32_t>& choice_;
-  std::vector<int64_t> position_;     // graph node -> its step in the timeline
-  std::vector<int32_t> by_position_;  // step -> graph node
-  int64_t backward_start_ = 0;        // the backward's first step
-  std::vector<std::vector<Storage>> storage_;  // per node output: the storage it lives in
+  const std::vector<char>& recompute_;  // per node (or empty): run again in the backward
+  struct TimelineStep {
+    int32_t node;
+    bool again;  // the backward's second run of a recomputed forward node
+  };
+  std::vector<int64_t> position_;        // graph node -> its (first) step in the timeline
+  std::vector<int64_t> again_position_;  // graph node -> the step of its recomputation, or -1
+  std::vector<TimelineStep> by_position_;
+  int64_t backward_start_ = 0;                 // the backward's first step
+  std::vector<std::vector<Storage>> storage_;  // per step's output: the storage it lives in
   std::map<Storage, int64_t> last_read_;       // storage -> the last step that reads it (views included)
   std::set<Storage> leaves_step_;              // storages the step returns as they are (alive to the end)
 
@@ -81,17 +89,61 @@ class StepMemoryModel {
   }
   std::vector<int64_t> delta_;
 
-  // The forward's nodes in graph order, then the backward's.
+  bool recomputed(size_t i) const { return !recompute_.empty() && recompute_[i]; }
+  // A recomputed early node (a backward node the forward runs) runs in the backward only.
+  Phase pass(size_t i) const {
+    const Phase p = pass_of(g_.nodes[i]);
+    return recomputed(i) && g_.nodes[i].phase == Phase::Backward ? Phase::Backward : p;
+  }
+  bool runs_again(size_t i) const { return recomputed(i) && pass(i) == Phase::Forward; }
+
+  void place(size_t i, bool again) {
+    (again ? again_position_ : position_)[i] = static_cast<int64_t>(by_position_.size());
+    by_position_.push_back({static_cast<int32_t>(i), again});
+  }
+
+  // Before backward node `i`: the recomputed forward nodes it reads that have not run
+  // again yet, each after its own recomputed inputs (depth first, without recursion).
+  void place_recomputed_inputs(size_t i) {
+    std::vector<std::pair<size_t, bool>> todo{{i, false}};  // (node, inputs placed)
+    while (!todo.empty()) {
+      auto [n, ready] = todo.back();
+      todo.pop_back();
+      if (ready) {
+        if (n != i && again_position_[n] < 0) place(n, true);
+        continue;
+      }
+      todo.push_back({n, true});
+      const std::vector<TensorRef> refs = g_.nodes[n].tensor_inputs();
+      for (auto r = refs.rbegin(); r != refs.rend(); ++r)
+        if (runs_again(static_cast<size_t>(r->node)) && again_position_[static_cast<size_t>(r->node)] < 0)
+          todo.push_back({static_cast<size_t>(r->node), false});
+    }
+  }
+
+  // The forward's nodes in graph order, then the backward's, each backward node preceded by
+  // the recomputed forward nodes it reads (trace/step_schedule.py backward_order).
   void order_timeline() {
     position_.assign(g_.nodes.size(), 0);
-    for (Phase pass : {Phase::Forward, Phase::Backward}) {
-      if (pass == Phase::Backward) backward_start_ = static_cast<int64_t>(by_position_.size());
-      for (size_t i = 0; i < g_.nodes.size(); ++i)
-        if (pass_of(g_.nodes[i]) == pass) {
-          position_[i] = static_cast<int64_t>(by_position_.size());
-          by_position_.push_back(static_cast<int32_t>(i));
-        }
-    }
+    again_position_.assign(g_.nodes.size(), -1);
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (pass(i) == Phase::Forward) place(i, false);
+    backward_start_ = static_cast<int64_t>(by_position_.size());
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (pass(i) == Phase::Backward) {
+        place_recomputed_inputs(i);
+        place(i, false);
+      }
+  }
+
+  // The step whose value a reader at step `t` reads for `ref`: the recomputed copy in the
+  // backward, else the node's own.
+  int64_t source(const TensorRef& ref, int64_t t) const {
+    const int64_t again = again_position_[static_cast<size_t>(ref.node)];
+    return again >= 0 && t >= backward_start_ ? again : position_[static_cast<size_t>(ref.node)];
+  }
+  const Storage& storage_of(const TensorRef& ref, int64_t t) const {
+    return storage_[static_cast<size_t>(source(ref, t))][static_cast<size_t>(ref.output)];
   }
 
   // A view's outputs live in its first input's storage, unless that input arrives through a
@@ -103,16 +155,17 @@ class StepMemoryModel {
   }
 
   void find_storages() {
-    storage_.resize(g_.nodes.size());
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    storage_.resize(by_position_.size());
+    for (size_t t = 0; t < by_position_.size(); ++t) {
+      const size_t i = static_cast<size_t>(by_position_[t].node);
+      const auto at = static_cast<int64_t>(t);
       const std::vector<TensorRef> refs = g_.nodes[i].tensor_inputs();
       const bool view = views_its_input(i, refs);
       for (size_t k = 0; k < g_.nodes[i].outputs.size(); ++k)
-        storage_[i].push_back(view ? storage_[refs[0].node][refs[0].output]
-                                   : Storage{static_cast<int32_t>(i), static_cast<int32_t>(k)});
+        storage_[t].push_back(view ? storage_of(refs[0], at) : Storage{static_cast<int32_t>(t), static_cast<int32_t>(k)});
       for (const TensorRef& r : refs) {
-        int64_t& last = last_read_[storage_[r.node][r.output]];
-        last = std::max(last, position_[i]);
+        int64_t& last = last_read_[storage_of(r, at)];
+        last = std::max(last, at);
       }
     }
   }
@@ -140,18 +193,20 @@ class StepMemoryModel {
   // Every computed storage (and tangent) from the step that makes it to its last reader.
   // A storage made in the forward and read in the backward is saved.
   void count_values(StepMemory& m) {
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    const auto steps = static_cast<int64_t>(by_position_.size());
+    for (int64_t t = 0; t < steps; ++t) {
+      const size_t i = static_cast<size_t>(by_position_[static_cast<size_t>(t)].node);
       const Node& n = g_.nodes[i];
       if (persistent(n)) continue;
       for (size_t k = 0; k < n.outputs.size(); ++k) {
-        const Storage s = storage_[i][k];
-        if (s != Storage{static_cast<int32_t>(i), static_cast<int32_t>(k)}) continue;  // a view: counted at its storage
+        const Storage s = storage_[static_cast<size_t>(t)][k];
+        if (s != Storage{static_cast<int32_t>(t), static_cast<int32_t>(k)}) continue;  // a view: counted at its storage
         const auto it = last_read_.find(s);
-        const int64_t last = std::max(position_[i], it == last_read_.end() ? position_[i] : it->second);
-        const int64_t end = leaves_step_.count(s) ? static_cast<int64_t>(g_.nodes.size()) : last + 1;
+        const int64_t last = std::max(t, it == last_read_.end() ? t : it->second);
+        const int64_t end = leaves_step_.count(s) ? steps : last + 1;
         const int64_t bytes = output_bytes(i, k);
-        add_live(position_[i], end, bytes);
-        if (position_[i] < backward_start_ && last >= backward_start_) m.saved_activations += bytes;
+        add_live(t, end, bytes);
+        if (t < backward_start_ && last >= backward_start_) m.saved_activations += bytes;
       }
     }
   }
@@ -160,7 +215,7 @@ class StepMemoryModel {
   // in the layout they leave in. A gradient that must be reduced into its parameter's layout
   // waits for its bucket (reduction_buckets), then the reduced copy lives to the end.
   void count_outputs(StepMemory& m) {
-    const int64_t steps = static_cast<int64_t>(g_.nodes.size());
+    const auto steps = static_cast<int64_t>(by_position_.size());
     std::vector<Reduction> reductions;
     for (size_t j = 0; j < g_.outputs.size(); ++j) {
       const GraphOutput& o = g_.outputs[j];
@@ -169,7 +224,7 @@ class StepMemoryModel {
           o.role == GraphOutput::Role::Output ? sm_.output_targets[j] : *strategy(o.grad_of).outputs[0];
       const int64_t bytes = local_bytes(g_.meta(o.ref), to);
       if (o.role == GraphOutput::Role::Grad) m.gradients += bytes;
-      const Storage s = storage_[o.ref.node][o.ref.output];
+      const Storage s = storage_[static_cast<size_t>(position_[o.ref.node])][static_cast<size_t>(o.ref.output)];
       if (from == to) {
         leaves_step_.insert(s);  // the value itself leaves the step (nothing new if persistent)
       } else if (o.role == GraphOutput::Role::Grad) {
@@ -194,7 +249,7 @@ class StepMemoryModel {
   // consecutive gradients of one block and dtype, up to kReductionBucketBytes of them, issued
   // where the last is made, flattened into one buffer. Until then each waits unreduced.
   void reduction_buckets(std::vector<Reduction> reductions) {
-    const int64_t steps = static_cast<int64_t>(g_.nodes.size());
+    const auto steps = static_cast<int64_t>(by_position_.size());
     std::sort(reductions.begin(), reductions.end(), [](const Reduction& a, const Reduction& b) { return a.at < b.at; });
     size_t first = 0;
     int64_t bucket_bytes = 0;
@@ -221,27 +276,76 @@ class StepMemoryModel {
   }
 
   // A collective's result, in the layout its consumer reads, while the consumer runs.
+  // (A recomputed node's inputs are redistributed again: a weight gathered twice.)
+  // Parameters gathered in one pass for one block are bucketed (gathered_parameters).
   void count_collective_buffers() {
-    for (size_t c = 0; c < g_.nodes.size(); ++c) {
+    std::map<std::string, std::vector<Gather>> gathers;  // pass, block and dtype -> its gathers
+    for (size_t t = 0; t < by_position_.size(); ++t) {
+      const size_t c = static_cast<size_t>(by_position_[t].node);
       if (g_.nodes[c].role != NodeRole::Compute) continue;
       const Strategy& s = strategy(c);
       const std::vector<TensorRef> refs = g_.nodes[c].tensor_inputs();
       for (size_t a = 0; a < refs.size(); ++a) {
         const Layout& from = *strategy(refs[a].node).outputs[refs[a].output];
-        if (from == s.inputs[a] || (a == 0 && s.aliases_input)) continue;  // a view's: counted as its output
-        add_live(position_[c], position_[c] + 1, local_bytes(g_.meta(refs[a]), s.inputs[a]));
+        if (from == s.inputs[a]) continue;
+        const bool view = a == 0 && s.aliases_input;  // its result is the view's output, counted there
+        const auto at = static_cast<int64_t>(t);
+        const int64_t bytes = local_bytes(g_.meta(refs[a]), s.inputs[a]);
+        const Node& from_node = g_.nodes[static_cast<size_t>(refs[a].node)];
+        if (from_node.role == NodeRole::Parameter)
+          gathers[std::string(at < backward_start_ ? "f|" : "b|") + parameter_block(from_node.fqn) + "|" +
+                  std::string(dtype_name(g_.meta(refs[a]).dtype))]
+              .push_back({at, bytes, view});
+        else if (!view)
+          add_live(at, at + 1, bytes);
       }
     }
+    for (auto& [key, members] : gathers) gathered_parameters(std::move(members));
+  }
+
+  // The program gathers a block's parameters in one pass in buckets (program/passes/overlap.py
+  // bucket_gathers): consecutive gathers up to kReductionBucketBytes, issued at the bucket's
+  // first consumer, the flat result split into a copy per parameter there; each copy lives
+  // until its consumer (a view's copy from then on as the view's output). (Gathers
+  // prefetched further ahead are bounded by the runtime's prefetch budget, which it takes
+  // from the memory the plan leaves under its limit.)
+  struct Gather {
+    int64_t at;     // the consumer's step
+    int64_t bytes;  // the gathered copy
+    bool view;      // the consumer is a view of it (counted as the view's output from `at`)
+    bool operator<(const Gather& o) const { return at < o.at; }
+  };
+  void gathered_parameters(std::vector<Gather> members) {
+    std::stable_sort(members.begin(), members.end());
+    size_t first = 0;
+    int64_t bucket = 0;
+    auto close = [&](size_t end) {
+      if (first == end) return;
+      const int64_t start = members[first].at;
+      if (end - first > 1) add_live(start, start + 1, bucket);  // the flat result, while it is split
+      for (size_t k = first; k < end; ++k)
+        add_live(start, members[k].view ? members[k].at : members[k].at + 1, members[k].bytes);
+      first = end;
+      bucket = 0;
+    };
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (k > first && bucket + members[k].bytes > kReductionBucketBytes) close(k);
+      bucket += members[k].bytes;
+    }
+    close(members.size());
   }
 };
 
 }  // namespace
 
-StepMemory step_memory(const ShardingModel& sm, const std::vector<int32_t>& choice, const OptimizerConfig& optimizer) {
+StepMemory step_memory(const ShardingModel& sm, const std::vector<int32_t>& choice, const OptimizerConfig& optimizer,
+                       const std::vector<char>& recompute) {
   if (choice.size() != sm.graph->nodes.size())
     throw std::invalid_argument("step_memory: one choice per graph node (" + std::to_string(sm.graph->nodes.size()) +
                                 "), got " + std::to_string(choice.size()));
-  return StepMemoryModel(sm, choice).run(optimizer);
+  if (!recompute.empty() && recompute.size() != choice.size())
+    throw std::invalid_argument("step_memory: one recompute flag per graph node, or none");
+  return StepMemoryModel(sm, choice, recompute).run(optimizer);
 }
 
 }  // namespace autoshard

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -91,7 +92,10 @@ std::string tie_note(const RepeatedLayers& t) {
   return note;
 }
 
-PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& options, BuildLimits& limits) {
+// `solver_memory_limit`: whether the solver holds options.memory_limit_bytes itself (false:
+// it plans the fastest layouts and recomputation alone fits them to the limit).
+PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& options, BuildLimits& limits,
+                                  bool solver_memory_limit = true) {
   auto t0 = Clock::now();
   PlanningResult r;
   r.model = std::make_unique<MeshModel>(MeshModel::make(options.mesh, options.hardware));
@@ -110,7 +114,7 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
   LoweringOptions lo;
   lo.limits = &limits;
   lo.parameter_memory = effective_parameter_memory(options);
-  lo.memory_limit_bytes = options.memory_limit_bytes;
+  lo.memory_limit_bytes = solver_memory_limit ? options.memory_limit_bytes : -1;
   RedistributionCache cache(*r.model);
   r.lowered = lower_to_problem(r.sharding, lo, cache);
   r.plan.lower_time_s = seconds_since(t0) - r.plan.enumerate_time_s;
@@ -174,7 +178,11 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
   }
   plan.choice = expand_solution(r.lowered, solution);
   plan.cost = evaluate_choice(r.sharding, plan.choice, cache, r.lowered.overlap);
-  plan.memory = step_memory(r.sharding, plan.choice, options.optimizer);
+  const int64_t limit =
+      options.memory_limit_bytes > 0 ? options.memory_limit_bytes : default_memory_limit(options.hardware);
+  plan.recompute = choose_recompute(r.sharding, plan.choice, options.optimizer, options.recompute, limit, cache,
+                                    r.lowered.overlap);
+  plan.memory = plan.recompute.memory;
   plan.solver_objective_us = objective + r.lowered.constant_cost;
   // The lowering must price every plan exactly as the graph does; a mismatch is a bug here,
   // never something to report as a plan.
@@ -185,6 +193,52 @@ PlanningResult plan_within_limits(const Graph& graph, const PlannerOptions& opti
   plan.lower_bound_us = (plan.proven_optimal ? objective : bound) + r.lowered.constant_cost;
   plan.total_time_s = seconds_since(t0);
   return r;
+}
+
+std::string step_ms(const Plan& p) {
+  return fmt::format("{:.3f} ms", (p.cost.total_us + p.recompute.added_us) / 1000.0);
+}
+
+// A memory limit is met two ways: by the layouts (the solver holds the limit: more sharding,
+// more communication) or by recomputation on the fastest layouts. Both are planned (the
+// second only when the fastest layouts do not fit as they are) and the faster one that fits
+// is kept; the report says what the other would cost.
+PlanningResult plan_to_fit(const Graph& graph, const PlannerOptions& options, BuildLimits& limits) {
+  const auto t0 = Clock::now();
+  PlanningResult fastest = plan_within_limits(graph, options, limits, false);
+  if (fastest.plan.recompute.fits && fastest.plan.recompute.added_us == 0) return fastest;
+  PlannerOptions rest = options;
+  rest.time_limit_s = std::max(0.5 * options.time_limit_s, options.time_limit_s - seconds_since(t0));
+  BuildLimits again = limits;
+  again.time_limit_s = rest.time_limit_s;
+  again.deadline = Clock::now() + from_seconds(rest.time_limit_s);
+  std::optional<PlanningResult> sharded;
+  std::exception_ptr no_layouts;  // why the solver found no layouts within the limit
+  try {
+    sharded = plan_within_limits(graph, rest, again, true);
+  } catch (const NoPlan&) {
+    no_layouts = std::current_exception();
+  } catch (const InfeasibleLayoutsError&) {
+    no_layouts = std::current_exception();
+  }
+  // Nothing fits: the solver's own verdict (and its diagnosis of which constraints conflict).
+  if (!sharded && !fastest.plan.recompute.fits) std::rethrow_exception(no_layouts);
+  auto step_us = [](const Plan& p) { return p.cost.total_us + p.recompute.added_us; };
+  const bool sharded_wins = sharded && sharded->plan.recompute.fits &&
+                            (!fastest.plan.recompute.fits || step_us(sharded->plan) < step_us(fastest.plan));
+  const std::string other =
+      sharded_wins ? "the fastest layouts with recomputation: " + step_ms(fastest.plan) +
+                         (fastest.plan.recompute.fits ? "" : ", not fitting")
+      : sharded ? "layouts planned to the limit by the solver: " + step_ms(sharded->plan) +
+                      (sharded->plan.recompute.fits ? "" : ", not fitting")
+                : std::string("layouts planned to the limit by the solver: no plan");
+  PlanningResult kept = sharded_wins ? std::move(*sharded) : std::move(fastest);
+  kept.plan.notes.push_back("memory limit met by " +
+                            std::string(sharded_wins ? "the layouts the solver planned to it"
+                                                     : "recomputation on the fastest layouts") +
+                            ", " + step_ms(kept.plan) + " a step (against " + other + ")");
+  kept.plan.total_time_s = seconds_since(t0);
+  return kept;
 }
 
 }  // namespace
@@ -204,6 +258,8 @@ PlanningResult run_planner(const Graph& graph, const PlannerOptions& given) {
   }
   std::optional<NoPlan> failed;
   try {
+    if (options.memory_limit_bytes > 0 && options.recompute == RecomputeMode::Auto)
+      return plan_to_fit(graph, options, limits);
     return plan_within_limits(graph, options, limits);
   } catch (NoPlan& e) {
     failed = std::move(e);

@@ -89,6 +89,10 @@ const char* layer_tying_name(LayerTying t) {
 
 namespace autoshard {
 
+int64_t default_memory_limit(const HardwareProfile& hardware) {
+  return static_cast<int64_t>(hardware.memory_bytes * (1.0 - kMemoryReserveFraction));
+}
+
 OptimizerKind parse_optimizer_kind(const std::string& name, const std::string& what) {
   if (name == "adam" || name == "adamw") return OptimizerKind::Adam;
   if (name == "sgd") return OptimizerKind::SGD;

@@ -32,17 +32,39 @@ struct Group {
   int64_t main_activation_bytes = -1;
 };
 
-// The step's memory per GPU against the GPU's capacity: the peak, then what it is made of.
-std::string memory_lines(const StepMemory& mem, double capacity) {
+// The step's memory per GPU against the limit recomputation fitted it to (recompute.h): the
+// peak, then what it is made of.
+std::string memory_lines(const StepMemory& mem, const RecomputeDecision& rc) {
   const double peak = static_cast<double>(mem.total_peak());
   std::string verdict;
-  if (capacity > 0)
-    verdict = " of " + human_bytes(capacity) + (peak <= capacity ? " (fits)" : " (DOES NOT FIT: set a memory limit)");
+  if (rc.limit_bytes > 0)
+    verdict = " of the limit " + human_bytes(static_cast<double>(rc.limit_bytes)) +
+              (rc.fits ? " (fits)"
+                       : " (DOES NOT FIT even with the recomputation below: use more GPUs, a smaller batch, or a "
+                         "larger parameter share per GPU)");
   auto b = [](int64_t v) { return human_bytes(static_cast<double>(v)); };
   return "  memory per GPU: peak " + human_bytes(peak) + verdict + " = step peak " + b(mem.step_peak) +
          (mem.peak_at.empty() ? "" : " (at " + mem.peak_at + ")") + " + optimizer state " + b(mem.optimizer_state) +
          "\n    parameters " + b(mem.parameters) + ", gradients " + b(mem.gradients) + ", saved activations " +
          b(mem.saved_activations) + ", buffers " + b(mem.buffers) + ", inputs " + b(mem.inputs) + "\n";
+}
+
+// Which blocks recompute at which level, runs of consecutive blocks at one level joined.
+std::string recompute_line(const RecomputeDecision& rc) {
+  std::vector<std::string> runs;
+  for (size_t b = 0; b < rc.blocks.size();) {
+    size_t e = b;
+    while (e + 1 < rc.blocks.size() && rc.blocks[e + 1].level == rc.blocks[b].level && !rc.blocks[e + 1].block.empty())
+      ++e;
+    auto name = [&](size_t k) { return rc.blocks[k].block.empty() ? std::string("(outside blocks)") : rc.blocks[k].block; };
+    if (rc.blocks[b].level != RecomputeLevel::None)
+      runs.push_back(name(b) + (e > b ? ".." + name(e) : "") + " " + recompute_level_name(rc.blocks[b].level));
+    b = e + 1;
+  }
+  if (runs.empty()) return "";
+  std::string list;
+  for (size_t k = 0; k < runs.size(); ++k) list += (k ? ", " : "") + runs[k];
+  return "  recompute: " + list + "; +" + fixed(3, rc.added_us / 1000.0) + " ms a step\n";
 }
 
 }  // namespace
@@ -92,7 +114,7 @@ std::string plan_report(const ShardingModel& sm, const Plan& plan, const bool ve
                    " of the total)"
              : std::string())
      << "\n";
-  os << memory_lines(plan.memory, m.hw.memory_bytes);
+  os << memory_lines(plan.memory, plan.recompute) << recompute_line(plan.recompute);
   for (const auto& note : plan.notes) os << "  note: " << note << "\n";
   size_t strategies = 0;
   for (const auto& s : sm.strategies) strategies += s.size();

@@ -110,6 +110,7 @@ class AutoParallel:
         gap_tolerance: float | None = None,
         plan_cache: Any = True,
         repeated_layers: str | None = None,
+        recompute: str | None = None,
     ):
         from autoshard.trace.mixed_precision import canonical_policy
         from autoshard.planning.plan_cache import PlanCache
@@ -132,6 +133,10 @@ class AutoParallel:
         if repeated_layers is None:
             repeated_layers = "auto" if repeated_subgraphs else "untie"
         self.repeated_layers = repeated_layers
+        # what the backward recomputes to fit memory_limit_bytes (else the hardware's
+        # memory less 10 %): "auto" (only what the limit needs; the default), "none",
+        # "selective", "full" (PlannerOptions.recompute)
+        self.recompute = recompute
         # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
         # all-gathers in param_dtype, gradient reductions in reduce_dtype (mixed_precision.py)
         self.mp_policy = canonical_policy(mp_policy)
@@ -460,6 +465,7 @@ class AutoParallel:
             gap_tolerance=self.gap_tolerance,
             memory_limit_bytes=self.memory_limit_bytes,
             repeated_layers=self.repeated_layers,
+            recompute=self.recompute,
             # float32 matmuls priced as this process runs them (TF32 or full float32)
             fp32_matmul_precision=planner_fp32_precision(self.hardware),
             verbose=False,  # the planner's own trace goes to stderr; we log the report
@@ -561,6 +567,7 @@ class AutoParallel:
             "time_limit_s": self.time_limit_s,
             "gap_tolerance": self.gap_tolerance,
             "memory_limit_bytes": self.memory_limit_bytes,
+            "recompute": self.recompute,
             "strict": self.strict,
             "runtime": self.runtime,
             "compile": self.compile,

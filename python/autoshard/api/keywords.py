@@ -26,10 +26,10 @@ def check_autoparallel_keywords(
     if reshard_after_forward not in (None, False):
         raise NotImplementedError(
             "autoshard: reshard_after_forward=True (all-gather parameters again in the "
-            "backward, ZeRO-3 style) is not supported: the lowered program keeps each "
-            "all-gathered parameter from the forward for the backward, which is "
-            "reshard_after_forward=False (ZeRO-2 style). Pass reshard_after_forward=False or "
-            "leave it out; bound activation memory with memory_limit_bytes="
+            "backward, ZeRO-3 style) is not a switch here: the planner reshards a block "
+            "after the forward where the memory limit needs it (recompute='auto', "
+            "memory_limit_bytes=BYTES; docs/cost_model.md 6b) and keeps each gathered "
+            "parameter otherwise (ZeRO-2 style). Pass reshard_after_forward=False or leave it out"
         )
     if not isinstance(repeated_subgraphs, bool):
         raise TypeError(f"repeated_subgraphs must be True or False, got {repeated_subgraphs!r}")
@@ -46,17 +46,15 @@ def check_autoparallel_keywords(
     )
 
 
-# what a user asking for AutoParallel's activation checkpointing can use today (until the
-# planner chooses recomputation itself); torch.utils.checkpoint is named so that nobody
-# counts on it: it traces, but autoshard's program keeps the region's activations
+# what a user asking for AutoParallel's activation checkpointing uses instead: the planner
+# chooses recomputation itself; torch.utils.checkpoint is named so that nobody counts on it:
+# it traces, but autoshard's program follows the plan's recomputation, not the region's
 _INSTEAD_OF_AC = (
-    "the program keeps the forward activations the backward reads. Each plan's report "
-    "gives its predicted memory per GPU (docs/cost_model.md 6). memory_limit_bytes=BYTES "
-    "on AutoParallel / auto_parallel makes the planner shard activations further to stay "
-    "under it (that limit does not yet count every value the prediction does: check the "
-    "report); mp_policy=MixedPrecisionPolicy(param_dtype="
-    "torch.bfloat16) halves fp32 activations. torch.utils.checkpoint in the model traces "
-    "and runs, but its activations are kept, not recomputed."
+    "the planner chooses what the backward recomputes, per block, to fit the memory per "
+    "GPU (docs/cost_model.md 6b): memory_limit_bytes=BYTES on AutoParallel / auto_parallel "
+    "sets the limit (default: the hardware's memory less 10 %), and recompute='selective' "
+    "or 'full' asks for it in every block. torch.utils.checkpoint in the model traces and "
+    "runs, but only the plan's recomputation happens."
 )
 
 
@@ -77,12 +75,12 @@ def autoparallel_backend(
     if enable_ac not in (None, False):
         raise NotImplementedError(
             "autoparallel_backend(enable_ac=True): autoshard has no activation-checkpointing "
-            f"pass yet; {_INSTEAD_OF_AC} Pass enable_ac=False (or leave it out)"
+            f"pass after planning: {_INSTEAD_OF_AC} Pass enable_ac=False (or leave it out)"
         )
     if ac_stage_size_in_GiB not in ("auto", None):
         raise NotImplementedError(
             "autoparallel_backend(ac_stage_size_in_GiB=...) configures activation "
-            f"checkpointing, which autoshard does not do yet; {_INSTEAD_OF_AC} Leave "
+            f"checkpointing after planning, which autoshard does not do: {_INSTEAD_OF_AC} Leave "
             "ac_stage_size_in_GiB out"
         )
     if overlap_scheduling not in (None, True):

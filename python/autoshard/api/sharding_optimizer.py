@@ -420,6 +420,7 @@ class ShardingOptimizer:
                     "mesh_dim_names": opts.mesh_dim_names,
                     "placements": placements,
                     "graph_outputs": self._plan().get("graph_outputs"),
+                    "recompute": self._plan().get("recompute", []),
                 },
                 f,
             )
@@ -459,6 +460,7 @@ class ShardingOptimizer:
             "mesh": opts.to_json()["mesh"],
             "nodes": nodes,
             "graph_outputs": saved.get("graph_outputs"),
+            "recompute": list(saved.get("recompute", [])),
         }
         self.solution = plan
         if self._autop is None:

@@ -10,6 +10,7 @@ from typing import Any, Collection
 import torch
 import torch.fx as fx
 
+from autoshard.trace.step_schedule import recomputable
 from autoshard.trace.traced_step import TracedStep
 from autoshard.user_frames import module_path, source_line
 from autoshard.ops.user_rules import node_strategies, user_rule_of
@@ -79,6 +80,12 @@ def _runs_in(name: str, schedule) -> dict:
     return {"runs_in": schedule.runs_in[name]} if name in schedule.early else {}
 
 
+def _recomputable(node: fx.Node) -> dict:
+    """``recomputable: false`` for an op the backward must not run again (it draws random
+    numbers or writes its inputs): recompute.h never picks it."""
+    return {} if recomputable(node) else {"recomputable": False}
+
+
 def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) -> dict:
     """``free_outputs``: forward output indices the planner may leave in any layout. Each is
     written as tied to its tangent (role "grad" of the tangent placeholder: the output leaves
@@ -118,6 +125,7 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
                 "op": str(n.target),
                 "phase": phase[n.name],
                 **_runs_in(n.name, step.schedule),
+                **_recomputable(n),
                 "args": [encode_arg(a) for a in n.args],
                 "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
                 "outputs": output_metas(n),

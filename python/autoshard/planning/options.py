@@ -50,6 +50,11 @@ class PlannerOptions:
     # the optimizer whose state the memory estimate counts: "adam" (also AdamW, fp32
     # moments), "sgd", "sgd_momentum", "none"; None: the planner's default (adam)
     optimizer: str | None = None
+    # what the backward recomputes to fit the memory limit (memory_limit_bytes, else the
+    # hardware's memory less 10 %): "auto" (only what the limit needs), "none", "selective"
+    # (every block keeps its matmul and attention outputs), "full"; None: the planner's
+    # default (auto). cpp/include/autoshard/recompute.h
+    recompute: str | None = None
     verbose: bool = False  # the planner's own trace on stderr
 
     def replace(self, **changes: Any) -> "PlannerOptions":
@@ -83,6 +88,7 @@ class PlannerOptions:
             "memory_limit_bytes",
             "max_problem_bytes",
             "optimizer",
+            "recompute",
         ):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -122,6 +128,7 @@ class PlannerOptions:
             repeated_layers=d.get("repeated_layers", "auto"),
             fp32_matmul_precision=d.get("fp32_matmul_precision"),
             optimizer=d.get("optimizer"),
+            recompute=d.get("recompute"),
             verbose=bool(d.get("verbose", False)),
         )
 

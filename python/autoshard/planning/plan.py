@@ -72,6 +72,33 @@ class StepMemory:
 
 
 @dataclass
+class RecomputeSummary:
+    """What the backward recomputes under the plan (autoshard::RecomputeDecision,
+    cpp/include/autoshard/recompute.h): the level of each block that recomputes ("reshard",
+    "selective", "full"), the time it adds, and the limit it was chosen for."""
+
+    blocks: dict[str, str] = field(default_factory=dict)
+    added_us: float = 0.0
+    limit_bytes: int = 0  # 0: none
+    fits: bool = True
+
+    def describe(self) -> str:
+        if not self.blocks:
+            return "recompute: nothing"
+        levels = ", ".join(f"{b} {lvl}" for b, lvl in self.blocks.items())
+        return f"recompute: {levels}; +{self.added_us / 1000:.3f} ms a step"
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RecomputeSummary":
+        return cls(
+            blocks=dict(d.get("blocks") or {}),
+            added_us=float(d.get("added_us", 0.0)),
+            limit_bytes=int(d.get("limit_bytes", 0)),
+            fits=bool(d.get("fits", True)),
+        )
+
+
+@dataclass
 class PlanSummary:
     total_us: float = 0.0  # compute_us + exposed_comm_us
     compute_us: float = 0.0
@@ -81,6 +108,7 @@ class PlanSummary:
     lower_bound_us: float = 0.0
     solver_status: str | None = None  # "optimal", "gap tolerance" or "time limit"
     memory: StepMemory = field(default_factory=StepMemory)  # plans older than it: zeros
+    recompute: RecomputeSummary = field(default_factory=RecomputeSummary)
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanSummary":
@@ -94,6 +122,7 @@ class PlanSummary:
             lower_bound_us=float(d.get("lower_bound_us", 0.0)),
             solver_status=d.get("solver_status"),
             memory=StepMemory.from_json(d.get("memory") or {}),
+            recompute=RecomputeSummary.from_json(d.get("recompute") or {}),
         )
 
 
@@ -109,6 +138,8 @@ class Plan:
     # per node what the graph knows and the plan does not: op, role, fqn, module, phase,
     # shape, dtype (written by `autoshard plan --out` / `demo --plan-out`, or --graph)
     node_info: dict[str, dict] = field(default_factory=dict)
+    # forward nodes the backward runs again (and early nodes it runs instead of the forward)
+    recompute: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: dict, where: str = "plan") -> "Plan":
@@ -126,6 +157,7 @@ class Plan:
             report=str(d.get("report") or ""),
             preset=d.get("preset"),
             node_info=dict(d.get("node_info") or {}),
+            recompute=list(d.get("recompute") or []),
         )
 
     def info(self, node: str) -> dict[str, Any]:

@@ -197,7 +197,11 @@ class StepRunner:
                         out.add((ref.name, tuple(strs)))
             return out
 
-        return wanted(self.forward_nodes) & wanted(self.backward_nodes)
+        # a recomputed node redistributes its inputs again (reusing the forward's would keep
+        # them: what recomputing saves), and a recomputed value is not kept in any layout
+        own_backward = self.schedule.nodes_run_in(self.gm, BACKWARD)
+        both = wanted(self.forward_nodes) & wanted(own_backward)
+        return {(name, strs) for name, strs in both if name not in self.schedule.recompute}
 
     # ---- layouts -------------------------------------------------------------------------
     def _layout(self, strs, what: str):

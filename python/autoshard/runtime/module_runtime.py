@@ -22,6 +22,7 @@ from autoshard.program.interpreter import StepRunner
 from autoshard.program.execution import ProgramRunState, compile_program
 from autoshard.program.local_program import LocalProgram
 from autoshard.program.lowering import lower_step
+from autoshard.program.passes.overlap import DEFAULT_PREFETCH_BYTES
 from autoshard.runtime.inputs import example_local_inputs
 from autoshard.runtime.options import RuntimeOptions
 from autoshard.trace.input_binding import InputBinder
@@ -139,7 +140,7 @@ def lower_program(
             params,
             buffers,
             flat_inputs,
-            prefetch_bytes=rt.options.prefetch_bytes,
+            prefetch_bytes=prefetch_budget(rt),
             bucket_bytes=rt.options.bucket_bytes,
             reduce_inplace=not rt.options.compile,
             dynamic=rt.options.dynamic,
@@ -148,6 +149,22 @@ def lower_program(
         program = compile_program(program)
     program.state_key = _state_key(params, buffers)
     return program
+
+
+def prefetch_budget(rt: ModuleRuntime) -> int | None:
+    """Bytes of gathered parameters the program may prefetch ahead of their use
+    (overlap.py): the user's setting, else what the plan leaves free under the memory limit
+    it was fitted to (the planner's peak counts each gathered weight only while its
+    consumer runs), at most overlap.py's default; None (the default) for plans without
+    a memory summary."""
+    if rt.options.prefetch_bytes is not None:
+        return rt.options.prefetch_bytes
+    summary = (rt.plan or {}).get("summary") or {}
+    limit = (summary.get("recompute") or {}).get("limit_bytes") or 0
+    peak = (summary.get("memory") or {}).get("peak_bytes")
+    if limit <= 0 or peak is None:
+        return None
+    return max(0, min(DEFAULT_PREFETCH_BYTES, limit - peak))
 
 
 def step_program(
@@ -182,7 +199,7 @@ def inspect_program(module: nn.Module, rt: ModuleRuntime) -> LocalProgram:
             [p._local_tensor for p in traced_params(module, rt)],
             [b._local_tensor for b in traced_buffers(module, rt)],
             inputs,
-            prefetch_bytes=rt.options.prefetch_bytes,
+            prefetch_bytes=prefetch_budget(rt),
             bucket_bytes=rt.options.bucket_bytes,
             dynamic=rt.options.dynamic,
         )

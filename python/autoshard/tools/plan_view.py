@@ -110,6 +110,17 @@ def _memory_rows(m) -> str:
     )
 
 
+def _recompute_row(r) -> str:
+    """What the backward recomputes (plan summary.recompute), when anything."""
+    if not r.blocks:
+        return ""
+    levels = ", ".join(f"{b} {lvl}" for b, lvl in r.blocks.items())
+    return (
+        f"<tr><td>recompute</td><td>{html.escape(levels)}; "
+        f"+{r.added_us / 1e3:.3f} ms a step</td></tr>"
+    )
+
+
 def render_html(plan: Plan, png: bytes, title: str) -> str:
     e = html.escape
     s = plan.summary
@@ -120,7 +131,9 @@ def render_html(plan: Plan, png: bytes, title: str) -> str:
         f" ms / {s.comm_us / 1e3:.3f} ms</td></tr>"
         f"<tr><td>lower bound</td><td>{s.lower_bound_us / 1e3:.3f} ms"
         f"</td></tr><tr><td>parameters per GPU</td>"
-        f"<td>{s.parameter_bytes_per_gpu / 2**20:.2f} MiB</td></tr>" + _memory_rows(s.memory)
+        f"<td>{s.parameter_bytes_per_gpu / 2**20:.2f} MiB</td></tr>"
+        + _memory_rows(s.memory)
+        + _recompute_row(s.recompute)
     )
     body = "\n".join(_layer_row(r) for r in rows)
     note = (

@@ -3,8 +3,10 @@ the parallel module holds on each gloo rank over one training step (runtime/memo
 torch's MemTracker for the peak, the program's own count for the saved bytes).
 
 Each scenario plans a model with its inputs split on the batch dim under the default
-parameter budget, runs one step to warm up, then measures the next (gradients set to None
-before it, as an optimizer's zero_grad does).
+parameter budget (and the scenario's ``limit``: memory_limit_bytes, which recomputation
+may be chosen to meet), runs one step to warm up, then measures the next (gradients set to
+None before it, as an optimizer's zero_grad does). With ``reference``, the step's loss and
+gradients are compared with the single-process model's on the whole batch.
 
 Usage: torchrun --standalone --nproc-per-node 4 memory_worker.py CONFIG.json OUT_DIR
 """
@@ -63,24 +65,51 @@ def run(sc: dict, rank: int) -> dict:
     torch.manual_seed(0)
     with torch.device("meta"):
         model, input_fn = MODELS[sc["model"]]()
-    with AutoParallel(model, input_fn, mesh) as autop:
+    with AutoParallel(model, input_fn, mesh, memory_limit_bytes=sc.get("limit"),
+                      recompute=sc.get("recompute")) as autop:
         autop.add_input_constraints([(Shard(0),)] * len(input_fn()))
         parallel = autop.apply_placement(autop.optimize_placement())
     _materialise(parallel)
     torch.manual_seed(1)
     local = [t.chunk(world)[rank].contiguous() for t in input_fn()]
 
+    losses = []
+
     def step():
-        parallel(*local).backward()
+        loss = parallel(*local)
+        losses.append(loss.detach())
+        loss.backward()
 
     step()
     for p in parallel.parameters():
         p.grad = None
     measured = measure_step_memory(parallel, step, tuple(local))
-    predicted = runtime_of(parallel).plan["summary"]["memory"]
-    return {"name": sc["name"], "ok": True,
-            "measured": {"peak": measured.peak_bytes, "saved": measured.saved_bytes},
-            "predicted": {"peak": predicted["step_peak_bytes"], "saved": predicted["saved_activations"]}}
+    plan = runtime_of(parallel).plan
+    predicted = plan["summary"]["memory"]
+    out = {"name": sc["name"], "ok": True,
+           "measured": {"peak": measured.peak_bytes, "saved": measured.saved_bytes},
+           "predicted": {"peak": predicted["step_peak_bytes"], "saved": predicted["saved_activations"],
+                         "optimizer_state": predicted["optimizer_state"]},
+           "recompute": plan["summary"]["recompute"], "recomputed_nodes": len(plan.get("recompute", []))}
+    if sc.get("reference"):
+        torch.manual_seed(1)
+        out["errors"] = _errors_against_one_process(parallel, MODELS[sc["model"]], input_fn(), losses[-1])
+    return out
+
+
+def _errors_against_one_process(parallel, model_fn, inputs, loss) -> dict:
+    """Largest |difference| / max(|reference|) of the loss and each gradient, against the
+    model on one process with the parallel module's parameters, on the whole batch."""
+    ref, _ = model_fn()
+    ref.load_state_dict({n: p.full_tensor() for n, p in parallel.named_parameters()}, strict=False)
+    ref_loss = ref(*inputs)
+    ref_loss.backward()
+    rel = lambda a, b: float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))  # noqa: E731
+    errors = {"loss": rel(loss, ref_loss.detach())}
+    grads = dict(ref.named_parameters())
+    for name, p in parallel.named_parameters():
+        errors[name] = rel(p.grad.full_tensor(), grads[name].grad)
+    return errors
 
 
 if __name__ == "__main__":

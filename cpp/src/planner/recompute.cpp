@@ -1,0 +1,206 @@
+// Recomputation chosen per block to fit the memory limit (recompute.h).
+#include "autoshard/recompute.h"
+
+#include <array>
+#include <map>
+#include <stdexcept>
+
+#include "autoshard/layout.h"
+
+namespace autoshard {
+
+const char* recompute_level_name(RecomputeLevel level) {
+  switch (level) {
+    case RecomputeLevel::Reshard:
+      return "reshard";
+    case RecomputeLevel::Selective:
+      return "selective";
+    case RecomputeLevel::Full:
+      return "full";
+    default:
+      return "none";
+  }
+}
+
+RecomputeMode parse_recompute_mode(const std::string& name, const std::string& what) {
+  if (name == "auto") return RecomputeMode::Auto;
+  if (name == "none") return RecomputeMode::Off;
+  if (name == "selective") return RecomputeMode::Selective;
+  if (name == "full") return RecomputeMode::Full;
+  throw std::invalid_argument(what + ": unknown recompute mode \"" + name +
+                              "\" (expected auto: recompute only what the memory limit needs; none; selective: "
+                              "every block keeps its matmul and attention outputs and recomputes the rest; full: "
+                              "every block recomputed from its inputs)");
+}
+
+const char* recompute_mode_name(RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::Off:
+      return "none";
+    case RecomputeMode::Selective:
+      return "selective";
+    case RecomputeMode::Full:
+      return "full";
+    default:
+      return "auto";
+  }
+}
+
+std::vector<std::string> RecomputeDecision::node_names(const Graph& graph) const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < recompute.size(); ++i)
+    if (recompute[i]) names.push_back(graph.nodes[i].name);
+  return names;
+}
+
+namespace {
+
+// The block a node belongs to: its module's first numbered prefix ("layers.3" for
+// "layers.3.attention"), "" outside numbered modules.
+std::string block_of(const Node& n) { return parameter_block(n.module + "."); }
+
+// Selective keeps these outputs: the FLOP-heavy ops (matmuls, convolutions, attention).
+bool kept_by_selective(const std::string& op) {
+  static const std::array<const char*, 11> heavy = {
+      "aten.mm.",          "aten.addmm.",    "aten.bmm.",         "aten.baddbmm.",
+      "aten.matmul.",      "aten.linear.",   "aten.convolution.", "scaled_dot_product",
+      "flash_attention",   "efficient_attention", "flex_attention"};
+  for (const char* h : heavy)
+    if (op.find(h) != std::string::npos) return true;
+  return false;
+}
+
+bool early(const Node& n) { return n.phase == Phase::Backward && pass_of(n) == Phase::Forward; }
+
+// A forward view of a parameter (its transpose for a matmul): where the plan gathers the
+// parameter for it, the view holds the gathered copy, which the backward reads through it.
+bool views_a_parameter(const Graph& g, const Node& n) {
+  static const std::array<const char*, 6> views = {"aten.t.",       "aten.transpose.", "aten.permute.",
+                                                   "aten.view.",    "aten._unsafe_view.", "aten.detach."};
+  const std::vector<TensorRef> refs = n.tensor_inputs();
+  if (refs.empty() || g.nodes[static_cast<size_t>(refs[0].node)].role != NodeRole::Parameter) return false;
+  for (const char* v : views)
+    if (n.op.rfind(v, 0) == 0) return true;
+  return false;
+}
+
+// Whether `level` recomputes node `n` (given that the node is in a block at that level).
+// `kept`: its value must stay (a graph output reads it, or another block does: the block's
+// output is the next block's checkpoint, as activation checkpointing keeps each block's
+// input; recomputing it would recompute the blocks before it too).
+bool recomputed_at(const Graph& g, const Node& n, RecomputeLevel level, bool kept) {
+  if (n.role != NodeRole::Compute || !n.recomputable || level == RecomputeLevel::None) return false;
+  if (early(n)) return true;
+  if (pass_of(n) != Phase::Forward || kept) return false;
+  if (views_a_parameter(g, n)) return true;  // gathered again in the backward: reshard
+  if (level == RecomputeLevel::Full) return true;
+  return level == RecomputeLevel::Selective && !kept_by_selective(n.op);
+}
+
+// The blocks in forward order (the part outside numbered blocks last, as "").
+std::vector<std::string> blocks_in_order(const Graph& g) {
+  std::vector<std::string> blocks;
+  std::map<std::string, bool> seen;
+  bool outside = false;
+  for (const Node& n : g.nodes) {
+    if (n.role != NodeRole::Compute || pass_of(n) != Phase::Forward || n.phase == Phase::Backward) continue;
+    const std::string b = block_of(n);
+    if (b.empty()) {
+      outside = true;
+    } else if (!seen[b]) {
+      seen[b] = true;
+      blocks.push_back(b);
+    }
+  }
+  if (outside) blocks.push_back("");
+  return blocks;
+}
+
+// The time the backward spends on the recomputed forward nodes: their compute and their
+// inputs' redistributions again, charged as in the forward (a recomputed early node runs
+// once either way: nothing is added for it).
+double recompute_us(const ShardingModel& sm, const std::vector<int32_t>& choice, const std::vector<char>& flags,
+                    RedistributionCache& cache, const OverlapModel& overlap) {
+  const Graph& g = *sm.graph;
+  double us = 0;
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    if (!flags[c] || early(g.nodes[c])) continue;
+    const Strategy& s = sm.of(static_cast<int32_t>(c)).at(choice[c]);
+    us += s.compute_us;
+    const std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
+    for (size_t a = 0; a < refs.size(); ++a) {
+      const Layout& from = *sm.of(refs[a].node).at(choice[refs[a].node]).outputs[refs[a].output];
+      const double t = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
+      us += charged_time_us(t, cache.collectives(g.meta(refs[a]), from, s.inputs[a]), overlap.launch_us,
+                            overlap.input_launch_share[c][a], overlap.input_factor[c][a]);
+    }
+  }
+  return us;
+}
+
+}  // namespace
+
+std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<BlockRecompute>& blocks) {
+  const Graph& g = *sm.graph;
+  std::map<std::string, RecomputeLevel> level_of;
+  for (const BlockRecompute& b : blocks) level_of[b.block] = b.level;
+  std::vector<std::string> block(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) block[i] = block_of(g.nodes[i]);
+  std::vector<char> kept(g.nodes.size(), 0);
+  for (const GraphOutput& o : g.outputs) kept[static_cast<size_t>(o.ref.node)] = 1;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const TensorRef& r : g.nodes[i].tensor_inputs())
+      if (block[static_cast<size_t>(r.node)] != block[i]) kept[static_cast<size_t>(r.node)] = 1;
+  std::vector<char> flags(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto it = level_of.find(block[i]);
+    if (it != level_of.end()) flags[i] = recomputed_at(g, g.nodes[i], it->second, kept[i] != 0);
+  }
+  return flags;
+}
+
+RecomputeDecision choose_recompute(const ShardingModel& sm, const std::vector<int32_t>& choice,
+                                   const OptimizerConfig& optimizer, RecomputeMode mode, int64_t limit_bytes,
+                                   RedistributionCache& cache, const OverlapModel& overlap) {
+  const std::vector<std::string> names = blocks_in_order(*sm.graph);
+  auto decide = [&](RecomputeLevel low, RecomputeLevel high, size_t raised) {
+    RecomputeDecision d;
+    for (size_t b = 0; b < names.size(); ++b) d.blocks.push_back({names[b], b < raised ? high : low});
+    d.recompute = recompute_flags(sm, d.blocks);
+    d.memory = step_memory(sm, choice, optimizer, d.recompute);
+    d.added_us = recompute_us(sm, choice, d.recompute, cache, overlap);
+    d.limit_bytes = std::max<int64_t>(0, limit_bytes);
+    d.fits = limit_bytes <= 0 || d.memory.total_peak() <= limit_bytes;
+    return d;
+  };
+  const size_t all = names.size();
+  if (mode == RecomputeMode::Selective) return decide(RecomputeLevel::Selective, RecomputeLevel::Selective, all);
+  if (mode == RecomputeMode::Full) return decide(RecomputeLevel::Full, RecomputeLevel::Full, all);
+  RecomputeDecision none = decide(RecomputeLevel::None, RecomputeLevel::None, 0);
+  if (mode == RecomputeMode::Off || none.fits) return none;
+  RecomputeLevel below = RecomputeLevel::None;
+  for (RecomputeLevel level : {RecomputeLevel::Reshard, RecomputeLevel::Selective, RecomputeLevel::Full}) {
+    RecomputeDecision every = decide(below, level, all);
+    if (every.fits) {
+      // The fewest blocks raised to `level` that fit (the peak falls as blocks are raised).
+      size_t lo = 1, hi = all;
+      RecomputeDecision best = std::move(every);
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        RecomputeDecision d = decide(below, level, mid);
+        if (d.fits) {
+          best = std::move(d);
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      return best;
+    }
+    if (level == RecomputeLevel::Full) return every;
+    below = level;
+  }
+  return none;  // not reached
+}
+
+}  // namespace autoshard
