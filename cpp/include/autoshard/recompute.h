@@ -40,7 +40,6 @@ enum class RecomputeMode {
 };
 // "auto" / "none" / "selective" / "full"; throws std::invalid_argument naming `what`.
 RecomputeMode parse_recompute_mode(const std::string& name, const std::string& what);
-const char* recompute_mode_name(RecomputeMode mode);
 
 struct BlockRecompute {
   std::string block;  // "layers.3"

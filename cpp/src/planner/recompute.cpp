@@ -33,19 +33,6 @@ RecomputeMode parse_recompute_mode(const std::string& name, const std::string& w
                               "every block recomputed from its inputs)");
 }
 
-const char* recompute_mode_name(RecomputeMode mode) {
-  switch (mode) {
-    case RecomputeMode::Off:
-      return "none";
-    case RecomputeMode::Selective:
-      return "selective";
-    case RecomputeMode::Full:
-      return "full";
-    default:
-      return "auto";
-  }
-}
-
 std::vector<std::string> RecomputeDecision::node_names(const Graph& graph) const {
   std::vector<std::string> names;
   for (size_t i = 0; i < recompute.size(); ++i)
