@@ -9,6 +9,7 @@
 
 #include "autoshard/layout.h"
 #include "autoshard/overlap_model.h"
+#include "autoshard/redistribute.h"
 
 namespace autoshard {
 
@@ -227,6 +228,13 @@ class StepMemoryModel {
       const Storage s = storage_[static_cast<size_t>(position_[o.ref.node])][static_cast<size_t>(o.ref.output)];
       if (from == to) {
         leaves_step_.insert(s);  // the value itself leaves the step (nothing new if persistent)
+      } else if (o.role == GraphOutput::Role::Grad && !calls_collective(g_.meta(o.ref), from, to)) {
+        // A local re-layout (a replicated gradient's own chunk) runs just before the
+        // step's output (bucket_reductions moves a reduction's tail there): the whole
+        // gradient, e.g. an all-reduced bucket, lives until then.
+        int64_t& last = last_read_[s];
+        last = std::max(last, steps - 1);
+        add_live(steps - 1, steps, bytes);
       } else if (o.role == GraphOutput::Role::Grad) {
         reductions.push_back({position_[o.ref.node], s, local_bytes(g_.meta(o.ref), from), bytes,
                               parameter_block(g_.nodes[o.grad_of].fqn) + "|" + std::string(dtype_name(g_.meta(o.ref).dtype))});
@@ -235,6 +243,11 @@ class StepMemoryModel {
       }
     }
     reduction_buckets(std::move(reductions));
+  }
+
+  bool calls_collective(const TensorMeta& global, const Layout& from, const Layout& to) const {
+    const Redistribution r = plan_redistribution(global, from, to, *sm_.model);
+    return !r.feasible || r.collectives > 0;
   }
 
   struct Reduction {
@@ -295,7 +308,7 @@ class StepMemoryModel {
         if (from_node.role == NodeRole::Parameter)
           gathers[std::string(at < backward_start_ ? "f|" : "b|") + parameter_block(from_node.fqn) + "|" +
                   std::string(dtype_name(g_.meta(refs[a]).dtype))]
-              .push_back({at, bytes, view});
+              .push_back({at, bytes, local_bytes(g_.meta(refs[a]), from), view});
         else if (!view)
           add_live(at, at + 1, bytes);
       }
@@ -310,27 +323,33 @@ class StepMemoryModel {
   // prefetched further ahead are bounded by the runtime's prefetch budget, which it takes
   // from the memory the plan leaves under its limit.)
   struct Gather {
-    int64_t at;     // the consumer's step
-    int64_t bytes;  // the gathered copy
-    bool view;      // the consumer is a view of it (counted as the view's output from `at`)
+    int64_t at;           // the consumer's step
+    int64_t bytes;        // the gathered copy
+    int64_t local_bytes;  // the parameter's own shard, the gather's input
+    bool view;            // the consumer is a view of it (counted as the view's output from `at`)
     bool operator<(const Gather& o) const { return at < o.at; }
   };
   void gathered_parameters(std::vector<Gather> members) {
     std::stable_sort(members.begin(), members.end());
     size_t first = 0;
-    int64_t bucket = 0;
+    int64_t bucket = 0, bucket_input = 0;
     auto close = [&](size_t end) {
       if (first == end) return;
       const int64_t start = members[first].at;
-      if (end - first > 1) add_live(start, start + 1, bucket);  // the flat result, while it is split
+      // The flat input (the shards concatenated) and result, while the result is split and
+      // the first consumer runs: the backend may hold both a little past the wait (gloo's
+      // worker thread drops them after waking the waiter, NCCL's watchdog when it polls).
+      if (end - first > 1) add_live(start, start + 1, bucket + bucket_input);
       for (size_t k = first; k < end; ++k)
         add_live(start, members[k].view ? members[k].at : members[k].at + 1, members[k].bytes);
       first = end;
       bucket = 0;
+      bucket_input = 0;
     };
     for (size_t k = 0; k < members.size(); ++k) {
       if (k > first && bucket + members[k].bytes > kReductionBucketBytes) close(k);
       bucket += members[k].bytes;
+      bucket_input += members[k].local_bytes;
     }
     close(members.size());
   }

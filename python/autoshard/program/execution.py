@@ -147,7 +147,19 @@ def _run_backward(program: LocalProgram, args: list) -> list:
         return list(fn(*args))
     if program.boxed_bwd is None:
         program.boxed_bwd = copy_graph_module(fn, boxed=True)
+        program.bwd_unread_inputs = unread_inputs(program.boxed_bwd)
+    # an input the graph never reads would stay bound to a local of the boxed graph until it
+    # returns (torch.fx frees placeholders after their last use only when they have one),
+    # keeping e.g. a saved tensor it shares storage with alive through the whole backward
+    for k in program.bwd_unread_inputs:
+        args[k] = None
     return list(program.boxed_bwd(args))
+
+
+def unread_inputs(gm: fx.GraphModule) -> tuple[int, ...]:
+    """Positions of ``gm``'s placeholders that no node reads."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(k for k, n in enumerate(placeholders) if not n.users)
 
 
 def _run_split_forward(ctx, program: LocalProgram, state: ProgramRunState, inputs: list) -> list:

@@ -40,6 +40,7 @@ class LocalProgram:
     run_bwd_gm: fx.GraphModule = None
     # run_bwd_gm taking its inputs as one list it empties (execution._run_backward)
     boxed_bwd: fx.GraphModule = None
+    bwd_unread_inputs: tuple = ()  # positions of boxed_bwd's inputs that it never reads
 
     def __post_init__(self):
         self.fwd = self.fwd or self.fwd_gm
