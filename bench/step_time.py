@@ -173,6 +173,8 @@ def _autoshard_module(a, mesh, variant, ref_state):
         runtime="interpret" if variant == "autoshard_interp" else "program",
         time_limit_s=a.plan_time_limit,
         plan_cache=False,
+        memory_limit_bytes=int(a.memory_limit_mib * 2**20) if a.memory_limit_mib else None,
+        optimizer="sgd",  # the step's optimizer (no state)
     ) as autop:
         autop.add_input_constraints([(Shard(0),), (Shard(0),)])
         if variant.startswith("autoshard_ddp"):
@@ -539,6 +541,13 @@ def main() -> None:
         "to DIR, with how much communication ran behind compute",
     )
     p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument(
+        "--memory-limit-mib",
+        type=float,
+        default=0,
+        help="autoshard plans to this peak per rank (memory_limit_bytes), recomputing "
+        "what it must; 0: no limit",
+    )
     p.add_argument(
         "--memory",
         action="store_true",

@@ -108,3 +108,17 @@ TEST(StepMemory, AutoRecomputesOnlyWhatTheLimitNeeds) {
   EXPECT_NE(error_of([] { parse_recompute_mode("some", "options.recompute"); }).find("unknown recompute mode"),
             std::string::npos);
 }
+
+// A forward-only graph keeps nothing for a backward: no mode and no limit recomputes anything.
+TEST(StepMemory, ForwardOnlyGraphsRecomputeNothing) {
+  Graph g = read_graph_file(test_data("linear_fwd.json"));
+  PlanningResult r = run_planner(g, planner_options({1}));
+  RedistributionCache cache(*r.model);
+  for (RecomputeMode mode : {RecomputeMode::Auto, RecomputeMode::Selective, RecomputeMode::Full}) {
+    const RecomputeDecision d = choose_recompute(r.sharding, r.plan.choice, {}, mode, 1, cache, r.lowered.overlap);
+    EXPECT_EQ(d.node_names(g).size(), 0u);
+    EXPECT_TRUE(d.blocks.empty());
+    EXPECT_EQ(d.added_us, 0);
+    EXPECT_FALSE(d.fits);  // a 1-byte limit: said, not hidden
+  }
+}

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autoshard.models import Llama, LlamaConfig
+from autoshard._testing.models_zoo import llama3_small
 from autoshard.runtime.memory_probe import measure_step_memory
 from autoshard.runtime.module_state import load_full_state_dict
 from autoshard.runtime.parallel_module import build_parallel_module
@@ -17,17 +17,7 @@ from autoshard.trace.tracer import trace_training_step
 
 
 def _llama():
-    cfg = LlamaConfig(
-        dim=32,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        vocab_size=64,
-        ffn_dim=64,
-        max_seq_len=16,
-        attention="sdpa",
-    )
-    return Llama(cfg)
+    return llama3_small()
 
 
 class Dropped(nn.Module):
@@ -149,3 +139,27 @@ def test_the_plan_summary_and_options_carry_recomputation():
     assert r.fits and r.limit_bytes == 1 << 30
     assert r.describe() == "recompute: layers.0 full, layers.1 reshard; +1.500 ms a step"
     assert Plan.from_json({"nodes": {}}).summary.recompute.describe() == "recompute: nothing"
+
+
+@pytest.mark.parametrize("optimizer, state_per_param_byte", [(None, 2), ("sgd", 0)])
+def test_the_optimizer_named_on_autoparallel_is_what_the_memory_counts(
+    optimizer, state_per_param_byte
+):
+    """AutoParallel(optimizer=...) reaches the planner: Adam (the default) holds two moments
+    per parameter byte, SGD none; an unknown name is refused naming the choices."""
+    from torch.distributed.tensor import Shard
+
+    from autoshard import AutoParallel
+    from autoshard.trace.fake_pg import fake_world
+
+    with fake_world((4,), ("dp",), device_type="cpu") as mesh:
+        with torch.device("meta"):
+            model = llama3_small()
+        tokens = lambda: (torch.zeros(8, 16, dtype=torch.long),) * 2  # noqa: E731
+        with AutoParallel(model, tokens, mesh, optimizer=optimizer, plan_cache=False) as autop:
+            autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+            memory = autop.optimize_placement().plan["summary"]["memory"]
+        assert memory["optimizer_state"] == state_per_param_byte * memory["parameters"]
+        with pytest.raises(Exception, match="sgd_momentum"):
+            with AutoParallel(model, tokens, mesh, optimizer="lion", plan_cache=False) as autop:
+                autop.optimize_placement()

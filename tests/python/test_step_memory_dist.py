@@ -66,20 +66,10 @@ def test_without_recomputation_no_plan_fits_that_limit():
     from autoshard.planning.graph_export import graph_json
     from autoshard.planning.options import PlannerOptions, plan_graph
     from autoshard.trace.tracer import trace_training_step
-    from autoshard.models import Llama, LlamaConfig
+    from autoshard._testing.models_zoo import llama3_memory
 
-    cfg = LlamaConfig(
-        dim=128,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        vocab_size=256,
-        ffn_dim=256,
-        max_seq_len=64,
-        attention="sdpa",
-    )  # memory_worker's
     with torch.device("meta"):
-        model = Llama(cfg)
+        model = llama3_memory()  # memory_worker's
     tokens = lambda: (
         torch.zeros(8, 64, dtype=torch.long),
         torch.zeros(8, 64, dtype=torch.long),

@@ -114,6 +114,15 @@ struct ChoiceCost {
   std::vector<Layout> output_layouts;   // per graph output: the layout it leaves in
   int64_t parameter_bytes_per_gpu = 0;  // max local bytes of every parameter
 };
+// The redistributions of node `c`'s inputs under `choice`: their full time and the part
+// charged to the step (not hidden behind compute, overlap_model.h).
+struct InputComm {
+  double full_us = 0;
+  double charged_us = 0;
+};
+InputComm input_comm(const ShardingModel& sm, const std::vector<int32_t>& choice, size_t c, RedistributionCache& cache,
+                     const OverlapModel& overlap);
+
 // `overlap`: the factors the lowered problem was charged with (LoweredProblem::overlap).
 ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache,
                            const OverlapModel& overlap);

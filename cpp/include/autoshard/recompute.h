@@ -42,8 +42,10 @@ enum class RecomputeMode {
 RecomputeMode parse_recompute_mode(const std::string& name, const std::string& what);
 
 struct BlockRecompute {
-  std::string block;  // "layers.3"
+  std::string block;  // "layers.3"; empty for the nodes outside every block
   RecomputeLevel level = RecomputeLevel::None;
+  // The block's name in plans and reports: the nodes outside every block are one more.
+  std::string display_name() const { return block.empty() ? "(outside blocks)" : block; }
 };
 
 struct RecomputeDecision {

@@ -37,7 +37,7 @@ Json recompute_to_json(const RecomputeDecision& d) {
   j["fits"] = d.fits;
   Json blocks = Json::object();
   for (const BlockRecompute& b : d.blocks)
-    if (b.level != RecomputeLevel::None) blocks[b.block.empty() ? "(outside blocks)" : b.block] = recompute_level_name(b.level);
+    if (b.level != RecomputeLevel::None) blocks[b.display_name()] = recompute_level_name(b.level);
   j["blocks"] = std::move(blocks);
   return j;
 }

@@ -385,6 +385,22 @@ std::vector<int32_t> expand_solution(const LoweredProblem& lp, const Solution& s
   return choice;
 }
 
+InputComm input_comm(const ShardingModel& sm, const std::vector<int32_t>& choice, size_t c, RedistributionCache& cache,
+                     const OverlapModel& overlap) {
+  const Graph& g = *sm.graph;
+  const Strategy& s = sm.of(static_cast<int32_t>(c)).at(choice[c]);
+  const std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
+  InputComm r;
+  for (size_t a = 0; a < refs.size(); ++a) {
+    const Layout& from = *sm.of(refs[a].node).at(choice[refs[a].node]).outputs[refs[a].output];
+    const double us = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
+    r.full_us += us;
+    r.charged_us += charged_time_us(us, cache.collectives(g.meta(refs[a]), from, s.inputs[a]), overlap.launch_us,
+                                    overlap.input_launch_share[c][a], overlap.input_factor[c][a]);
+  }
+  return r;
+}
+
 ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& choice, RedistributionCache& cache,
                            const OverlapModel& overlap) {
   const Graph& g = *sm.graph;
@@ -396,14 +412,9 @@ ChoiceCost evaluate_choice(const ShardingModel& sm, const std::vector<int32_t>& 
   for (size_t c = 0; c < g.nodes.size(); ++c) {
     const Strategy& s = strat(static_cast<int32_t>(c));
     r.compute_us += s.compute_us;
-    std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
-    for (size_t a = 0; a < refs.size(); ++a) {
-      const Layout& from = *strat(refs[a].node).outputs[refs[a].output];
-      const double us = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
-      r.node_comm_us[c] += us;
-      r.exposed_comm_us += charged_time_us(us, cache.collectives(g.meta(refs[a]), from, s.inputs[a]), overlap.launch_us,
-                                           overlap.input_launch_share[c][a], overlap.input_factor[c][a]);
-    }
+    const InputComm in = input_comm(sm, choice, c, cache, overlap);
+    r.node_comm_us[c] += in.full_us;
+    r.exposed_comm_us += in.charged_us;
     if (g.nodes[c].role == NodeRole::Parameter)
       r.parameter_bytes_per_gpu += local_meta(*g.nodes[c].outputs[0], *s.outputs[0], mesh).bytes();
   }

@@ -1,8 +1,10 @@
 // Recomputation chosen per block to fit the memory limit (recompute.h).
 #include "autoshard/recompute.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "autoshard/layout.h"
@@ -87,17 +89,15 @@ bool recomputed_at(const Graph& g, const Node& n, RecomputeLevel level, bool kep
 // The blocks in forward order (the part outside numbered blocks last, as "").
 std::vector<std::string> blocks_in_order(const Graph& g) {
   std::vector<std::string> blocks;
-  std::map<std::string, bool> seen;
+  std::set<std::string> seen;
   bool outside = false;
   for (const Node& n : g.nodes) {
     if (n.role != NodeRole::Compute || pass_of(n) != Phase::Forward || n.phase == Phase::Backward) continue;
     const std::string b = block_of(n);
-    if (b.empty()) {
+    if (b.empty())
       outside = true;
-    } else if (!seen[b]) {
-      seen[b] = true;
+    else if (seen.insert(b).second)
       blocks.push_back(b);
-    }
   }
   if (outside) blocks.push_back("");
   return blocks;
@@ -112,15 +112,7 @@ double recompute_us(const ShardingModel& sm, const std::vector<int32_t>& choice,
   double us = 0;
   for (size_t c = 0; c < g.nodes.size(); ++c) {
     if (!flags[c] || early(g.nodes[c])) continue;
-    const Strategy& s = sm.of(static_cast<int32_t>(c)).at(choice[c]);
-    us += s.compute_us;
-    const std::vector<TensorRef> refs = g.nodes[c].tensor_inputs();
-    for (size_t a = 0; a < refs.size(); ++a) {
-      const Layout& from = *sm.of(refs[a].node).at(choice[refs[a].node]).outputs[refs[a].output];
-      const double t = cache.time_us(g.meta(refs[a]), from, s.inputs[a]);
-      us += charged_time_us(t, cache.collectives(g.meta(refs[a]), from, s.inputs[a]), overlap.launch_us,
-                            overlap.input_launch_share[c][a], overlap.input_factor[c][a]);
-    }
+    us += sm.of(static_cast<int32_t>(c)).at(choice[c]).compute_us + input_comm(sm, choice, c, cache, overlap).charged_us;
   }
   return us;
 }
@@ -149,7 +141,11 @@ std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<Blo
 RecomputeDecision choose_recompute(const ShardingModel& sm, const std::vector<int32_t>& choice,
                                    const OptimizerConfig& optimizer, RecomputeMode mode, int64_t limit_bytes,
                                    RedistributionCache& cache, const OverlapModel& overlap) {
-  const std::vector<std::string> names = blocks_in_order(*sm.graph);
+  // A forward-only graph (inference, a no-grad step) keeps nothing for a backward: there
+  // is nothing to recompute, whatever the mode or the limit.
+  const bool has_backward = std::any_of(sm.graph->nodes.begin(), sm.graph->nodes.end(),
+                                        [](const Node& n) { return pass_of(n) == Phase::Backward; });
+  const std::vector<std::string> names = has_backward ? blocks_in_order(*sm.graph) : std::vector<std::string>{};
   auto decide = [&](RecomputeLevel low, RecomputeLevel high, size_t raised) {
     RecomputeDecision d;
     for (size_t b = 0; b < names.size(); ++b) d.blocks.push_back({names[b], b < raised ? high : low});

@@ -56,7 +56,7 @@ std::string recompute_line(const RecomputeDecision& rc) {
     size_t e = b;
     while (e + 1 < rc.blocks.size() && rc.blocks[e + 1].level == rc.blocks[b].level && !rc.blocks[e + 1].block.empty())
       ++e;
-    auto name = [&](size_t k) { return rc.blocks[k].block.empty() ? std::string("(outside blocks)") : rc.blocks[k].block; };
+    auto name = [&](size_t k) { return rc.blocks[k].display_name(); };
     if (rc.blocks[b].level != RecomputeLevel::None)
       runs.push_back(name(b) + (e > b ? ".." + name(e) : "") + " " + recompute_level_name(rc.blocks[b].level));
     b = e + 1;

@@ -36,6 +36,24 @@ def llama3_small(attention: str = "sdpa") -> Llama:
     )
 
 
+def llama3_memory() -> Llama:
+    """llama3_small's architecture at dim 128, vocab 256 and 64 tokens: the model whose
+    step memory the 4-rank tests measure against the prediction (tests/python/dist/
+    memory_worker.py), with batch 8 about 4-5 MB a rank."""
+    return Llama(
+        LlamaConfig(
+            dim=128,
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=2,
+            vocab_size=256,
+            ffn_dim=256,
+            max_seq_len=64,
+            attention="sdpa",
+        )
+    )
+
+
 class GPT2LM(nn.Module):
     """``transformers.GPT2LMHeadModel`` with the loss it computes from ``labels`` as output."""
 

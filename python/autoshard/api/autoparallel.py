@@ -111,6 +111,7 @@ class AutoParallel:
         plan_cache: Any = True,
         repeated_layers: str | None = None,
         recompute: str | None = None,
+        optimizer: str | None = None,
     ):
         from autoshard.trace.mixed_precision import canonical_policy
         from autoshard.planning.plan_cache import PlanCache
@@ -137,6 +138,9 @@ class AutoParallel:
         # memory less 10 %): "auto" (only what the limit needs; the default), "none",
         # "selective", "full" (PlannerOptions.recompute)
         self.recompute = recompute
+        # the optimizer whose state the memory per GPU counts against the limit: "adam" (the
+        # default; AdamW too), "sgd" (no state), "sgd_momentum" (PlannerOptions.optimizer)
+        self.optimizer = optimizer
         # FSDP2's MixedPrecisionPolicy: parameters cast to param_dtype in the traced step,
         # all-gathers in param_dtype, gradient reductions in reduce_dtype (mixed_precision.py)
         self.mp_policy = canonical_policy(mp_policy)
@@ -466,6 +470,7 @@ class AutoParallel:
             memory_limit_bytes=self.memory_limit_bytes,
             repeated_layers=self.repeated_layers,
             recompute=self.recompute,
+            optimizer=self.optimizer,
             # float32 matmuls priced as this process runs them (TF32 or full float32)
             fp32_matmul_precision=planner_fp32_precision(self.hardware),
             verbose=False,  # the planner's own trace goes to stderr; we log the report
@@ -568,6 +573,7 @@ class AutoParallel:
             "gap_tolerance": self.gap_tolerance,
             "memory_limit_bytes": self.memory_limit_bytes,
             "recompute": self.recompute,
+            "optimizer": self.optimizer,
             "strict": self.strict,
             "runtime": self.runtime,
             "compile": self.compile,

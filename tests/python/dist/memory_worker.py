@@ -21,17 +21,14 @@ from torch.distributed.tensor import Shard
 from scenario_runner import run_scenarios
 
 from autoshard.api.autoparallel import AutoParallel
-from autoshard.models import Llama, LlamaConfig
 from autoshard.runtime.memory_probe import measure_step_memory
 from autoshard.runtime.module_runtime import runtime_of
 from autoshard._testing import hf_zoo
-from autoshard._testing.models_zoo import GPT2LM, MoEBlock
+from autoshard._testing.models_zoo import GPT2LM, MoEBlock, llama3_memory
 
 
 def _llama():
-    cfg = LlamaConfig(dim=128, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=256,
-                      ffn_dim=256, max_seq_len=64, attention="sdpa")
-    return Llama(cfg), lambda: (torch.randint(0, 256, (8, 64)), torch.randint(0, 256, (8, 64)))
+    return llama3_memory(), lambda: (torch.randint(0, 256, (8, 64)), torch.randint(0, 256, (8, 64)))
 
 
 def _gpt2():
