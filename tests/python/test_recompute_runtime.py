@@ -143,23 +143,21 @@ def test_the_plan_summary_and_options_carry_recomputation():
 
 @pytest.mark.parametrize("optimizer, state_per_param_byte", [(None, 2), ("sgd", 0)])
 def test_the_optimizer_named_on_autoparallel_is_what_the_memory_counts(
-    optimizer, state_per_param_byte
+    mesh1, optimizer, state_per_param_byte
 ):
     """AutoParallel(optimizer=...) reaches the planner: Adam (the default) holds two moments
     per parameter byte, SGD none; an unknown name is refused naming the choices."""
     from torch.distributed.tensor import Shard
 
     from autoshard import AutoParallel
-    from autoshard.trace.fake_pg import fake_world
 
-    with fake_world((4,), ("dp",), device_type="cpu") as mesh:
-        with torch.device("meta"):
-            model = llama3_small()
-        tokens = lambda: (torch.zeros(8, 16, dtype=torch.long),) * 2  # noqa: E731
-        with AutoParallel(model, tokens, mesh, optimizer=optimizer, plan_cache=False) as autop:
-            autop.add_input_constraints([(Shard(0),), (Shard(0),)])
-            memory = autop.optimize_placement().plan["summary"]["memory"]
-        assert memory["optimizer_state"] == state_per_param_byte * memory["parameters"]
-        with pytest.raises(Exception, match="sgd_momentum"):
-            with AutoParallel(model, tokens, mesh, optimizer="lion", plan_cache=False) as autop:
-                autop.optimize_placement()
+    with torch.device("meta"):
+        model = llama3_small()
+    tokens = lambda: (torch.zeros(8, 16, dtype=torch.long),) * 2  # noqa: E731
+    with AutoParallel(model, tokens, mesh1, optimizer=optimizer, plan_cache=False) as autop:
+        autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+        memory = autop.optimize_placement().plan["summary"]["memory"]
+    assert memory["optimizer_state"] == state_per_param_byte * memory["parameters"]
+    with pytest.raises(Exception, match="sgd_momentum"):
+        with AutoParallel(model, tokens, mesh1, optimizer="lion", plan_cache=False) as autop:
+            autop.optimize_placement()
