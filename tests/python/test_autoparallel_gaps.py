@@ -1,8 +1,9 @@
 """The last gaps a user switching from AutoParallel hits (issue 45), one process, fake
 process group: local_map's output structure in a traced model, the sharding optimizer's
 files after the ``with`` block, the input errors' exception type, get_json's summary keys,
-how a with_sharding_constraint is found in the graph, autoparallel_backend's refusal of
-enable_ac, and local_map imported from autoshard.collectives. Written from the behaviour
+how a with_sharding_constraint is found in the graph, AutoParallel's activation-checkpointing
+keywords routed to the planner's recomputation, and local_map imported from
+autoshard.collectives. Written from the behaviour
 AutoParallel documents, not from its tests."""
 
 import pytest
@@ -224,21 +225,100 @@ def test_sharding_constraint_node_is_found_by_its_local_map_kwargs():
     assert len(backward) == 2
 
 
-# ---- 6. enable_ac is refused with what to use instead ------------------------------------
+# ---- 6. activation checkpointing: AutoParallel's keywords reach the planner's recompute -----
+def _tiny_linear():
+    return nn.Linear(16, 16)
+
+
 @pytest.mark.parametrize(
-    "keywords",
-    [{"enable_ac": True}, {"ac_stage_size_in_GiB": 2.0}],
+    "enable_ac,recompute,planned",
+    [
+        (True, None, "auto"),  # AC wherever the memory limit needs it
+        (False, None, "none"),
+        (None, None, None),  # neither: the planner's default ("auto")
+        (None, "selective", "selective"),
+        (True, "full", "full"),  # AC in every block: enable_ac=True all the more
+        (False, "none", "none"),
+    ],
 )
-def test_activation_checkpointing_is_refused_naming_what_to_use(keywords):
+def test_enable_ac_sets_the_planners_recompute_mode(mesh4, enable_ac, recompute, planned):
+    autop = AutoParallel(
+        _tiny_linear(), lambda: torch.empty(8, 16), mesh4, enable_ac=enable_ac, recompute=recompute
+    )
+    assert autop.recompute == planned
+    assert autop.options().recompute == planned
+
+
+@pytest.mark.parametrize(
+    "keywords,error,named",
+    [
+        ({"enable_ac": True, "recompute": "none"}, ValueError, "recompute='none'"),
+        ({"enable_ac": False, "recompute": "selective"}, ValueError, "recompute='selective'"),
+        ({"enable_ac": "yes"}, TypeError, "enable_ac must be True, False or None"),
+        ({"recompute": "everything"}, ValueError, "'selective', 'full'"),
+        ({"ac_stage_size_in_GiB": 2.0}, NotImplementedError, "memory_limit_bytes="),
+    ],
+)
+def test_activation_checkpointing_keywords_that_cannot_be_honoured_are_refused(
+    mesh4, keywords, error, named
+):
+    with pytest.raises(error) as err:
+        AutoParallel(_tiny_linear(), lambda: torch.empty(8, 16), mesh4, **keywords)
+    assert named in str(err.value)
+
+
+def test_auto_parallel_takes_the_activation_checkpointing_keywords(mesh4):
+    # refused before tracing, so the one-call form reports the same stage-size message
+    with pytest.raises(NotImplementedError, match="ac_stage_size_in_GiB=1.5"):
+        autoshard.auto_parallel(_tiny_linear(), mesh4, torch.empty(8, 16), ac_stage_size_in_GiB=1.5)
+    with pytest.raises(ValueError, match="contradict"):
+        autoshard.auto_parallel(
+            _tiny_linear(), mesh4, torch.empty(8, 16), enable_ac=False, recompute="full"
+        )
+
+
+def test_enable_ac_under_a_tight_memory_limit_plans_recomputation_and_false_none(mesh4):
+    """At 5 MiB a rank the small Llama's step does not fit without recomputation: with
+    enable_ac=True the planner recomputes part of the forward and fits; with False it
+    recomputes nothing and says the plan does not fit."""
+    from autoshard._testing.models_zoo import llama3_memory
+
+    with torch.device("meta"):
+        model = llama3_memory()
+    tokens = lambda: (torch.zeros(8, 64, dtype=torch.long),) * 2  # noqa: E731
+    plans = {}
+    for enable_ac in (True, False):
+        with AutoParallel(
+            model,
+            tokens,
+            mesh4,
+            hardware="CPU",
+            memory_limit_bytes=5 << 20,
+            enable_ac=enable_ac,
+            plan_cache=False,
+        ) as autop:
+            autop.add_input_constraints([(Shard(0),), (Shard(0),)])
+            plans[enable_ac] = autop.optimize_placement().plan
+    checkpointed = plans[True]["summary"]["recompute"]
+    assert plans[True]["recompute"] and checkpointed["fits"]
+    assert set(checkpointed["blocks"].values()) - {"none"}
+    assert plans[False]["recompute"] == [] and not plans[False]["summary"]["recompute"]["fits"]
+
+
+def test_autoparallel_backend_takes_enable_ac_and_says_where_recomputation_is_set(caplog):
     from autoshard import autoparallel_backend
 
+    for enable_ac in (True, False):
+        with caplog.at_level("INFO", logger="autoshard"):
+            assert callable(autoparallel_backend(enable_ac=enable_ac))
+        assert f"enable_ac={enable_ac}" in caplog.text and "recompute=" in caplog.text
+        caplog.clear()
     with pytest.raises(NotImplementedError) as err:
-        autoparallel_backend(**keywords)
+        autoparallel_backend(ac_stage_size_in_GiB=2.0)
     message = str(err.value)
     assert "memory_limit_bytes=" in message and "recompute=" in message
-    # the model's own checkpoint is named so that nobody counts on it deciding
-    assert "torch.utils.checkpoint" in message and "only the plan's recomputation" in message
-    assert callable(autoparallel_backend(enable_ac=False))
+    with pytest.raises(TypeError, match="enable_ac must be"):
+        autoparallel_backend(enable_ac=1.0)
 
 
 # ---- 7. local_map where AutoParallel users import it from: the collectives module -----------

@@ -62,8 +62,8 @@ def test_public_names_import():
     backend = autoparallel_backend()
     assert callable(backend)
     assert callable(autoparallel_backend(enable_ac=False, overlap_scheduling=True))
-    with pytest.raises(NotImplementedError, match="enable_ac=False"):
-        autoparallel_backend(enable_ac=True)
+    # the plan's recomputation is the compiled program's (test_autoparallel_gaps.py)
+    assert callable(autoparallel_backend(enable_ac=True))
 
 
 def test_constructor_keywords_accepted_or_refused_with_reason(mesh22):

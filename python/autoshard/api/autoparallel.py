@@ -25,7 +25,11 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
-from autoshard.api.keywords import ParallelJoint, check_autoparallel_keywords
+from autoshard.api.keywords import (
+    ParallelJoint,
+    check_autoparallel_keywords,
+    recompute_for_enable_ac,
+)
 from autoshard.planning.hardware import planner_fp32_precision
 from autoshard.planning.options import DEFAULT_BUDGET, DEFAULT_TIME_LIMIT_S, PlannerOptions
 from autoshard.placements import layout_to_strs, normalize_placements
@@ -76,6 +80,10 @@ class AutoParallel:
     with depth), "untie"d (each layer planned on its own) or, by default ("auto"), tied only
     where planning each layer on its own would be large (docs/repeated_layers.md).
     ``repeated_subgraphs=False`` means "untie".
+    ``recompute``: what the backward recomputes to fit ``memory_limit_bytes`` (else the
+    hardware's memory less 10 %): "auto" (default: what the limit needs), "none",
+    "selective", "full" (docs/cost_model.md 6b). AutoParallel's ``enable_ac=True`` is
+    "auto", ``enable_ac=False`` "none"; a stage size ``ac_stage_size_in_GiB`` is refused.
     ``dynamic=True``: the parallel module accepts inputs whose sizes differ from the
     example's (same number of dims and dtypes); each new input shape gets its own step,
     traced, planned (parameters pinned to their layouts) and lowered on first use, and
@@ -112,6 +120,8 @@ class AutoParallel:
         repeated_layers: str | None = None,
         recompute: str | None = None,
         optimizer: str | None = None,
+        enable_ac: bool | None = None,
+        ac_stage_size_in_GiB: Any = "auto",
     ):
         from autoshard.trace.mixed_precision import canonical_policy
         from autoshard.planning.plan_cache import PlanCache
@@ -136,8 +146,11 @@ class AutoParallel:
         self.repeated_layers = repeated_layers
         # what the backward recomputes to fit memory_limit_bytes (else the hardware's
         # memory less 10 %): "auto" (only what the limit needs; the default), "none",
-        # "selective", "full" (PlannerOptions.recompute)
-        self.recompute = recompute
+        # "selective", "full" (PlannerOptions.recompute). AutoParallel's activation
+        # checkpointing keywords (older versions take them here) are routed to it:
+        # enable_ac=True -> "auto", False -> "none" (keywords.py)
+        self.recompute = recompute_for_enable_ac(enable_ac, ac_stage_size_in_GiB, recompute)
+        self.enable_ac = enable_ac
         # the optimizer whose state the memory per GPU counts against the limit: "adam" (the
         # default; AdamW too), "sgd" (no state), "sgd_momentum" (PlannerOptions.optimizer)
         self.optimizer = optimizer
@@ -712,6 +725,8 @@ def auto_parallel(
     gap_tolerance: float | None = None,
     plan_cache: Any = True,
     repeated_layers: str | None = None,
+    memory_limit_bytes: int | None = None,
+    recompute: str | None = None,
     **autoparallel_kwargs,
 ) -> nn.Module:
     """One call: trace, plan and apply. ``sample_inputs``: a pytree (or a zero-argument
@@ -721,18 +736,21 @@ def auto_parallel(
     the defaults; None adds no memory constraint. ``rank_timeout_s``: see AutoParallel.
     ``preset``: see AutoParallel; it then sets the input layouts and parameter budget, so
     samples are plain tensors and ``parameter_memory_budget`` is left out.
-    ``dynamic``, ``gap_tolerance``, ``plan_cache``, ``repeated_layers`` and AutoParallel's
+    ``dynamic``, ``gap_tolerance``, ``plan_cache``, ``repeated_layers``,
+    ``memory_limit_bytes``, ``recompute`` and AutoParallel's
     other keywords
-    (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``): see AutoParallel."""
+    (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``, ``enable_ac``,
+    ``ac_stage_size_in_GiB``): see AutoParallel."""
 
-    unknown = set(autoparallel_kwargs) - {
-        "reshard_after_forward",
-        "cost_model",
-        "repeated_subgraphs",
-    }
+    planning_keywords = {"reshard_after_forward", "cost_model", "repeated_subgraphs"}
+    # AutoParallel's activation checkpointing, routed to the planner's recompute mode
+    ac_keywords = {"enable_ac", "ac_stage_size_in_GiB"}
+    unknown = set(autoparallel_kwargs) - planning_keywords - ac_keywords
     if unknown:
         raise TypeError(f"auto_parallel() got unexpected keyword argument(s) {sorted(unknown)}")
-    check_autoparallel_keywords(dynamic=dynamic, **autoparallel_kwargs)
+    check_autoparallel_keywords(
+        dynamic=dynamic, **{k: v for k, v in autoparallel_kwargs.items() if k in planning_keywords}
+    )
     samples = sample_inputs() if callable(sample_inputs) else sample_inputs
     fi = (
         samples
@@ -772,6 +790,8 @@ def auto_parallel(
         gap_tolerance=gap_tolerance,
         plan_cache=plan_cache,
         repeated_layers=repeated_layers,
+        memory_limit_bytes=memory_limit_bytes,
+        recompute=recompute,
         **autoparallel_kwargs,
     ) as autop:
         if preset is None:  # a preset has added its own input and parameter constraints

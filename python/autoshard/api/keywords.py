@@ -7,6 +7,7 @@ refused with the reason and the workaround, never silently ignored
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 
@@ -46,16 +47,70 @@ def check_autoparallel_keywords(
     )
 
 
-# what a user asking for AutoParallel's activation checkpointing uses instead: the planner
-# chooses recomputation itself; torch.utils.checkpoint is named so that nobody counts on it:
-# it traces, but autoshard's program follows the plan's recomputation, not the region's
-_INSTEAD_OF_AC = (
-    "the planner chooses what the backward recomputes, per block, to fit the memory per "
-    "GPU (docs/cost_model.md 6b): memory_limit_bytes=BYTES on AutoParallel / auto_parallel "
-    "sets the limit (default: the hardware's memory less 10 %), and recompute='selective' "
-    "or 'full' asks for it in every block. torch.utils.checkpoint in the model traces and "
-    "runs, but only the plan's recomputation happens."
+# AutoParallel's activation checkpointing is a pass over the planned graph: it marks forward
+# nodes for recomputation, in stages of ac_stage_size_in_GiB. autoshard's planner chooses
+# recomputation itself, per block, to fit the memory per GPU (docs/cost_model.md 6b), so
+# the AC keywords are routed to the planner's recompute mode; what has no counterpart there
+# (a stage size) is refused naming what to use.
+_RECOMPUTE_KNOBS = (
+    "memory_limit_bytes=BYTES on AutoParallel / auto_parallel sets the memory per GPU the "
+    "planner recomputes to fit (default: the hardware's memory less 10 %), and "
+    "recompute='selective' or 'full' recomputes in every block whatever the limit"
 )
+
+log = logging.getLogger("autoshard")
+
+# the planner's recompute modes (PlannerOptions.recompute; None is its default, "auto")
+RECOMPUTE_MODES = (None, "auto", "none", "selective", "full")
+
+
+def _check_enable_ac(enable_ac: Any, where: str) -> None:
+    if not (enable_ac is None or isinstance(enable_ac, bool)):  # 1 == True, not a bool
+        raise TypeError(f"{where}: enable_ac must be True, False or None, got {enable_ac!r}")
+
+
+def _check_ac_stage_size(ac_stage_size_in_GiB: Any, where: str) -> None:
+    """AutoParallel's stage size (GiB of forward values recomputed between two kept ones)
+    steers its own pass; the planner has no such stages, its knob is the memory limit."""
+    if ac_stage_size_in_GiB in ("auto", None):
+        return
+    raise NotImplementedError(
+        f"{where}: ac_stage_size_in_GiB={ac_stage_size_in_GiB!r} sizes the stages of "
+        "AutoParallel's activation-checkpointing pass, which autoshard does not have: its "
+        "planner chooses per block what the backward recomputes (docs/cost_model.md 6b). "
+        f"{_RECOMPUTE_KNOBS}. Leave ac_stage_size_in_GiB out (or 'auto')"
+    )
+
+
+def recompute_for_enable_ac(
+    enable_ac: bool | None, ac_stage_size_in_GiB: Any, recompute: str | None
+) -> str | None:
+    """``AutoParallel(enable_ac=..., ac_stage_size_in_GiB=...)`` (AutoParallel's keywords
+    for its activation checkpointing) as the planner's ``recompute`` mode: True lets the
+    planner recompute what the memory limit needs ("auto"), False recomputes nothing
+    ("none"); None leaves ``recompute`` as given. A ``recompute`` that contradicts
+    ``enable_ac`` is refused rather than one of them silently winning."""
+    where = "AutoParallel"
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(
+            f"{where}: recompute must be one of {', '.join(map(repr, RECOMPUTE_MODES))}, got "
+            f"{recompute!r} (docs/cost_model.md 6b)"
+        )
+    _check_enable_ac(enable_ac, where)
+    _check_ac_stage_size(ac_stage_size_in_GiB, where)
+    if enable_ac is None:
+        return recompute
+    routed = "auto" if enable_ac else "none"
+    if recompute is None or recompute == routed:
+        return routed
+    if enable_ac and recompute in ("selective", "full"):
+        return recompute  # recomputation asked for in every block: AC all the more
+    meaning = "recomputes what the memory limit needs" if enable_ac else "recomputes nothing"
+    raise ValueError(
+        f"AutoParallel(enable_ac={enable_ac}, recompute={recompute!r}) contradict each other: "
+        f"enable_ac={enable_ac} means recompute={routed!r} (the planner {meaning}). Pass "
+        "only one of them"
+    )
 
 
 def autoparallel_backend(
@@ -69,19 +124,22 @@ def autoparallel_backend(
 
     The module's program is already lowered, bucketed and overlapped (program/lowering.py,
     overlap.py) when it is materialised, so the backend is inductor's ``compile_fx``.
-    ``overlap_scheduling`` may only be True (the program's own schedule) or left out;
-    ``enable_ac`` (AutoParallel's activation-checkpointing pass) may only be False or left
-    out: autoshard keeps the forward's activations for the backward."""
-    if enable_ac not in (None, False):
-        raise NotImplementedError(
-            "autoparallel_backend(enable_ac=True): autoshard has no activation-checkpointing "
-            f"pass after planning: {_INSTEAD_OF_AC} Pass enable_ac=False (or leave it out)"
-        )
-    if ac_stage_size_in_GiB not in ("auto", None):
-        raise NotImplementedError(
-            "autoparallel_backend(ac_stage_size_in_GiB=...) configures activation "
-            f"checkpointing after planning, which autoshard does not do: {_INSTEAD_OF_AC} Leave "
-            "ac_stage_size_in_GiB out"
+    ``overlap_scheduling`` may only be True (the program's own schedule) or left out.
+    ``enable_ac``: the compiled program recomputes what its plan chose when it was planned
+    (AutoParallel's ``enable_ac=`` / ``recompute=`` and ``memory_limit_bytes=``); the
+    backend adds no pass of its own, so True and False are both accepted and logged with
+    where recomputation is set. A stage size (``ac_stage_size_in_GiB=2.0``) is refused."""
+    where = "autoparallel_backend"
+    _check_enable_ac(enable_ac, where)
+    _check_ac_stage_size(ac_stage_size_in_GiB, where)
+    if enable_ac is not None:
+        # AutoParallel's default is enable_ac=True: said once per backend, at info level,
+        # so that a user who counts on it (or on False) knows where the choice is made
+        log.info(
+            "autoparallel_backend(enable_ac=%s): the compiled program recomputes what its "
+            "plan chose; set recomputation when planning: AutoParallel(enable_ac=...) or "
+            "recompute=, with memory_limit_bytes=",
+            enable_ac,
         )
     if overlap_scheduling not in (None, True):
         raise NotImplementedError(
