@@ -313,7 +313,11 @@ def _peak_memory(step, model, variant: str) -> dict:
     if variant.startswith("autoshard"):
         from autoshard.runtime.module_runtime import runtime_of
 
-        out["predicted_bytes"] = runtime_of(model).plan["summary"]["memory"]["step_peak_bytes"]
+        from autoshard.planning.plan import RecomputeSummary
+
+        summary = runtime_of(model).plan["summary"]
+        out["predicted_bytes"] = summary["memory"]["step_peak_bytes"]
+        out["recompute"] = RecomputeSummary.from_json(summary.get("recompute") or {}).describe()
     return out
 
 
@@ -489,6 +493,9 @@ def _print_memory(rows, variants) -> None:
         pred = res.get("autoshard", {}).get("predicted_bytes")
         pred_cell = f"{pred / 2**20:.2f} MiB" if pred else "-"
         print(f"| {n} | " + " | ".join(cells) + f" | {pred_cell} |")
+    for n, res in rows:
+        if "recompute" in res.get("autoshard", {}):
+            print(f"{n} ranks autoshard's plan: {res['autoshard']['recompute']}")
     for n, res in rows:
         a = res.get("autoshard", {})
         for base in ("fsdp2", "fsdp2_ac", "fsdp2_sac"):

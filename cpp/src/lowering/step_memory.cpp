@@ -25,6 +25,8 @@ namespace {
 // overlap.py's DEFAULT_BUCKET_BYTES (DDP's bucket_cap_mb): the runtime's default reduction and
 // gather bucket.
 constexpr int64_t kReductionBucketBytes = int64_t{25} << 20;
+// overlap.py's SMALL_GROUP_BYTES: a block's gathers under this join the next block's.
+constexpr int64_t kSmallGroupBytes = int64_t{1} << 20;
 
 using Storage = std::pair<int32_t, int32_t>;  // (timeline step, output) that owns the bytes
 
@@ -292,7 +294,8 @@ class StepMemoryModel {
   // (A recomputed node's inputs are redistributed again: a weight gathered twice.)
   // Parameters gathered in one pass for one block are bucketed (gathered_parameters).
   void count_collective_buffers() {
-    std::map<std::string, std::vector<Gather>> gathers;  // pass, block and dtype -> its gathers
+    // pass and dtype -> (block, gather) in timeline order
+    std::map<std::string, std::vector<std::pair<std::string, Gather>>> gathers;
     for (size_t t = 0; t < by_position_.size(); ++t) {
       const size_t c = static_cast<size_t>(by_position_[t].node);
       if (g_.nodes[c].role != NodeRole::Compute) continue;
@@ -306,15 +309,16 @@ class StepMemoryModel {
         const int64_t bytes = local_bytes(g_.meta(refs[a]), s.inputs[a]);
         const Node& from_node = g_.nodes[static_cast<size_t>(refs[a].node)];
         if (from_node.role == NodeRole::Parameter)
-          gathers[std::string(at < backward_start_ ? "f|" : "b|") + parameter_block(from_node.fqn) + "|" +
-                  std::string(dtype_name(g_.meta(refs[a]).dtype))]
-              .push_back({at, bytes, local_bytes(g_.meta(refs[a]), from), view});
+          gathers[std::string(at < backward_start_ ? "f|" : "b|") + std::string(dtype_name(g_.meta(refs[a]).dtype))]
+              .push_back({parameter_block(from_node.fqn), {at, bytes, local_bytes(g_.meta(refs[a]), from), view}});
         else if (!view)
           add_live(at, at + 1, bytes);
       }
     }
-    for (auto& [key, members] : gathers) gathered_parameters(std::move(members));
+    for (auto& [key, in_order] : gathers)
+      for (std::vector<Gather>& group : block_groups(std::move(in_order))) gathered_parameters(std::move(group));
   }
+
 
   // The program gathers a block's parameters in one pass in buckets (program/passes/overlap.py
   // bucket_gathers): consecutive gathers up to kReductionBucketBytes, issued at the bucket's
@@ -352,6 +356,27 @@ class StepMemoryModel {
       bucket_input += members[k].local_bytes;
     }
     close(members.size());
+  }
+
+  // The program's gather groups (program/passes/overlap.py bucket_gathers): consecutive
+  // gathers of one block, a group under kSmallGroupBytes joined to the next block's (one call
+  // instead of two, _join_small), so a small block's weights are gathered with the next
+  // block's, where the first of them is read.
+  static std::vector<std::vector<Gather>> block_groups(std::vector<std::pair<std::string, Gather>> in_order) {
+    std::vector<std::vector<Gather>> groups;
+    std::string block;
+    int64_t bytes = 0;
+    for (size_t k = 0; k < in_order.size(); ++k) {
+      const bool next_block = k > 0 && in_order[k].first != block;
+      if (k == 0 || (next_block && bytes >= kSmallGroupBytes)) {
+        groups.emplace_back();
+        bytes = 0;
+      }
+      block = in_order[k].first;
+      bytes += in_order[k].second.bytes;
+      groups.back().push_back(in_order[k].second);
+    }
+    return groups;
   }
 };
 
