@@ -110,15 +110,19 @@ def switch(text: str) -> str:
     """AutoParallel's test text -> the same test against autoshard on CPU."""
     # `from autoparallel.api import X` -> `from autoshard import X` (autoshard's package
     # root exports the API names); `from autoparallel import X` likewise
-    text = re.sub(r"^(\s*)from autoparallel\.api import", r"\1from autoshard import", text,
-                  flags=re.M)
-    text = re.sub(r"^(\s*)from autoparallel(\.\S+)? import",
-                  lambda m: f"{m.group(1)}from autoshard{m.group(2) or ''} import", text,
-                  flags=re.M)
-    text = re.sub(r"^(\s*)import autoparallel\b", r"\1import autoshard as autoparallel", text,
-                  flags=re.M)
-    text = re.sub(r"^(\s*)from tests\.conftest import", r"\1from conftest import", text,
-                  flags=re.M)
+    text = re.sub(
+        r"^(\s*)from autoparallel\.api import", r"\1from autoshard import", text, flags=re.M
+    )
+    text = re.sub(
+        r"^(\s*)from autoparallel(\.\S+)? import",
+        lambda m: f"{m.group(1)}from autoshard{m.group(2) or ''} import",
+        text,
+        flags=re.M,
+    )
+    text = re.sub(
+        r"^(\s*)import autoparallel\b", r"\1import autoshard as autoparallel", text, flags=re.M
+    )
+    text = re.sub(r"^(\s*)from tests\.conftest import", r"\1from conftest import", text, flags=re.M)
     # the CPU run
     text = text.replace('"cuda"', '"cpu"').replace("'cuda'", "'cpu'")
     text = text.replace(".cuda()", ".cpu()")
@@ -129,12 +133,24 @@ def run_file(path: Path, work: Path, timeout: int) -> dict:
     xml = work / (path.stem + ".xml")
     if xml.exists():
         xml.unlink()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
-           "addopts=", "--junitxml", str(xml), path.name]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--junitxml",
+        str(xml),
+        path.name,
+    ]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     try:
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+        )
         (work / (path.stem + ".log")).write_text(proc.stdout + proc.stderr)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -159,8 +175,12 @@ def run_file(path: Path, work: Path, timeout: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--src", required=True, type=Path,
-                    help="folder holding AutoParallel's test files (fetched separately)")
+    ap.add_argument(
+        "--src",
+        required=True,
+        type=Path,
+        help="folder holding AutoParallel's test files (fetched separately)",
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/ap_compat/run"))
     ap.add_argument("--timeout", type=int, default=900, help="seconds per file")
     ap.add_argument("files", nargs="*", default=DEFAULT_FILES)
@@ -181,9 +201,11 @@ def main() -> int:
         res = run_file(dst, args.work, args.timeout)
         total = res["passed"] + res["failed"] + res["error"] + res["skipped"]
         rows.append((name, res, total))
-        print(f"{name:36s} {res['passed']:3d} / {total:3d} passed"
-              f" (failed {res['failed']}, errors {res['error']}, skipped {res['skipped']})",
-              flush=True)
+        print(
+            f"{name:36s} {res['passed']:3d} / {total:3d} passed"
+            f" (failed {res['failed']}, errors {res['error']}, skipped {res['skipped']})",
+            flush=True,
+        )
     passed = sum(r[1]["passed"] for r in rows)
     total = sum(r[2] for r in rows)
     print(f"{'all':36s} {passed:3d} / {total:3d} passed")

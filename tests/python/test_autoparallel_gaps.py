@@ -6,6 +6,8 @@ keywords routed to the planner's recomputation, and local_map imported from
 autoshard.collectives. Written from the behaviour
 AutoParallel documents, not from its tests."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn as nn
@@ -319,6 +321,73 @@ def test_autoparallel_backend_takes_enable_ac_and_says_where_recomputation_is_se
     assert "memory_limit_bytes=" in message and "recompute=" in message
     with pytest.raises(TypeError, match="enable_ac must be"):
         autoparallel_backend(enable_ac=1.0)
+
+
+class CheckpointedBlock(nn.Module):
+    """The first linear + relu under the model's own torch.utils.checkpoint, with a policy
+    that saves matmuls and recomputes the rest; the second linear outside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(16, 16)
+        self.outer = nn.Linear(16, 16)
+
+    def _checkpointed_region(self, x):
+        return torch.relu(self.inner(x))
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+        # a partial, as torch documents it: Dynamo does not trace a lambda context_fn
+        context = functools.partial(create_selective_checkpoint_contexts, _save_matmuls_policy)
+        h = checkpoint(self._checkpointed_region, x, use_reentrant=False, context_fn=context)
+        return self.outer(h)
+
+
+def _save_matmuls_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    matmuls = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    return CheckpointPolicy.MUST_SAVE if op in matmuls else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def test_parallel_gm_keeps_each_traced_nodes_source_and_checkpoint_tags(mesh4):
+    """autop.parallel_gm's nodes carry their traced node's stack_trace, module stack, seq_nr
+    and the model's checkpoint tags, as AutoParallel's parallel graph does; a collective
+    carries those of the one traced node it moves a value for, a bucket of several none."""
+    with torch.device("meta"):
+        model = CheckpointedBlock()
+    with AutoParallel(model, lambda: torch.empty(8, 16), mesh4, plan_cache=False) as autop:
+        autop.add_input_constraints([(Shard(0),)])
+        autop.apply_placement(autop.optimize_placement())
+    traced = {n.name: n for n in autop.gm.graph.nodes}
+    lowered = list(autop.parallel_gm.graph.nodes)
+
+    def source(node):
+        return traced.get((node.meta.get("custom") or {}).get("autoshard_node"))
+
+    in_region = [n for n in lowered if "_checkpointed_region" in n.meta.get("stack_trace", "")]
+    forward = [n for n in in_region if n.meta.get("partitioner_tag") != "is_backward"]
+    assert forward, "no lowered forward node names the checkpointed function"
+    for node in forward:
+        assert node.meta.get("recompute") == source(node).meta.get("recompute"), node
+    assert {n.meta["recompute"] for n in forward if "recompute" in n.meta} >= {
+        torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE
+    }
+    assert any(n.meta.get("nn_module_stack") for n in lowered)
+    # a backward node pairs with a forward node through autograd's seq_nr
+    backward = [n for n in lowered if n.meta.get("partitioner_tag") == "is_backward"]
+    forward_seq = {n.meta.get("seq_nr") for n in lowered if n not in backward} - {None}
+    assert any(n.meta.get("seq_nr") in forward_seq for n in backward)
+    # a collective moving one traced node's value shows that node's source; a bucket
+    # gathering several nodes' values names none, so it carries no source
+    collectives = [n for n in lowered if "_c10d_functional" in str(n.target)]
+    for node in collectives:
+        if source(node) is None:
+            assert "stack_trace" not in node.meta, node
+        else:
+            assert node.meta.get("stack_trace") == source(node).meta.get("stack_trace")
+    assert any(source(n) is None for n in collectives)
 
 
 # ---- 7. local_map where AutoParallel users import it from: the collectives module -----------

@@ -322,7 +322,7 @@ class AutoParallel:
             raise RuntimeError("parallel_gm exists after apply_placement(): call it first")
         from autoshard.runtime.parallel_module import parallel_joint_gm
 
-        return parallel_joint_gm(self.parallel_model)
+        return _with_traced_meta(parallel_joint_gm(self.parallel_model), self.step.gm)
 
     # ---- constraints ---------------------------------------------------------------------
     def add_parameter_memory_constraint(
@@ -629,6 +629,37 @@ class AutoParallel:
             )
 
         return plan_variant
+
+
+# What AutoParallel's parallel graph keeps of each traced node besides its op: where it came
+# from (source line, module stacks, autograd's seq_nr pairing forward and backward nodes) and
+# the tags of the model's own torch.utils.checkpoint. Graph passes and debugging read them;
+# autoshard's program recomputes what its plan says, not what the tags say.
+_TRACED_META_KEYS = (
+    "stack_trace",
+    "nn_module_stack",
+    "fwd_nn_module_stack",
+    "seq_nr",
+    "recompute",
+    "ac_graph_id",
+)
+
+
+def _with_traced_meta(gm: torch.fx.GraphModule, traced: torch.fx.GraphModule):
+    """Sets ``_TRACED_META_KEYS`` of each traced node on the lowered nodes computed
+    from it (``meta["custom"]["autoshard_node"]`` names it; a collective names the node it
+    moves a value for, a bucket of several nodes' values names none and gets none). ``gm`` is a fresh copy (joint_graph), so the
+    graphs the module runs are not touched."""
+    traced_meta = {n.name: n.meta for n in traced.graph.nodes}
+    for node in gm.graph.nodes:
+        custom = node.meta.get("custom")
+        source = traced_meta.get(custom.get("autoshard_node")) if isinstance(custom, dict) else None
+        for key in _TRACED_META_KEYS if source else ():
+            # the traced value wins: the lowering's own capture numbers seq_nr afresh,
+            # which pairs no backward node with its forward one
+            if key in source:
+                node.meta[key] = source[key]
+    return gm
 
 
 def _fake_copy(model: nn.Module) -> nn.Module:
