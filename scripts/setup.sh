@@ -21,6 +21,13 @@ python3 -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.
   || pip install -q torch==2.13.0
 python3 -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy transformers \
   matplotlib tqdm import-linter
+# torchtitan's model code (its FlexAttention models are planned and trained by
+# tests/python/test_torchtitan*.py): the package without its dependencies, which would replace
+# torch; triton only for its imports (the CPU runs never call it); spmd_types, tyro and einops
+# are what its model code imports.
+python3 -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('torchtitan') == '0.3.0' else 1)" 2>/dev/null \
+  || python3 -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3 triton==3.9.0
+python3 -m pip install -q tyro einops
 # HiGHS (the C++ solver's MILP) as a static library under build/highs, once.
 bash scripts/build_highs.sh
 # No build isolation: the build tools are installed above, and isolation would download them.

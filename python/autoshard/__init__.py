@@ -21,6 +21,7 @@ _LAZY = {
     "with_sharding_constraint": "ops.sharding_constraint",
     "register_sharding": "ops.user_rules",
     "local_map": "ops.local_map",
+    "dense_flex_attention_on_cpu": "ops.flex_attention",
 }
 
 __all__ = sorted(_LAZY)

@@ -16,6 +16,7 @@ void register_norm_rules();
 void register_loss_rules();
 void register_embedding_rules();
 void register_attention_rules();
+void register_flex_attention_rules();
 void register_factory_rules();
 void register_indexing_rules();
 void register_convolution_rules();
@@ -35,6 +36,7 @@ void register_all_rules() {
     register_loss_rules();
     register_embedding_rules();
     register_attention_rules();
+    register_flex_attention_rules();
     register_factory_rules();
     register_indexing_rules();
     register_convolution_rules();

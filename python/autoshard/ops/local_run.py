@@ -17,8 +17,12 @@ import torch.fx as fx
 # and cuDNN ones, which DTensor has strategies for) runs on local shards in the C++ rule's
 # rows, the layouts the plan priced: DTensor's strategies differ from them (the efficient
 # kernel's empty logsumexp comes out replicated where the plan shards it; a bias of size 1
-# on the batch or head dim would be sharded on that dim).
+# on the batch or head dim would be sharded on that dim). FlexAttention's higher-order ops
+# (folded into flex_attention.FlexAttentionCall nodes) have no DTensor rule at all: their
+# block mask and mod buffers follow the batch / head rows of cpp/src/rules/flex_attention.cpp.
 LOCAL_OPS = {
+    "higher_order.flex_attention",
+    "higher_order.flex_attention_backward",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
     "aten._scaled_dot_product_flash_attention.default",

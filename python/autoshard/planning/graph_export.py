@@ -13,6 +13,7 @@ import torch.fx as fx
 from autoshard.trace.step_schedule import recomputable
 from autoshard.trace.traced_step import TracedStep
 from autoshard.user_frames import module_path, source_line
+from autoshard.ops.flex_attention import is_flex_attention_call
 from autoshard.ops.user_rules import node_strategies, user_rule_of
 
 
@@ -115,7 +116,9 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
         elif n.op == "call_function":
             if n.target is operator.getitem:
                 continue
-            if not isinstance(n.target, torch._ops.OpOverload):
+            if not isinstance(n.target, torch._ops.OpOverload) and not is_flex_attention_call(
+                n.target
+            ):
                 raise NotImplementedError(
                     f"node {n.name} calls {n.target!r}, which is not an ATen operator"
                     + (f" (from {source_line(n)})" if source_line(n) else "")

@@ -63,15 +63,16 @@ class InputBinder:
 
     # ---- what the traced call looked like --------------------------------------------------
     def _traced_slots(self) -> list[_Slot]:
-        # the traced call with each leaf replaced by its flat index
-        args, kwargs = pytree.tree_unflatten(list(range(self.n_inputs)), self.input_spec)
+        # the traced call with each argument replaced by its spec and leaf positions (read
+        # off the spec: unflattening indices would construct the argument's classes from
+        # ints, which a class such as BlockMask refuses)
+        args, kwargs = _traced_arguments(self.input_spec)
         bound = self.signature.bind(*args, **kwargs)
         params = self.signature.parameters
         slots = []
 
-        def add(kind, key, label, value):
-            leaves, spec = pytree.tree_flatten(value)
-            slots.append(_Slot(kind, key, label, spec, tuple(leaves)))
+        def add(kind, key, label, value: _TracedArgument):
+            slots.append(_Slot(kind, key, label, value.spec, value.positions))
 
         for name, value in bound.arguments.items():
             kind = params[name].kind
@@ -96,9 +97,8 @@ class InputBinder:
         if self.slots is None:
             return out
         for slot in self.slots:
-            index_tree = pytree.tree_unflatten(list(slot.positions), slot.spec)
-            for path, pos in pytree.tree_flatten_with_path(index_tree)[0]:
-                out[pos] = slot.label + pytree.keystr(path)
+            for k, (path, pos) in enumerate(_leaf_paths(slot)):
+                out[pos] = slot.label + (pytree.keystr(path) if path is not None else f"[{k}]")
         return out
 
     # ---- a call -------------------------------------------------------------------------------
@@ -188,6 +188,40 @@ class InputBinder:
         """How many arguments the traced call had, and which (errors name the count)."""
         names = [s.label for s in self.slots]
         return f"expected the {len(names)} argument(s) it was traced with: {', '.join(names)}"
+
+
+@dataclass(frozen=True)
+class _TracedArgument:
+    """One argument of the traced call, as the flat inputs hold it."""
+
+    spec: Any
+    positions: tuple
+
+
+def _traced_arguments(input_spec: Any) -> tuple[list, dict]:
+    """The traced ``(args, kwargs)`` with each argument a _TracedArgument."""
+    args_spec, kwargs_spec = input_spec.children()
+    start = 0
+
+    def take(spec) -> _TracedArgument:
+        nonlocal start
+        arg = _TracedArgument(spec, tuple(range(start, start + spec.num_leaves)))
+        start += spec.num_leaves
+        return arg
+
+    args = [take(spec) for spec in args_spec.children()]
+    kwargs = {key: take(spec) for key, spec in zip(kwargs_spec.context, kwargs_spec.children())}
+    return args, kwargs
+
+
+def _leaf_paths(slot: _Slot) -> list:
+    """(key path or None, flat position) per leaf of ``slot``: the paths of an argument
+    rebuilt from its positions, where its classes accept ints as leaves (None elsewhere)."""
+    try:
+        index_tree = pytree.tree_unflatten(list(slot.positions), slot.spec)
+        return [(path, pos) for path, pos in pytree.tree_flatten_with_path(index_tree)[0]]
+    except Exception:  # e.g. BlockMask, whose constructor checks its tensors
+        return [(None, pos) for pos in slot.positions]
 
 
 def _is_default(value: Any, default: Any) -> bool:

@@ -225,7 +225,12 @@ def trace_training_step(
     Constructs one static graph cannot hold (data-dependent branches, in-place buffer
     updates) raise UnsupportedModelError naming the construct and the workaround.
     """
-    with _gc_paused():
+    from autoshard.ops.flex_attention import cpu_backward_check_lifted, register_block_mask_pytree
+
+    register_block_mask_pytree()  # a BlockMask input flattens into its tensors
+    # the trace runs on fake tensors (on CPU without a GPU): FlexAttention's front end would
+    # refuse a CPU backward that its higher-order ops trace the same on every device
+    with _gc_paused(), cpu_backward_check_lifted():
         return _trace_training_step(
             model,
             input_fn,
@@ -307,6 +312,7 @@ def _trace_fake_model(
     joint: bool,
 ) -> TracedStep:
     """One trace of the fake copy ``fake`` of ``model``."""
+    from autoshard.ops.flex_attention import fold_flex_attention
     from autoshard.trace.input_binding import forward_signature
     from autoshard.trace.mixed_precision import canonical_policy, collective_free_inputs
 
@@ -411,6 +417,7 @@ def _trace_fake_model(
             )
     _merge_tied_parameters(gm, param_fqns, fake_mode)
     _drop_skipped_cat_inputs(gm)
+    fold_flex_attention(gm)  # FlexAttention's HOPs as nodes with tensor and scalar arguments
     missing = [
         i
         for i in range(len(flat_inputs))

@@ -1,0 +1,123 @@
+"""FlexAttention with a BlockMask passed as a model input (as torchtitan's trainer calls its
+models): traced (the higher-order ops folded into nodes with tensor arguments,
+python/autoshard/ops/flex_attention.py), planned with the batch / head rows of
+cpp/src/rules/flex_attention.cpp, and run on local shards, on CPU as the dense math.
+The 4-rank training runs are in test_torchtitan_dist.py."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import Replicate, Shard
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from autoshard import AutoParallel, _core, dense_flex_attention_on_cpu
+from autoshard.planning.graph_export import graph_dict
+from autoshard.trace.fake_pg import fake_world
+from autoshard.trace.tracer import trace_training_step
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
+
+B, H, S, D = 4, 4, 256, 16
+
+
+class FlexBlock(nn.Module):
+    """Attention through flex_attention with the caller's block mask, then a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(H * D, 3 * H * D)
+        self.out = nn.Linear(H * D, H * D)
+
+    def forward(self, x, block_mask):
+        q, k, v = self.qkv(x).view(B, S, 3, H, D).permute(2, 0, 3, 1, 4)
+        o = flex_attention(q, k, v, block_mask=block_mask)
+        return self.out(o.transpose(1, 2).flatten(2)).pow(2).mean()
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def _inputs(mask_batch: int = B):
+    x = torch.randn(B, S, H * D)
+    return x, create_block_mask(_causal, mask_batch, None, S, S, device="cpu")
+
+
+def _flex_nodes(graph: dict) -> list[dict]:
+    return [n for n in graph["nodes"] if n["op"].startswith("higher_order.flex_attention")]
+
+
+def test_block_mask_is_a_graph_input_and_the_ops_take_tensor_arguments():
+    step = trace_training_step(FlexBlock(), _inputs(), extrapolate_layers=False)
+    # x, then the block mask's kv / q tensors (with their full-block pairs)
+    assert len([n for n in step.input_nodes if n]) == 1 + 8
+    graph = graph_dict(step)
+    ops = sorted(n["op"] for n in _flex_nodes(graph))
+    assert ops == ["higher_order.flex_attention", "higher_order.flex_attention_backward"]
+    assert not step.gm.graph.find_nodes(op="get_attr")  # sub-graphs held by the node target
+    forward = next(n for n in _flex_nodes(graph) if n["phase"] == "forward")
+    assert forward["args"][3] == "score_mod" and forward["args"][4][-1] == "mask_mod"
+
+
+def test_cpu_backward_refused_by_torch_runs_as_dense_math_in_context():
+    x, bm = _inputs()
+    q = torch.randn(B, H, S, D, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="backward on CPU"):
+        flex_attention(q, q, q, block_mask=bm)
+    with dense_flex_attention_on_cpu():
+        got = flex_attention(q, q, q, block_mask=bm)
+    want = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_batch", [B, 1])
+def test_mask_follows_the_batch_row_or_stays_replicated_where_it_broadcasts(mask_batch):
+    from autoshard._testing.capture import enumerate_strategies
+
+    step = trace_training_step(FlexBlock(), _inputs(mask_batch), extrapolate_layers=False)
+    graph = graph_dict(step)
+    strategies = enumerate_strategies(graph, [4])["nodes"]
+    for node in _flex_nodes(graph):
+        n_activations = 3 if node["phase"] == "forward" else 6
+        rows = {}
+        for st in strategies[node["name"]]:
+            q, masks = st["inputs"][0][0], [m[0] for m in st["inputs"][n_activations:]]
+            rows[q] = masks
+            activations = {a[0] for a in st["inputs"][:n_activations]}
+            assert activations == {q}, st  # q, k, v (and out, lse, grad_out) together
+        assert sorted(rows) == ["R", "S(0)", "S(1)"], rows  # batch and head rows
+        assert rows["S(0)"] == (["S(0)"] if mask_batch == B else ["R"]) * 8, rows
+        assert rows["S(1)"] == ["R"] * 8, rows  # the mask broadcasts over the heads
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None, reason="torchtitan missing")
+def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh():
+    from torchtitan.models.common.attention import get_causal_mask_mod
+    from torchtitan.models.llama3 import llama3_configs
+
+    cfg = llama3_configs["debugmodel"]("flex")
+    cfg.layers = cfg.layers[:2]
+    with torch.device("meta"):
+        model = cfg.build()
+    batch, seq = 16, 256
+
+    def input_fn():  # as torchtitan's trainer calls the model: tokens, positions, block mask
+        positions = torch.arange(seq).repeat(batch, 1)
+        mask = create_block_mask(get_causal_mask_mod(), batch, None, seq, seq, device="cpu")
+        return torch.randint(0, 2048, (batch, seq)), positions, mask
+
+    with fake_world((8, 8), ("dp", "tp")) as mesh:
+        with AutoParallel(model, input_fn, mesh) as autop:
+            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * 9)
+            plan = autop.optimize_placement().plan
+    flex = {n: e for n, e in plan["nodes"].items() if n.startswith("flex_attention")}
+    assert len(flex) == 4  # forward and backward of 2 layers
+    for name, entry in flex.items():
+        q = entry["inputs"][0]
+        assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
