@@ -121,3 +121,14 @@ def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh():
     for name, entry in flex.items():
         q = entry["inputs"][0]
         assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
+
+
+def test_block_mask_whose_mask_mod_captures_tensors_is_refused_clearly():
+    doc = torch.zeros(S, dtype=torch.int32)
+
+    def same_document(b, h, q_idx, kv_idx):
+        return doc[q_idx] == doc[kv_idx]
+
+    mask = create_block_mask(same_document, B, None, S, S, device="cpu")
+    with pytest.raises(NotImplementedError, match="mask_mod captures tensors"):
+        trace_training_step(FlexBlock(), (torch.randn(B, S, H * D), mask))

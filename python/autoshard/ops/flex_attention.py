@@ -68,6 +68,29 @@ def register_block_mask_pytree() -> None:
     )
 
 
+def check_block_mask_inputs(inputs: Any) -> None:
+    """Refuses a BlockMask input whose ``mask_mod`` closes over tensors (torchtitan's
+    packed-document masks): torch flattens such a mask with its closure tensors as leaves,
+    except while Dynamo traces (``_extract_callable_pytree`` is skipped when compiling), so the
+    exported graph would number its inputs differently from the call's and take one input's
+    tensor for another's."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    masks = [x for x in pytree.tree_leaves(inputs, is_leaf=lambda v: isinstance(v, BlockMask))]
+    for mask in masks:
+        if not isinstance(mask, BlockMask):
+            continue
+        leaves, _ = mask._flatten()
+        own = [a for a in BlockMask._TENSOR_ATTRS if getattr(mask, a) is not None]
+        if len(leaves) > len(own):
+            raise NotImplementedError(
+                "autoshard: a BlockMask input whose mask_mod captures tensors (e.g. a packed-"
+                "document mask) is not supported yet: torch flattens it differently while "
+                "tracing. Use a mask_mod without captured tensors (causal, sliding window), "
+                "or build the mask inside the model's forward"
+            )
+
+
 @contextlib.contextmanager
 def cpu_backward_check_lifted() -> Iterator[None]:
     """torch's front-end refusal of FlexAttention inputs that require grad on CPU, lifted:

@@ -312,7 +312,7 @@ def _trace_fake_model(
     joint: bool,
 ) -> TracedStep:
     """One trace of the fake copy ``fake`` of ``model``."""
-    from autoshard.ops.flex_attention import fold_flex_attention
+    from autoshard.ops.flex_attention import check_block_mask_inputs, fold_flex_attention
     from autoshard.trace.input_binding import forward_signature
     from autoshard.trace.mixed_precision import canonical_policy, collective_free_inputs
 
@@ -331,6 +331,7 @@ def _trace_fake_model(
     inputs = ForwardInputs(
         *_fake_inputs((tuple(inputs.args), dict(inputs.kwargs)), fake_mode, device)
     )
+    check_block_mask_inputs((inputs.args, inputs.kwargs))
     flat_inputs, input_spec = pytree.tree_flatten((inputs.args, inputs.kwargs))
     input_metas = [
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in flat_inputs
