@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "autoshard/layout.h"
@@ -44,7 +45,7 @@ class StepMemoryModel {
     count_persistent(m, optimizer);
     count_outputs(m);
     count_values(m);
-    count_collective_buffers();
+    count_collective_buffers(m);
     int64_t live = m.parameters + m.buffers + m.inputs;
     m.step_peak = live;
     for (int64_t t = 0; t < steps; ++t) {
@@ -290,35 +291,95 @@ class StepMemoryModel {
     close(reductions.size());
   }
 
-  // A collective's result, in the layout its consumer reads, while the consumer runs.
-  // (A recomputed node's inputs are redistributed again: a weight gathered twice.)
-  // Parameters gathered in one pass for one block are bucketed (gathered_parameters).
-  void count_collective_buffers() {
+  // A collective's result, in the layout its consumers read: the runtime redistributes a value
+  // once per pass and layout, and later readers in the pass read that copy (program/
+  // interpreter.py), so it lives from its first reader to its last. A small one both passes
+  // read in one layout is kept from the forward for the backward (REUSE_MAX_NUMEL there):
+  // saved, not redistributed again. (A recomputed node's inputs are redistributed again: a
+  // weight gathered twice.) Parameters gathered in one pass for one block are bucketed
+  // (gathered_parameters).
+  void count_collective_buffers(StepMemory& m) {
+    const std::map<CopyKey, CopyReaders> readers = copy_readers();
     // pass and dtype -> (block, gather) in timeline order
     std::map<std::string, std::vector<std::pair<std::string, Gather>>> gathers;
+    std::set<std::pair<CopyKey, bool>> counted;  // (copy, in the backward) already counted
     for (size_t t = 0; t < by_position_.size(); ++t) {
       const size_t c = static_cast<size_t>(by_position_[t].node);
       if (g_.nodes[c].role != NodeRole::Compute) continue;
       const Strategy& s = strategy(c);
       const std::vector<TensorRef> refs = g_.nodes[c].tensor_inputs();
+      const auto at = static_cast<int64_t>(t);
+      const bool backward = at >= backward_start_;
       for (size_t a = 0; a < refs.size(); ++a) {
         const Layout& from = *strategy(refs[a].node).outputs[refs[a].output];
         if (from == s.inputs[a]) continue;
         const bool view = a == 0 && s.aliases_input;  // its result is the view's output, counted there
-        const auto at = static_cast<int64_t>(t);
         const int64_t bytes = local_bytes(g_.meta(refs[a]), s.inputs[a]);
         const Node& from_node = g_.nodes[static_cast<size_t>(refs[a].node)];
-        if (from_node.role == NodeRole::Parameter)
-          gathers[std::string(at < backward_start_ ? "f|" : "b|") + std::string(dtype_name(g_.meta(refs[a]).dtype))]
+        const CopyKey key{refs[a].node, refs[a].output, layout_str(s.inputs[a])};
+        const auto found = readers.find(key);
+        const bool kept = !view && found != readers.end() && kept_for_backward(key, found->second);
+        if (kept && backward) continue;  // the forward's copy, counted there
+        if (from_node.role == NodeRole::Parameter) {
+          gathers[std::string(backward ? "b|" : "f|") + std::string(dtype_name(g_.meta(refs[a]).dtype))]
               .push_back({parameter_block(from_node.fqn), {at, bytes, local_bytes(g_.meta(refs[a]), from), view}});
-        else if (!view)
-          add_live(at, at + 1, bytes);
+          if (kept && counted.insert({key, false}).second) {
+            add_live(at + 1, found->second.backward.last + 1, bytes);
+            m.saved_activations += bytes;
+          }
+        } else if (!view && counted.insert({key, backward}).second) {
+          const Readers& pass = backward ? found->second.backward : found->second.forward;
+          add_live(at, (kept ? found->second.backward.last : pass.last) + 1, bytes);
+          if (kept) m.saved_activations += bytes;
+        }
       }
     }
     for (auto& [key, in_order] : gathers)
       for (std::vector<Gather>& group : block_groups(std::move(in_order))) gathered_parameters(std::move(group));
   }
 
+  // interpreter.py's REUSE_MAX_NUMEL: the largest value (elements, global) the backward reads
+  // from the forward's redistribution instead of redistributing again.
+  static constexpr int64_t kReuseMaxNumel = int64_t{1} << 16;
+
+  using CopyKey = std::tuple<int32_t, int32_t, std::string>;  // value (node, output) and layout
+  struct Readers {
+    int64_t first = -1, last = -1;  // steps
+    bool own = false;               // read by a node of this pass that is not a recomputed copy
+  };
+  struct CopyReaders {
+    Readers forward, backward;
+  };
+
+  // Every redistributed copy (value and layout) with its readers in each pass (views left
+  // out: their result is the view's output).
+  std::map<CopyKey, CopyReaders> copy_readers() const {
+    std::map<CopyKey, CopyReaders> readers;
+    for (size_t t = 0; t < by_position_.size(); ++t) {
+      const size_t c = static_cast<size_t>(by_position_[t].node);
+      if (g_.nodes[c].role != NodeRole::Compute) continue;
+      const Strategy& s = strategy(c);
+      const std::vector<TensorRef> refs = g_.nodes[c].tensor_inputs();
+      const auto at = static_cast<int64_t>(t);
+      for (size_t a = 0; a < refs.size(); ++a) {
+        if (*strategy(refs[a].node).outputs[refs[a].output] == s.inputs[a] || (a == 0 && s.aliases_input)) continue;
+        CopyReaders& r = readers[{refs[a].node, refs[a].output, layout_str(s.inputs[a])}];
+        Readers& pass = at >= backward_start_ ? r.backward : r.forward;
+        if (pass.first < 0) pass.first = at;
+        pass.last = at;
+        pass.own = pass.own || !by_position_[t].again;
+      }
+    }
+    return readers;
+  }
+
+  // interpreter.py _small_redistributions_done_twice: read in one layout by both passes' own
+  // nodes, small, and not itself recomputed.
+  bool kept_for_backward(const CopyKey& key, const CopyReaders& r) const {
+    const auto node = static_cast<size_t>(std::get<0>(key));
+    return r.forward.own && r.backward.own && !recomputed(node) &&
+           g_.meta(TensorRef{std::get<0>(key), std::get<1>(key)}).numel() <= kReuseMaxNumel;
+  }
 
   // The program gathers a block's parameters in one pass in buckets (program/passes/overlap.py
   // bucket_gathers): consecutive gathers up to kReductionBucketBytes, issued at the bucket's
