@@ -143,6 +143,7 @@ def run_case(case: Case, args) -> dict:
         hardware=args.hardware,
         memory_limit_bytes=memory,
         time_limit_s=args.time_limit,
+        recompute=args.recompute,
     )
     a, m = c.autoshard, c.megatron
     print(f"  plan time           {a.plan_seconds:.1f} s (solver limit {args.time_limit:g} s)")
@@ -237,6 +238,12 @@ def main(argv=None) -> int:
         type=float,
         default=80.0,
         help="memory limit per GPU in GB (1e9 bytes; default 80, 0: none)",
+    )
+    p.add_argument(
+        "--recompute",
+        choices=("auto", "none", "selective", "full"),
+        help="what the backward may recompute to fit the memory limit (default: the "
+        "planner's, auto: only what the limit needs; none: the plan without recomputation)",
     )
     p.add_argument("--json-out", help="also write the figures as JSON to this file")
     p.add_argument(

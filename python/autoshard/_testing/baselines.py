@@ -342,13 +342,16 @@ def compare_with_megatron(
     dp_name: str = "dp",
     tp_name: str = "tp",
     variants: dict[str, int] | None = None,
+    recompute: str | None = None,
 ) -> Comparison:
     """Plans ``graph_json`` with the Megatron pins (each variant: label -> sp_dim, default
     both SP_VARIANTS) and without them, under the same cost model, mesh, hardware, input
     layouts (batch on dp), memory limit and parameter-memory budget. The budget is the
     Megatron plans' own parameter bytes per GPU (as a fraction of all parameter bytes; the
     variants pin the weights alike), so the Megatron plans lie inside autoshard's search
-    space and the comparison is of equal memory."""
+    space and the comparison is of equal memory. ``recompute``: what the backward may
+    recompute to fit the memory limit (PlannerOptions.recompute; None: the planner's
+    default, "auto"), the same for all."""
     from autoshard import _core
 
     graph = json.loads(graph_json)
@@ -372,6 +375,8 @@ def compare_with_megatron(
     }
     if memory_limit_bytes is not None:
         common["memory_limit_bytes"] = int(memory_limit_bytes)
+    if recompute is not None:
+        common["recompute"] = recompute
 
     def plan(options: dict) -> PlanFigures:
         t0 = time.perf_counter()
