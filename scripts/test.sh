@@ -7,4 +7,4 @@ bash scripts/setup.sh
 # the Python layer's flow (pyproject.toml [tool.importlinter]): no wrong-way import, no loop
 lint-imports
 ctest --test-dir build/cpp --output-on-failure -j 2
-python3 -m pytest -q tests/python "$@"
+python3 -m pytest -q --durations=15 tests/python "$@"
