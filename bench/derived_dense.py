@@ -26,12 +26,15 @@ manifest entries, so that `bench/derived.py` scores them and keeps their referen
     python3 bench/derived_dense.py --planner --only fwd # planner problems only
     python3 bench/derived.py --only mesh3d,fwd --refs  # references
     python3 bench/derived.py --only mesh3d,fwd --time-scale 0.25 --extra=--threads --extra=2
+    python3 bench/derived_dense.py --only mesh3d --diagnostic --pinned  # the ablations
+    python3 bench/derived_dense.py --stats FILE...     # structure: slack, pinned, matrices
 
 Seeded: the same files on every run; generated files are never committed.
 """
 
 import argparse
 import gzip
+import hashlib
 import itertools
 import json
 import random
@@ -60,6 +63,23 @@ SYNTHETIC = [
     # a 300-node connected part of B's graph, small enough for the MILP to prove
     ("mesh3d-2x4x4-sub300", (2, 4, 4), (1.0, 4.0, 4.0), 0.5, 11, 100, 0.5, 300),
 ]
+# Diagnostic variants (issue 46's measurements; docs/solver_dense.md), written only when named
+# in --only or with --diagnostic: one factor of the model changed at a time. A tightness
+# "xF" puts the limit at F times the least-usage peak (B's and G's own limits are 1.10x).
+DIAGNOSTIC = [
+    ("mesh3d-4x4x4-nomem", (4, 4, 4), (1.0, 4.0, 4.0), None, 10, 100, 0.5),
+    ("mesh3d-4x4x4-tr0", (4, 4, 4), (1.0, 4.0, 4.0), 0.5, 10, 100, 0.0),
+    ("mesh3d-4x4x4-tr0.1", (4, 4, 4), (1.0, 4.0, 4.0), 0.5, 10, 100, 0.1),
+    ("mesh3d-4x4x4-tr0.2", (4, 4, 4), (1.0, 4.0, 4.0), 0.5, 10, 100, 0.2),
+    ("mesh3d-4x4x4-bw124", (4, 4, 4), (1.0, 2.0, 4.0), 0.5, 10, 100, 0.5),
+    ("mesh3d-4x4x4-x1.1", (4, 4, 4), (1.0, 4.0, 4.0), "x1.1", 10, 100, 0.5),
+    ("mesh3d-2x4x4-tr0", (2, 4, 4), (1.0, 4.0, 4.0), 0.5, 7, 100, 0.0),
+    ("mesh3d-2x4x4-x1.1", (2, 4, 4), (1.0, 4.0, 4.0), "x1.1", 7, 100, 0.5),
+    ("mesh3d-2x4x4-x1.3", (2, 4, 4), (1.0, 4.0, 4.0), "x1.3", 7, 100, 0.5),
+    ("mesh3d-4x8", (4, 8), (1.0, 4.0), 0.5, 10, 100, 0.5),
+    ("mesh3d-2x4x4-ordered", (2, 4, 4), (1.0, 4.0, 4.0), 0.5, 7, 100, 0.5, None, True),
+    ("mesh3d-4x4x4-ordered", (4, 4, 4), (1.0, 4.0, 4.0), 0.5, 10, 100, 0.5, None, True),
+]
 MAX_STRATEGIES = 29
 # (file stem, layers, mesh, dim names): autoshard's own forward-only problems.
 PLANNER = [
@@ -70,6 +90,7 @@ PLANNER = [
 # which derived.py's plan check reads into ~8 GB of Python objects.
 PLANNER_BIG = [("fwd8L-2x4x4", 8, "2x4x4", "dp,cp,tp")]
 REPO = Path(__file__).resolve().parents[1]
+INFEASIBLE = 10**18  # the format's marker of a strategy that must not be taken
 
 # Run by a fresh interpreter: traces the Llama-3-8B-shaped model forward-only (eval mode,
 # tokens and labels, so the loss is in the graph) on a fake process group and writes the
@@ -158,7 +179,10 @@ def bfs_subgraph(p, size, rng):
     return restrict(p, sorted(order))
 
 
-def synthetic(src, mesh, bw, tight, seed, comm=1.0, transpose=0.2, sub=None):
+def synthetic(src, mesh, bw, tight, seed, comm=1.0, transpose=0.2, sub=None, ordered=False):
+    """`ordered`: a node with more than MAX_STRATEGIES layouts keeps the same ones as every
+    node of its rank and kind (the most sharded first) instead of a random subset, so that a
+    consumer can take its producer's layout, as XLA's strategy sets mostly allow."""
     rng = random.Random(seed)
     p = load(src)
     if sub:
@@ -183,7 +207,14 @@ def synthetic(src, mesh, bw, tight, seed, comm=1.0, transpose=0.2, sub=None):
         if len(lay) > MAX_STRATEGIES:
             keep = [tuple([None] * len(mesh))]  # replicated is always a strategy
             rest = [l for l in lay if l != keep[0]]
-            rng.shuffle(rest)
+            rng.shuffle(rest)  # drawn either way: the other draws stay those of the seed
+            if ordered:
+                rest.sort(
+                    key=lambda l: (
+                        -sum(d is not None for d in l),
+                        [-1 if d is None else d for d in l],
+                    )
+                )
             lay = keep + rest[: MAX_STRATEGIES - 1]
         lay.sort(key=lambda l: tuple(-1 if d is None else d for d in l))
         flops = elems * rng.choice([0, 0, 1, 64, 512]) / 1e6
@@ -244,16 +275,102 @@ def synthetic(src, mesh, bw, tight, seed, comm=1.0, transpose=0.2, sub=None):
         "usage_limit": None,
     }
     # limit: between the peak of the per-node minimum usages and the peak of the plan that
-    # takes each node's cheapest strategy (tight=0: the minimum's peak; 1: no binding limit)
+    # takes each node's cheapest strategy (tight=0: the minimum's peak; 1: no binding limit).
+    # In this model a node's cheapest strategy is its most sharded one, which is also its
+    # smallest, so both peaks are equal and every float tightness gives the least-usage peak
+    # (measured: mesh3d-2x4x4, -t0.1, -c10 and 4x4x4 all have limit == that peak); "xF"
+    # (F times that peak) is the knob that moves the limit.
     cheap = [min(range(len(c)), key=lambda s: (c[s], usages[i][s])) for i, c in enumerate(costs)]
     least = [min(range(len(u)), key=lambda s: u[s]) for u in usages]
     lo, hi = peak_usage(q, least), peak_usage(q, cheap)
     if tight is None:  # every plan fits
         most = [max(range(len(u)), key=lambda s: u[s]) for u in usages]
         q["usage_limit"] = peak_usage(q, most)
+    elif isinstance(tight, str):  # "xF": F times the least-usage peak
+        q["usage_limit"] = int(lo * float(tight[1:]))
     else:
         q["usage_limit"] = int(lo + tight * max(0, hi - lo))
     return q
+
+
+def least_slack(p):
+    """Per time point, the limit minus the summed least usages of the nodes live then."""
+    iv, us = p["nodes"]["intervals"], p["nodes"]["usages"]
+    end = max((b for a, b in iv), default=0)
+    base = [0] * (end + 1)
+    for (a, b), u in zip(iv, us):
+        for t in range(a, b):
+            base[t] += min(u)
+    return [p["usage_limit"] - x for x in base[:end]]
+
+
+def pinned(p):
+    """The problem without its memory row, but with the strategies that row rules out alone
+    made infeasible: those whose usage over the node's least exceeds the least slack over the
+    node's interval (what the solver's reduction removes for memory). Solving it separates
+    what the limit does by pinning nodes from what its rows do to the relaxation."""
+    q = {
+        "nodes": {
+            k: [list(r) for r in v] if k != "intervals" else v for k, v in p["nodes"].items()
+        },
+        "edges": p["edges"],
+        "usage_limit": None,
+    }
+    slack = least_slack(p)
+    removed = 0
+    for i, ((a, b), u) in enumerate(zip(p["nodes"]["intervals"], p["nodes"]["usages"])):
+        if a >= b:
+            continue
+        room, least = min(slack[a:b]), min(u)
+        for s, x in enumerate(u):
+            if x - least > room:
+                q["nodes"]["costs"][i][s] = INFEASIBLE
+                removed += 1
+    most = [max(range(len(u)), key=lambda s: u[s]) for u in p["nodes"]["usages"]]
+    q["usage_limit"] = peak_usage(q, most)
+    return q, removed
+
+
+def structure(p):
+    """What the measurements compare between B, G and the dense families (one line)."""
+    costs, usages = p["nodes"]["costs"], p["nodes"]["usages"]
+    n, edges, mats = len(costs), p["edges"]["nodes"], p["edges"]["costs"]
+    deg, root = [0] * n, list(range(n))
+
+    def find(x):
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    for u, v in edges:
+        deg[u] += 1
+        deg[v] += 1
+        root[find(u)] = find(v)
+    cycles = len(edges) - n + len({find(i) for i in range(n)})  # independent cycles
+    distinct = len({hashlib.sha1(repr(m).encode()).digest() for m in mats})
+    # a matrix with a zero in every row: whatever the producer does, the consumer can follow
+    # it for free (resharding only where the consumer prefers another layout)
+    follow = nonzero = entries = 0
+    for (u, v), m in zip(edges, mats):
+        k = len(costs[v])
+        follow += all(min(m[r * k : (r + 1) * k]) == 0 for r in range(len(costs[u])))
+        nonzero += sum(1 for x in m if 0 < x < INFEASIBLE)
+        entries += len(m)
+    least = [min(range(len(u)), key=lambda s: u[s]) for u in usages]
+    lo = peak_usage(p, least)
+    lim = p["usage_limit"]
+    if lim is None or lim < 0 or lo <= 0:  # no limit: nothing about memory to compare
+        return f"nodes {n} edges {len(edges)} matrices distinct {distinct}"
+    slack = sorted(least_slack(p))
+    q = lambda f: slack[int(f * (len(slack) - 1))] / lim  # noqa: E731
+    return (
+        f"nodes {n} edges {len(edges)} cycles {cycles} "
+        f"S avg {sum(map(len, costs)) / n:.1f} deg avg {2 * len(edges) / n:.2f} max {max(deg)} "
+        f"matrices distinct {distinct} follow-free {follow / len(edges):.2f} "
+        f"nonzero {nonzero / entries:.2f} | limit / least peak {lim / lo:.3f} "
+        f"slack/limit p10 {q(0.1):.3f} p50 {q(0.5):.3f} | pinned {pinned(p)[1]}"
+    )
 
 
 def entry(p, family, seed, limit, note):
@@ -324,25 +441,45 @@ def main(argv=None):
     ap.add_argument("--limit", type=float, default=120, help="time limit written to the manifest")
     ap.add_argument("--planner", action="store_true", help="also the forward-only planner problems")
     ap.add_argument("--cli", help="autoshard-cli path (default as bench/iopddl.py)")
+    ap.add_argument("--diagnostic", action="store_true", help="also the DIAGNOSTIC variants")
+    ap.add_argument(
+        "--pinned", action="store_true", help="also NAME-pinned: memory-pinned, limit lifted"
+    )
+    ap.add_argument("--stats", nargs="*", help="print the structure of these problem files")
     args = ap.parse_args(argv)
+    if args.stats is not None:
+        for f in args.stats:
+            print(f"{Path(f).name}: {structure(load(f))}", flush=True)
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mpath = out / "manifest.json"
     manifest = json.loads(mpath.read_text()) if mpath.exists() else {}
     pats = [s for s in args.only.split(",") if s]
-    for name, mesh, bw, tight, seed, comm, tr, *sub in SYNTHETIC:
-        if not any(s in name for s in pats):
+    for name, mesh, bw, tight, seed, comm, tr, *more in SYNTHETIC + DIAGNOSTIC:
+        diagnostic = name in [d[0] for d in DIAGNOSTIC]
+        if not any(s in name for s in pats) or (
+            diagnostic and not args.diagnostic and name not in pats
+        ):
             continue
-        q = synthetic(Path(args.dir) / "B.json.gz", mesh, bw, tight, seed, comm, tr, *sub)
+        q = synthetic(Path(args.dir) / "B.json.gz", mesh, bw, tight, seed, comm, tr, *more)
         fname = f"{name}.json.gz"
         save(q, out / fname)
         note = (
             f"B's graph, mesh {'x'.join(map(str, mesh))}, bandwidth {bw}, tightness {tight}, "
             f"edge factor {comm}, transposes {tr}"
-            + (f", BFS part of {sub[0]} nodes" if sub else "")
+            + (f", BFS part of {more[0]} nodes" if more and more[0] else "")
+            + (", layouts kept by one order" if len(more) > 1 and more[1] else "")
         )
         manifest[fname] = entry(q, name, seed, args.limit, note)
         print(f"wrote {fname}: {manifest[fname]['nodes']} nodes, {note}", flush=True)
+        if args.pinned and tight is not None:
+            pq, removed = pinned(q)
+            save(pq, out / f"{name}-pinned.json.gz")
+            manifest[f"{name}-pinned.json.gz"] = entry(
+                pq, f"{name}-pinned", seed, args.limit, f"{note}; {removed} strategies pinned"
+            )
+            print(f"wrote {name}-pinned.json.gz: {removed} strategies pinned", flush=True)
         mpath.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     if args.planner:
         planner_problems(find_cli(args.cli), out, manifest, 60, pats)
