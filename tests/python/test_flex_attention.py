@@ -6,6 +6,7 @@ The 4-rank training runs are in test_torchtitan_dist.py."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import pytest
@@ -17,7 +18,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from autoshard import AutoParallel, _core, dense_flex_attention_on_cpu
 from autoshard.planning.graph_export import graph_dict
 from autoshard.trace.fake_pg import fake_world
-from autoshard.trace.tracer import trace_training_step
+from autoshard.trace.tracer import UnsupportedModelError, trace_training_step
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -96,8 +97,84 @@ def test_mask_follows_the_batch_row_or_stays_replicated_where_it_broadcasts(mask
         assert rows["S(1)"] == ["R"] * 8, rows  # the mask broadcasts over the heads
 
 
+def _same_document(doc, b, h, q_idx, kv_idx):
+    return doc[b, q_idx] == doc[b, kv_idx]
+
+
+class SameDocument:
+    def __init__(self, doc: torch.Tensor):
+        self.doc = doc
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return _same_document(self.doc, b, h, q_idx, kv_idx)
+
+
+def _document_mask(doc: torch.Tensor, captured_by: str = "closure"):
+    """A causal mask within the documents of ``doc`` (B, S), its mask_mod capturing the
+    table: a closure (torchtitan's packed-document masks), a partial, or a callable object
+    (whose attributes torch does not flatten)."""
+    from torch.nn.attention.flex_attention import and_masks
+
+    if captured_by == "closure":
+
+        def same_document(b, h, q_idx, kv_idx):
+            return doc[b, q_idx] == doc[b, kv_idx]
+
+    elif captured_by == "partial":
+        same_document = functools.partial(_same_document, doc)
+    else:
+        same_document = SameDocument(doc)
+    return create_block_mask(and_masks(_causal, same_document), B, None, S, S, device="cpu")
+
+
+def _document_inputs(captured_by: str = "closure"):
+    doc = torch.zeros(B, S, dtype=torch.int32)
+    doc[:, S // 3 :] = 1
+    return torch.randn(B, S, H * D), _document_mask(doc, captured_by), torch.randn(B, S, H * D)
+
+
+class FlexBlockWithTarget(FlexBlock):
+    """An input after the mask: the one a misnumbered closure tensor would take the place of."""
+
+    def forward(self, x, block_mask, target):
+        q, k, v = self.qkv(x).view(B, S, 3, H, D).permute(2, 0, 3, 1, 4)
+        o = flex_attention(q, k, v, block_mask=block_mask)
+        return (self.out(o.transpose(1, 2).flatten(2)) - target).pow(2).mean()
+
+
+@pytest.mark.parametrize("captured_by", ["closure", "partial"])
+def test_tensors_a_mask_mod_captures_are_graph_inputs_numbered_as_a_call_flattens_them(
+    captured_by,
+):
+    inputs = _document_inputs(captured_by)
+    step = trace_training_step(FlexBlockWithTarget(), inputs, extrapolate_layers=False)
+    assert step.source_captured  # Dynamo's capture, its inputs renumbered
+    flat = torch.utils._pytree.tree_leaves(inputs)
+    assert len(flat) == 1 + 8 + 1 + 1 and all(step.input_nodes)
+    placeholders = {n.name: n.meta["val"] for n in step.gm.graph.find_nodes(op="placeholder")}
+    for value, name in zip(flat, step.input_nodes):  # each input's node has its shape
+        got = placeholders[name]
+        assert (got.shape, got.dtype) == (value.shape, value.dtype), name
+    assert not [n for n in step.gm.graph.find_nodes(op="get_attr") if "cell_contents" in n.target]
+    forward = next(n for n in _flex_nodes(graph_dict(step)) if n["phase"] == "forward")
+    assert step.input_nodes[9] in str(forward["args"][-1])  # the mask_mod's buffer
+
+
+def test_a_mask_mod_that_is_a_callable_object_is_refused_clearly():
+    # alone, its tensor is in no flattening: it would be a constant of the graph
+    doc = torch.zeros(B, S, dtype=torch.int32)
+    mask = create_block_mask(SameDocument(doc), B, None, S, S, device="cpu")
+    x, _, target = _document_inputs()
+    with pytest.raises(UnsupportedModelError, match="an attribute of a callable object"):
+        trace_training_step(FlexBlockWithTarget(), (x, mask, target))
+    # captured by and_masks' closure, torch flattens the object itself as one value
+    with pytest.raises(NotImplementedError, match="captures a SameDocument"):
+        trace_training_step(FlexBlockWithTarget(), _document_inputs("object"))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None, reason="torchtitan missing")
-def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh():
+@pytest.mark.parametrize("mask", ["causal", "document"])
+def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh(mask):
     from torchtitan.models.common.attention import get_causal_mask_mod
     from torchtitan.models.llama3 import llama3_configs
 
@@ -108,27 +185,25 @@ def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh():
     batch, seq = 16, 256
 
     def input_fn():  # as torchtitan's trainer calls the model: tokens, positions, block mask
-        positions = torch.arange(seq).repeat(batch, 1)
-        mask = create_block_mask(get_causal_mask_mod(), batch, None, seq, seq, device="cpu")
-        return torch.randint(0, 2048, (batch, seq)), positions, mask
+        if mask == "causal":
+            positions = torch.arange(seq).repeat(batch, 1)
+            block_mask = create_block_mask(
+                get_causal_mask_mod(), batch, None, seq, seq, device="cpu"
+            )
+        else:  # packed documents of 100 tokens; torchtitan's own mask (compiled, run eagerly)
+            positions = (torch.arange(seq) % 100).repeat(batch, 1)
+            with torch.compiler.set_stance("force_eager"):
+                block_mask = model.get_attention_masks(positions)
+        return torch.randint(0, 2048, (batch, seq)), positions, block_mask
 
+    n_inputs = len(torch.utils._pytree.tree_leaves(input_fn()))
+    assert n_inputs == (10 if mask == "causal" else 11)  # + the document-end table
     with fake_world((8, 8), ("dp", "tp")) as mesh:
         with AutoParallel(model, input_fn, mesh) as autop:
-            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * 9)
+            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * (n_inputs - 1))
             plan = autop.optimize_placement().plan
     flex = {n: e for n, e in plan["nodes"].items() if n.startswith("flex_attention")}
     assert len(flex) == 4  # forward and backward of 2 layers
     for name, entry in flex.items():
         q = entry["inputs"][0]
         assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
-
-
-def test_block_mask_whose_mask_mod_captures_tensors_is_refused_clearly():
-    doc = torch.zeros(S, dtype=torch.int32)
-
-    def same_document(b, h, q_idx, kv_idx):
-        return doc[q_idx] == doc[kv_idx]
-
-    mask = create_block_mask(same_document, B, None, S, S, device="cpu")
-    with pytest.raises(NotImplementedError, match="mask_mod captures tensors"):
-        trace_training_step(FlexBlock(), (torch.randn(B, S, H * D), mask))

@@ -1,7 +1,7 @@
 """torchtitan 0.3's own models train under autoshard like one process (issue 43): the debug
 models with FlexAttention, called as torchtitan's trainer calls them (tokens, positions and a
-causal BlockMask from create_block_mask), planned by AutoParallel on 4 gloo ranks (2x2) and
-trained 3 SGD steps; losses and parameters equal to the single-process model's with the same
+causal BlockMask from create_block_mask, or torchtitan's packed-document mask), planned by
+AutoParallel on 4 gloo ranks (2x2) and trained 3 SGD steps; losses and parameters equal to the single-process model's with the same
 attention math (FlexAttention's dense math on CPU) at rtol 1e-4. Worker:
 dist/torchtitan_worker.py."""
 
@@ -26,6 +26,9 @@ pytestmark = [
 SCENARIOS = [
     {"name": "llama3_causal", "model": "llama3", "mesh": [2, 2], "steps": 3},
     {"name": "qwen3_causal", "model": "qwen3", "mesh": [2, 2], "steps": 3},
+    # torchtitan's own packed-document mask (model.get_attention_masks over positions that
+    # restart at each document): its mask_mod captures a table, a graph input per step
+    {"name": "llama3_document", "model": "llama3", "mesh": [2, 2], "steps": 3, "mask": "document"},
 ]
 
 

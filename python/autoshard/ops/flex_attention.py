@@ -21,7 +21,13 @@ itself, with its sub-graphs, which inductor compiles into its kernels under ``co
 Every tensor of a BlockMask (and of the closure of its ``mask_mod``) is a graph input:
 ``register_block_mask_pytree`` registers BlockMask as a pytree with torch's own
 flatten/unflatten (torch 2.13 defines them and registers nothing), so Dynamo's export and the
-input binding accept it as they accept a dict of tensors.
+input binding accept it as they accept a dict of tensors. The values a ``mask_mod`` function
+(or ``functools.partial``) captures, such as the document table of torchtitan's
+packed-document mask, are leaves of that flattening everywhere but under Dynamo, whose
+capture holds them as constants; ``lift_mask_closure_inputs`` makes them inputs of the
+captured graph at the positions a call's flattening gives them. A tensor a mask reaches
+otherwise (an attribute of a callable object, a global) is in no flattening: the trace
+refuses it naming the fix (tracer.explain_trace_error).
 
 On CPU, torch 2.13's ``flex_attention`` refuses inputs that require grad ("FlexAttention
 does not support backward on CPU"), a check of its Python front end only: the HOPs have a
@@ -68,27 +74,94 @@ def register_block_mask_pytree() -> None:
     )
 
 
-def check_block_mask_inputs(inputs: Any) -> None:
-    """Refuses a BlockMask input whose ``mask_mod`` closes over tensors (torchtitan's
-    packed-document masks): torch flattens such a mask with its closure tensors as leaves,
-    except while Dynamo traces (``_extract_callable_pytree`` is skipped when compiling), so the
-    exported graph would number its inputs differently from the call's and take one input's
-    tensor for another's."""
+def mask_closure_positions(inputs: Any) -> list[int]:
+    """The flat positions (``pytree.tree_flatten(inputs)`` order) of the values the
+    ``mask_mod`` of a BlockMask among ``inputs`` closes over (torchtitan's packed-document
+    tables); empty where no mask captures anything."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    masks = [x for x in pytree.tree_leaves(inputs, is_leaf=lambda v: isinstance(v, BlockMask))]
-    for mask in masks:
-        if not isinstance(mask, BlockMask):
+    positions, at = [], 0
+    for leaf in pytree.tree_leaves(inputs, is_leaf=lambda v: isinstance(v, BlockMask)):
+        if not isinstance(leaf, BlockMask):
+            at += 1
             continue
-        leaves, _ = mask._flatten()
-        own = [a for a in BlockMask._TENSOR_ATTRS if getattr(mask, a) is not None]
-        if len(leaves) > len(own):
+        leaves, _ = leaf._flatten()
+        own = sum(getattr(leaf, a) is not None for a in BlockMask._TENSOR_ATTRS)
+        positions += range(at + own, at + len(leaves))
+        at += len(leaves)
+    return positions
+
+
+_CLOSURE_VALUE_TYPES = (torch.Tensor, int, float, bool, str, type(None))
+
+
+def check_mask_closure_values(inputs: Any) -> None:
+    """Refuses a value a BlockMask's ``mask_mod`` captures that no graph input can hold (a
+    callable object, say, passed to ``and_masks``): torch flattens it as a leaf, which the
+    export cannot trace."""
+    flat = pytree.tree_leaves(inputs)
+    for pos in mask_closure_positions(inputs):
+        if not isinstance(flat[pos], _CLOSURE_VALUE_TYPES):
             raise NotImplementedError(
-                "autoshard: a BlockMask input whose mask_mod captures tensors (e.g. a packed-"
-                "document mask) is not supported yet: torch flattens it differently while "
-                "tracing. Use a mask_mod without captured tensors (causal, sliding window), "
-                "or build the mask inside the model's forward"
+                "autoshard: a BlockMask input's mask_mod captures a "
+                f"{type(flat[pos]).__name__} (flat input {pos}), which torch flattens as one "
+                "value that no graph input can hold (a callable object, or a container torch "
+                "cannot flatten). Make each mask_mod a function (or functools.partial) and "
+                "capture tensors or Python scalars only, as torchtitan's document masks do"
             )
+
+
+def lift_mask_closure_inputs(gm: fx.GraphModule, inputs: Any) -> None:
+    """Makes the values a BlockMask's ``mask_mod`` closes over inputs of ``gm``, Dynamo's
+    export capture of a call with ``inputs`` (``(args, kwargs)``), numbered as a call
+    flattens them.
+
+    torch flattens a BlockMask with its ``mask_mod``'s closure values as leaves, except
+    while compiling (``_extract_callable_pytree``), so Dynamo's capture numbers its inputs
+    without them and holds each captured tensor as a constant attribute of ``gm``: the
+    sample's document table baked into the graph, and every later input shifted by one
+    where a call (AOT's export, the parallel module) flattens the mask with them. Here each
+    closure value becomes a placeholder at its flat position, the constant's uses read it,
+    and ``gm`` takes its inputs by the call's flattening."""
+    closure = set(mask_closure_positions(inputs))
+    if not closure:
+        return
+    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+
+    codegen = gm.graph._codegen
+    flat, spec = pytree.tree_flatten(inputs)
+    olds = list(gm.graph.find_nodes(op="placeholder"))
+    if not isinstance(codegen, _PyTreeCodeGen) or len(olds) != len(flat) - len(closure):
+        raise NotImplementedError(
+            "autoshard: cannot bind the tensors a BlockMask's mask_mod captures to the "
+            f"captured graph ({len(olds)} graph inputs for {len(flat)} flat inputs, "
+            f"{len(closure)} of them captured by a mask_mod); pass the mask without "
+            "captured tensors, or build it inside the model's forward"
+        )
+    constants: dict[int, list[fx.Node]] = {}
+    for node in gm.graph.find_nodes(op="get_attr"):
+        value = getattr(gm, node.target, None)
+        if isinstance(value, torch.Tensor):
+            constants.setdefault(id(value), []).append(node)
+    anchor = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    dynamo_inputs = iter(olds)
+    for pos, leaf in enumerate(flat):
+        if pos not in closure:
+            anchor.prepend(next(dynamo_inputs))  # kept in order, before the new ones' uses
+            continue
+        with gm.graph.inserting_before(anchor):
+            node = gm.graph.placeholder(f"mask_mod_closure_{pos}")
+        if isinstance(leaf, torch.Tensor):
+            node.meta["val"] = leaf
+        for const in constants.get(id(leaf), []):
+            const.replace_all_uses_with(node)
+            gm.graph.erase_node(const)
+            if not gm.graph.find_nodes(op="get_attr", target=const.target):
+                delattr(gm, const.target)
+    info = codegen.pytree_info
+    codegen.pytree_info = _PyTreeInfo(info.orig_args, spec, info.out_spec)
+    gm.graph.lint()
+    gm.recompile()
 
 
 @contextlib.contextmanager

@@ -312,7 +312,7 @@ def _trace_fake_model(
     joint: bool,
 ) -> TracedStep:
     """One trace of the fake copy ``fake`` of ``model``."""
-    from autoshard.ops.flex_attention import check_block_mask_inputs, fold_flex_attention
+    from autoshard.ops.flex_attention import check_mask_closure_values, fold_flex_attention
     from autoshard.trace.input_binding import forward_signature
     from autoshard.trace.mixed_precision import canonical_policy, collective_free_inputs
 
@@ -331,7 +331,7 @@ def _trace_fake_model(
     inputs = ForwardInputs(
         *_fake_inputs((tuple(inputs.args), dict(inputs.kwargs)), fake_mode, device)
     )
-    check_block_mask_inputs((inputs.args, inputs.kwargs))
+    check_mask_closure_values((inputs.args, inputs.kwargs))
     flat_inputs, input_spec = pytree.tree_flatten((inputs.args, inputs.kwargs))
     input_metas = [
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in flat_inputs
@@ -505,9 +505,14 @@ def _capture_and_export(
         try:
             from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
 
+            from autoshard.ops.flex_attention import lift_mask_closure_inputs
+
             def capture():
                 with fake_mode, _export_guard_check_skipped():
-                    return _dynamo_graph_capture_for_export(root)(*inputs.args, **inputs.kwargs)
+                    gm = _dynamo_graph_capture_for_export(root)(*inputs.args, **inputs.kwargs)
+                # a BlockMask's captured tensors: inputs numbered as a call flattens them
+                lift_mask_closure_inputs(gm, (tuple(inputs.args), dict(inputs.kwargs)))
+                return gm
 
             traced_mod = capture()
             # Dynamo flattens names (L__self___w1_weight); the export's descriptors and
@@ -615,6 +620,17 @@ def explain_trace_error(e: Exception) -> Exception | None:
             "torch.cond), keep sizes fixed (masks instead of indexing), or decide the branch "
             "outside the model and pass it as a Python value. "
             f"(torch: {name}: {str(e).splitlines()[0] if str(e) else ''})"
+        )
+    message = str(e)
+    if "convert all Tensors to FakeTensors" in message and "flex_attention" in message:
+        return UnsupportedModelError(
+            "autoshard: a FlexAttention mask_mod or score_mod reads a tensor that is not an "
+            "input of the traced step: an attribute of a callable object or a global "
+            "variable, which torch's pytree does not flatten out of a BlockMask, so it would "
+            "be baked into the graph. Make the mask_mod a function (or functools.partial) "
+            "that captures the tensor, as torchtitan's document masks do: autoshard then "
+            "binds it as an input like the mask's own tensors; or build the mask inside the "
+            "model's forward"
         )
     return None
 

@@ -1,6 +1,7 @@
 """torchrun worker: torchtitan 0.3's own language models (FlexAttention with a block mask passed
-beside the tokens, as torchtitan's trainer calls them) planned by AutoParallel and trained a
-few SGD steps on every rank (gloo), compared with the single-process model.
+beside the tokens, as torchtitan's trainer calls them: causal, or its packed-document mask)
+planned by AutoParallel and trained a few SGD steps on every rank (gloo), compared with the
+single-process model.
 
 On CPU both sides run FlexAttention's dense math (autoshard.dense_flex_attention_on_cpu for
 the reference; the parallel program calls the same higher-order ops on local shards).
@@ -23,6 +24,7 @@ from scenario_runner import compare_losses, compare_parameters, run_scenarios
 
 RTOL, ATOL = 1e-4, 1e-6
 BATCH, SEQ, VOCAB = 4, 256, 2048
+EOS = 0
 
 
 class WithLoss(nn.Module):
@@ -53,23 +55,47 @@ def model_config(family: str, layers: int = 2):
     return cfg
 
 
-def block_mask(mask: str, positions: torch.Tensor):
+def block_mask(mask: str, positions: torch.Tensor, model: nn.Module):
     """``causal``: create_block_mask of a causal mask_mod; ``document``: torchtitan's own
-    causal packed-document mask (its mask_mod captures per-sequence tables)."""
+    causal packed-document mask, ``model.get_attention_masks(positions)`` as its trainer
+    builds it (its mask_mod captures a per-token table of document ends); torchtitan
+    compiles create_block_mask, run eagerly here (no inductor on CPU)."""
     from torch.nn.attention.flex_attention import create_block_mask
     from torchtitan.models.common.attention import get_causal_mask_mod
 
     if mask == "causal":
         return create_block_mask(get_causal_mask_mod(), BATCH, None, SEQ, SEQ, device="cpu")
+    if mask == "document":
+        with torch.compiler.set_stance("force_eager"):
+            return model.get_attention_masks(positions)
     raise ValueError(mask)
 
 
-def make_inputs(sc: dict, seed: int):
+def packed_positions(g: torch.Generator) -> torch.Tensor:
+    """Per-token positions of rows packed from documents of random lengths (torchtitan's
+    dataset: each document ends with EOS and the next one starts at position 0)."""
+    rows = []
+    for _ in range(BATCH):
+        row, left = [], SEQ
+        while left:
+            n = min(left, int(torch.randint(16, 160, (), generator=g)))
+            row += range(n)
+            left -= n
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def make_inputs(sc: dict, seed: int, model: nn.Module):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
     labels = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
-    positions = torch.arange(SEQ).repeat(BATCH, 1)
-    return tokens, positions, block_mask(sc.get("mask", "causal"), positions), labels
+    mask = sc.get("mask", "causal")
+    if mask == "document":
+        positions = packed_positions(g)
+        tokens[:, :-1][positions[:, 1:] == 0] = EOS  # each document but the last ends with EOS
+    else:
+        positions = torch.arange(SEQ).repeat(BATCH, 1)
+    return tokens, positions, block_mask(mask, positions, model), labels
 
 
 def input_constraints(inputs) -> list:
@@ -94,7 +120,7 @@ def run_scenario(sc: dict, rank: int) -> dict:
     ref.model.init_states()
     with torch.device("meta"):
         meta_model = WithLoss(cfg.build())
-    inputs = [make_inputs(sc, 100 + i) for i in range(sc.get("steps", 3))]
+    inputs = [make_inputs(sc, 100 + i, ref.model) for i in range(sc.get("steps", 3))]
     with AutoParallel(
         meta_model, inputs[0], mesh, strict=True, time_limit_s=sc.get("time_limit_s", 30.0),
         runtime=sc.get("runtime", "program"),
