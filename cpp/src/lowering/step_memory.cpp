@@ -303,37 +303,29 @@ class StepMemoryModel {
     // pass and dtype -> (block, gather) in timeline order
     std::map<std::string, std::vector<std::pair<std::string, Gather>>> gathers;
     std::set<std::pair<CopyKey, bool>> counted;  // (copy, in the backward) already counted
-    for (size_t t = 0; t < by_position_.size(); ++t) {
-      const size_t c = static_cast<size_t>(by_position_[t].node);
-      if (g_.nodes[c].role != NodeRole::Compute) continue;
-      const Strategy& s = strategy(c);
-      const std::vector<TensorRef> refs = g_.nodes[c].tensor_inputs();
-      const auto at = static_cast<int64_t>(t);
+    for_each_redistribution([&](int64_t at, const Strategy& s, size_t a, const TensorRef& ref) {
       const bool backward = at >= backward_start_;
-      for (size_t a = 0; a < refs.size(); ++a) {
-        const Layout& from = *strategy(refs[a].node).outputs[refs[a].output];
-        if (from == s.inputs[a]) continue;
-        const bool view = a == 0 && s.aliases_input;  // its result is the view's output, counted there
-        const int64_t bytes = local_bytes(g_.meta(refs[a]), s.inputs[a]);
-        const Node& from_node = g_.nodes[static_cast<size_t>(refs[a].node)];
-        const CopyKey key{refs[a].node, refs[a].output, layout_str(s.inputs[a])};
-        const auto found = readers.find(key);
-        const bool kept = !view && found != readers.end() && kept_for_backward(key, found->second);
-        if (kept && backward) continue;  // the forward's copy, counted there
-        if (from_node.role == NodeRole::Parameter) {
-          gathers[std::string(backward ? "b|" : "f|") + std::string(dtype_name(g_.meta(refs[a]).dtype))]
-              .push_back({parameter_block(from_node.fqn), {at, bytes, local_bytes(g_.meta(refs[a]), from), view}});
-          if (kept && counted.insert({key, false}).second) {
-            add_live(at + 1, found->second.backward.last + 1, bytes);
-            m.saved_activations += bytes;
-          }
-        } else if (!view && counted.insert({key, backward}).second) {
-          const Readers& pass = backward ? found->second.backward : found->second.forward;
-          add_live(at, (kept ? found->second.backward.last : pass.last) + 1, bytes);
-          if (kept) m.saved_activations += bytes;
+      const bool view = a == 0 && s.aliases_input;  // its result is the view's output, counted there
+      const int64_t bytes = local_bytes(g_.meta(ref), s.inputs[a]);
+      const Node& from_node = g_.nodes[static_cast<size_t>(ref.node)];
+      const CopyKey key{ref.node, ref.output, layout_str(s.inputs[a])};
+      const auto found = readers.find(key);
+      const bool kept = !view && found != readers.end() && kept_for_backward(key, found->second);
+      if (kept && backward) return;  // the forward's copy, counted there
+      if (from_node.role == NodeRole::Parameter) {
+        const Layout& from = *strategy(ref.node).outputs[ref.output];
+        gathers[std::string(backward ? "b|" : "f|") + std::string(dtype_name(g_.meta(ref).dtype))].push_back(
+            {parameter_block(from_node.fqn), {at, bytes, local_bytes(g_.meta(ref), from), view}});
+        if (kept && counted.insert({key, false}).second) {
+          add_live(at + 1, found->second.backward.last + 1, bytes);
+          m.saved_activations += bytes;
         }
+      } else if (!view && counted.insert({key, backward}).second) {
+        const Readers& pass = backward ? found->second.backward : found->second.forward;
+        add_live(at, (kept ? found->second.backward.last : pass.last) + 1, bytes);
+        if (kept) m.saved_activations += bytes;
       }
-    }
+    });
     for (auto& [key, in_order] : gathers)
       for (std::vector<Gather>& group : block_groups(std::move(in_order))) gathered_parameters(std::move(group));
   }
@@ -344,32 +336,38 @@ class StepMemoryModel {
 
   using CopyKey = std::tuple<int32_t, int32_t, std::string>;  // value (node, output) and layout
   struct Readers {
-    int64_t first = -1, last = -1;  // steps
-    bool own = false;               // read by a node of this pass that is not a recomputed copy
+    int64_t last = -1;  // the step of the last reader
+    bool own = false;   // read by a node of this pass that is not a recomputed copy
   };
   struct CopyReaders {
     Readers forward, backward;
   };
 
-  // Every redistributed copy (value and layout) with its readers in each pass (views left
-  // out: their result is the view's output).
-  std::map<CopyKey, CopyReaders> copy_readers() const {
-    std::map<CopyKey, CopyReaders> readers;
+  // Every input a compute node reads in another layout than its producer's, in timeline
+  // order: fn(step, the consumer's strategy, the input's index, the input).
+  template <class Fn>
+  void for_each_redistribution(Fn&& fn) const {
     for (size_t t = 0; t < by_position_.size(); ++t) {
       const size_t c = static_cast<size_t>(by_position_[t].node);
       if (g_.nodes[c].role != NodeRole::Compute) continue;
       const Strategy& s = strategy(c);
       const std::vector<TensorRef> refs = g_.nodes[c].tensor_inputs();
-      const auto at = static_cast<int64_t>(t);
-      for (size_t a = 0; a < refs.size(); ++a) {
-        if (*strategy(refs[a].node).outputs[refs[a].output] == s.inputs[a] || (a == 0 && s.aliases_input)) continue;
-        CopyReaders& r = readers[{refs[a].node, refs[a].output, layout_str(s.inputs[a])}];
-        Readers& pass = at >= backward_start_ ? r.backward : r.forward;
-        if (pass.first < 0) pass.first = at;
-        pass.last = at;
-        pass.own = pass.own || !by_position_[t].again;
-      }
+      for (size_t a = 0; a < refs.size(); ++a)
+        if (*strategy(refs[a].node).outputs[refs[a].output] != s.inputs[a]) fn(static_cast<int64_t>(t), s, a, refs[a]);
     }
+  }
+
+  // Every redistributed copy (value and layout) with its readers in each pass (views left
+  // out: their result is the view's output).
+  std::map<CopyKey, CopyReaders> copy_readers() const {
+    std::map<CopyKey, CopyReaders> readers;
+    for_each_redistribution([&](int64_t at, const Strategy& s, size_t a, const TensorRef& ref) {
+      if (a == 0 && s.aliases_input) return;
+      CopyReaders& r = readers[{ref.node, ref.output, layout_str(s.inputs[a])}];
+      Readers& pass = at >= backward_start_ ? r.backward : r.forward;
+      pass.last = at;
+      pass.own = pass.own || !by_position_[static_cast<size_t>(at)].again;
+    });
     return readers;
   }
 
