@@ -18,19 +18,21 @@ import torch.nn.functional as F
 from autoshard.models import Llama, LlamaConfig, RMSNorm
 
 
-def llama3_small(attention: str = "sdpa") -> Llama:
+def llama3_small(
+    attention: str = "sdpa", dim: int = 32, vocab_size: int = 64, ffn_dim: int = 64, seq: int = 16
+) -> Llama:
     """A 2-layer Llama-3-style model: RMSNorm, real-pair rotary embeddings, grouped-query
     attention (4 query heads, 2 KV heads, repeat_interleave), SwiGLU MLP, embedding and
     cross-entropy."""
     return Llama(
         LlamaConfig(
-            dim=32,
+            dim=dim,
             n_layers=2,
             n_heads=4,
             n_kv_heads=2,
-            vocab_size=64,
-            ffn_dim=64,
-            max_seq_len=16,
+            vocab_size=vocab_size,
+            ffn_dim=ffn_dim,
+            max_seq_len=seq,
             attention=attention,
         )
     )
@@ -40,18 +42,7 @@ def llama3_memory() -> Llama:
     """llama3_small's architecture at dim 128, vocab 256 and 64 tokens: the model whose
     step memory the 4-rank tests measure against the prediction (tests/python/dist/
     memory_worker.py), with batch 8 about 4-5 MB a rank."""
-    return Llama(
-        LlamaConfig(
-            dim=128,
-            n_layers=2,
-            n_heads=4,
-            n_kv_heads=2,
-            vocab_size=256,
-            ffn_dim=256,
-            max_seq_len=64,
-            attention="sdpa",
-        )
-    )
+    return llama3_small(dim=128, vocab_size=256, ffn_dim=256, seq=64)
 
 
 class GPT2LM(nn.Module):
