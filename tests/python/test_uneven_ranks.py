@@ -126,7 +126,9 @@ def _rank_program(make_model, plan, step, mesh, lowered: dict, **lower_options) 
     have the same shapes trace the same program (a rank's coordinates only pick values)."""
     with torch.device("meta"):
         model = make_model()
-    module = build_parallel_module(model, step, plan, mesh)
+    # the interpreter's module: to_empty lowers no program of its own, this test lowers
+    # one per set of local shapes with the options under test
+    module = build_parallel_module(model, step, plan, mesh, runtime="interpret")
     module.to_empty(device="cpu")
     runner = runtime_of(module).runner
     params = [p._local_tensor for p in traced_params(module, runtime_of(module))]
