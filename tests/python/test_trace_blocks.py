@@ -46,14 +46,20 @@ def _mlp_inputs():
     return torch.empty(8, 16), torch.empty(8, 16)
 
 
-def _both(model, inputs, caplog, **kw):
-    """(extrapolated-or-fallen-back trace, full trace, whether it extrapolated)."""
+def _trace(model, inputs, caplog, **kw):
+    """(the trace, extrapolated or fallen back; whether it extrapolated)."""
     with caplog.at_level(logging.INFO, logger="autoshard"):
         caplog.clear()
         fast = trace_training_step(model, inputs, **kw)
         extrapolated = any(
             r.getMessage().startswith("autoshard: traced 3 and 4 of") for r in caplog.records
         )
+    return fast, extrapolated
+
+
+def _both(model, inputs, caplog, **kw):
+    """(extrapolated-or-fallen-back trace, full trace, whether it extrapolated)."""
+    fast, extrapolated = _trace(model, inputs, caplog, **kw)
     full = trace_training_step(model, inputs, **{**kw, "extrapolate_layers": False})
     return fast, full, extrapolated
 
@@ -351,14 +357,12 @@ def test_containers():
 
 
 def test_under_threshold_and_turned_off_trace_fully(caplog, monkeypatch):
+    # whether it extrapolates only: the full traces equal to these are the tests above
     for model, inputs in [(_llama(MIN_LAYERS - 1), _llama_inputs), (_mlp(2), _mlp_inputs)]:
-        _, _, extrapolated = _both(model, inputs, caplog)
-        assert not extrapolated
-    _, _, extrapolated = _both(_llama(6), _llama_inputs, caplog, extrapolate_layers=False)
-    assert not extrapolated
+        assert not _trace(model, inputs, caplog)[1]
+    assert not _trace(_llama(6), _llama_inputs, caplog, extrapolate_layers=False)[1]
     monkeypatch.setenv("AUTOSHARD_TRACE_ALL_LAYERS", "1")
-    _, _, extrapolated = _both(_llama(6), _llama_inputs, caplog)
-    assert not extrapolated
+    assert not _trace(_llama(6), _llama_inputs, caplog)[1]
 
 
 @needs_planner
