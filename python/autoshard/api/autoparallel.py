@@ -511,6 +511,7 @@ class AutoParallel:
                     self.step, self.options(verbose).after(time.perf_counter() - t0), graph
                 ),
                 *cache_and_key(self.plan_cache, graph, self.options()),
+                mesh=self.mesh,
             )
         progress.log_solver_result(plan)
         plan["plan_seconds"] = time.perf_counter() - t0
@@ -626,6 +627,7 @@ class AutoParallel:
             return same_plan_on_every_rank(
                 lambda: plan_traced_step(step, opts, graph),
                 *cache_and_key(cache_setting, graph, opts),
+                mesh=mesh,
             )
 
         return plan_variant

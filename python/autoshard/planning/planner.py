@@ -118,35 +118,42 @@ def cache_and_key(setting: Any, graph: str, options: PlannerOptions) -> tuple:
     return (cache, plan_key(graph, options.to_json())) if cache is not None else (None, None)
 
 
-def same_plan_on_every_rank(make_plan, cache=None, key: str | None = None) -> dict:
+def same_plan_on_every_rank(
+    make_plan, cache=None, key: str | None = None, mesh: DeviceMesh | None = None
+) -> dict:
     """The solver is anytime: under a wall-clock limit two ranks could stop at different
     plans. With a real multi-rank process group, rank 0 plans and broadcasts its plan (or
     its error) so every rank runs the same one. With a plan cache (plan_cache.py) a stored
     plan is used instead of planning: when every rank finds the same one under the same key
     (compared by digest), each loads its own and nothing is broadcast; otherwise rank 0's
-    (cached or new, then stored) is broadcast."""
+    (cached or new, then stored) is broadcast. On a 1-D ``mesh`` of part of the ranks (a
+    pipeline stage's data-parallel ranks, which plan their own stage while other ranks plan
+    theirs), all of this happens among the mesh's ranks, its first rank planning."""
     import torch.distributed as dist
 
     from autoshard.trace.fake_pg import real_multi_rank_group
     from autoshard.planning.plan_cache import cached_plan, plan_digest
 
-    if not real_multi_rank_group():
+    group = planning_group(mesh)
+    if not real_multi_rank_group() or (group is not None and group.size() == 1):
         return cached_plan(cache, key, make_plan)
     # every rank takes part whether or not it caches, so the collectives always match
     mine = cache.load(key) if cache is not None else None
-    found: list = [None] * dist.get_world_size()
-    dist.all_gather_object(found, (key, plan_digest(mine) if mine is not None else None))
+    found: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(
+        found, (key, plan_digest(mine) if mine is not None else None), group=group
+    )
     if mine is not None and all(f == found[0] for f in found):
         log.info("autoshard: plan cache hit (key %s, %s) on every rank", key[:16], cache.path(key))
         mine["plan_cache"] = {"key": key, "hit": True}
         return mine
     box: list = [None]
-    if dist.get_rank() == 0:
+    if dist.get_rank(group) == 0:
         try:
             box[0] = ("plan", cached_plan(cache, key, make_plan))
         except Exception as e:  # every rank must raise the same error, not hang
             box[0] = ("error", (type(e), str(e)))
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, group=group, group_src=0)
     kind, value = box[0]
     if kind == "error":
         exc_type, msg = value
@@ -156,6 +163,20 @@ def same_plan_on_every_rank(make_plan, cache=None, key: str | None = None) -> di
             error = RuntimeError(msg)
         raise error
     return value
+
+
+def planning_group(mesh: DeviceMesh | None):
+    """The process group whose ranks plan together: the default group (None), except for a
+    1-D mesh of only some of the ranks: that mesh's group. (A sub-mesh of more dims has no
+    group of all its ranks without every rank creating one: its ranks keep planning with
+    every rank, which must then plan in step.)"""
+    import torch.distributed as dist
+
+    if mesh is None or mesh.ndim != 1 or not dist.is_initialized():
+        return None
+    if mesh.size() == dist.get_world_size():
+        return None
+    return mesh.get_group()
 
 
 def plan_traced_step(
