@@ -1,0 +1,170 @@
+"""The public entry: ``plan_pipeline`` cuts a model into stages, plans each stage this rank
+runs with autoshard on the stage's mesh, wraps it as torch's ``PipelineStage`` and drives
+the stages with one of torch's schedules; ``Pipeline.step`` mirrors the schedule's
+``step``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import (
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+)
+
+from autoshard.pipeline.stage_modules import split_model
+from autoshard.pipeline.stage_runtime import (
+    MicrobatchShapes,
+    PlannedStage,
+    StageCall,
+    plan_stage,
+    wrap_stage,
+)
+from autoshard.pipeline.stage_split import layer_ranges
+from autoshard.runtime.module_state import load_full_state_dict
+
+# schedule name -> (torch's class, whether it runs several stages per rank)
+SCHEDULES = {
+    "GPipe": (ScheduleGPipe, False),
+    "1F1B": (Schedule1F1B, False),
+    "Interleaved1F1B": (ScheduleInterleaved1F1B, True),
+}
+
+
+def _loss_is_output(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The last stage returns the loss itself (planned with the head: stage_modules.py)."""
+    return output
+
+
+@dataclass
+class Pipeline:
+    """This rank's stages and the schedule that runs them."""
+
+    mesh: DeviceMesh
+    pp_dim: str
+    n_microbatches: int
+    stages: list[PlannedStage]
+    schedule: Any = None
+    n_stages: int = 0
+    stage_layers: list[range] = field(default_factory=list)
+
+    def step(self, *args, target: torch.Tensor, losses: list | None = None) -> None:
+        """One training step on this rank's data-parallel part of the batch: ``args`` the
+        first stage's inputs (token ids), ``target`` the labels (given on every rank: the
+        last stage's module takes them, passed by the schedule as a keyword). Gradients
+        accumulate over the microbatches, divided by their number (torch's
+        ``scale_grads``); ``losses`` gets each microbatch's loss on the last stage's
+        ranks."""
+        self.schedule.step(*args, target=target, losses=losses, return_outputs=False, labels=target)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        for s in self.stages:
+            yield from s.parallel.parameters()
+
+    def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """This rank's parameters (DTensors on the stage meshes) under the model's names."""
+        for s in self.stages:
+            for name, p in s.parallel.named_parameters():
+                yield s.split.full_name(name), p
+
+    def to_empty(self, device) -> "Pipeline":
+        for s in self.stages:
+            s.parallel.to_empty(device=device)
+        return self
+
+    def load_full_state_dict(self, state_dict: dict) -> None:
+        """Load the model's full tensors (its ``state_dict``) into this rank's stages."""
+        for s in self.stages:
+            names = [n for n, _ in s.parallel.named_parameters()]
+            names += [n for n, _ in s.parallel.named_buffers()]
+            load_full_state_dict(s.parallel, {n: state_dict[s.split.full_name(n)] for n in names})
+
+
+def plan_pipeline(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    sample_inputs: tuple,
+    *,
+    pp_dim: str = "pp",
+    schedule: str = "1F1B",
+    n_microbatches: int = 4,
+    virtual_stages: int = 1,
+    split_points: list[int] | None = None,
+    **planner_kwargs,
+) -> Pipeline:
+    """Plan ``model`` (on the meta device) as a pipeline over ``mesh``'s ``pp_dim``.
+
+    ``sample_inputs``: ``(tokens, labels)`` shaped like one step's whole batch (all
+    data-parallel ranks' parts; meta tensors will do). The stages are
+    ``mesh.size(pp_dim) * virtual_stages`` contiguous ranges of ``model.layers``
+    (``split_points``: the first layer of every stage but the first; default: balanced by
+    layer count); stage ``s`` runs on pipeline rank ``s % pp``. Each stage this rank runs is
+    planned by autoshard on the mesh's other dim (its data-parallel ranks; a 1-rank mesh
+    where that dim has size 1) for one microbatch. ``planner_kwargs`` go to
+    ``AutoParallel`` (``time_limit_s``, ``plan_cache``, ``hardware``, ...). Call
+    ``to_empty`` and ``load_full_state_dict`` (or initialise) before ``step``."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"pipeline: schedule {schedule!r}; one of {sorted(SCHEDULES)}")
+    schedule_cls, multi = SCHEDULES[schedule]
+    if virtual_stages != 1 and not multi:
+        raise ValueError(
+            f"pipeline: schedule {schedule!r} runs one stage per rank; virtual_stages="
+            f"{virtual_stages} needs Interleaved1F1B"
+        )
+    names = mesh.mesh_dim_names or ()
+    if pp_dim not in names:
+        raise ValueError(f"pipeline: the mesh has no dim {pp_dim!r} (dims: {names})")
+    others = [n for n in names if n != pp_dim]
+    if len(others) != 1:
+        raise NotImplementedError(
+            f"pipeline: a mesh of {pp_dim!r} and exactly one other dim (data parallel, size 1 "
+            f"allowed) is supported for now; got dims {names}"
+        )
+    stage_mesh = mesh[others[0]]
+    pp = mesh.size(names.index(pp_dim))
+    pp_rank = mesh.get_local_rank(pp_dim)
+    n_stages = pp * virtual_stages
+    ranges = layer_ranges(len(model.layers), n_stages, split_points)
+    tokens, _labels = sample_inputs
+    batch = tokens.shape[0]
+    dp = stage_mesh.size()
+    if batch % (dp * n_microbatches):
+        raise ValueError(
+            f"pipeline: a batch of {batch} does not split into {dp} data-parallel parts of "
+            f"{n_microbatches} microbatches each"
+        )
+    mb_tokens = (batch // n_microbatches, *tokens.shape[1:])
+    splits = split_model(model, ranges)
+    with torch.device("meta"):
+        hidden = splits[0].module(torch.zeros(mb_tokens, dtype=tokens.dtype, device="meta"))
+    shapes = MicrobatchShapes(
+        tokens=tuple(mb_tokens),
+        hidden=tuple(hidden.shape),
+        hidden_dtype=hidden.dtype,
+        token_dtype=tokens.dtype,
+    )
+    device = torch.device(mesh.device_type)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    pp_group = mesh.get_group(pp_dim)
+    planned = []
+    for split in splits:
+        if split.index % pp != pp_rank:
+            continue
+        parallel = plan_stage(split, stage_mesh, shapes, planner_kwargs)
+        planned.append(PlannedStage(split, parallel, StageCall(parallel, split.is_last)))
+    for p in planned:
+        p.stage = wrap_stage(p, n_stages, device, pp_group)
+    stages = [p.stage for p in planned]
+    sched = schedule_cls(
+        stages if multi else stages[0],
+        n_microbatches=n_microbatches,
+        loss_fn=_loss_is_output,
+        scale_grads=True,
+    )
+    return Pipeline(mesh, pp_dim, n_microbatches, planned, sched, n_stages, ranges)

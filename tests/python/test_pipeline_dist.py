@@ -1,0 +1,64 @@
+"""Pipeline parallelism (autoshard.pipeline, docs/pipeline.md) on 4 gloo ranks: an 8-layer
+Llama-style model as pp=2 x dp=2 under torch's Schedule1F1B and as pp=4 under
+ScheduleInterleaved1F1B with 2 stages per rank (8 stages of one layer), each stage planned by
+autoshard and wrapped as torch's PipelineStage; 3 SGD steps of 4 microbatches must give the
+single-process model's losses and parameters under the same gradient accumulation. Both
+scenarios run in one torchrun launch (dist/pipeline_worker.py)."""
+
+import pytest
+
+from autoshard import _core
+from autoshard.pipeline.stage_split import layer_ranges
+from conftest import ok_on_every_rank, run_torchrun
+
+SCENARIOS = [
+    {"name": "pp2_dp2_1f1b", "mesh": [2, 2], "schedule": "1F1B", "n_microbatches": 4},
+    {
+        "name": "pp4_interleaved",
+        "mesh": [4, 1],
+        "schedule": "Interleaved1F1B",
+        "virtual_stages": 2,
+        "n_microbatches": 4,
+    },
+]
+for _sc in SCENARIOS:  # Dynamo's capture takes about twice as long on these small stages
+    _sc["capture"] = "direct"
+# the stages each rank runs: stage s on pipeline rank s % pp (mesh ranks [[0, 1], [2, 3]] for
+# pp=2 x dp=2, so ranks 0 and 1 are the two data-parallel ranks of stage 0)
+STAGES = {"pp2_dp2_1f1b": [[0], [0], [1], [1]], "pp4_interleaved": [[0, 4], [1, 5], [2, 6], [3, 7]]}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    if not hasattr(_core, "plan_graph"):
+        pytest.skip("the C++ planner (_core.plan_graph) is not built")
+    return run_torchrun("pipeline_worker.py", SCENARIOS, tmp_path_factory.mktemp("pipeline"))
+
+
+@pytest.mark.slow  # ~100 s on a loaded 2-core machine, planning (tracing) most of it
+@pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
+def test_pipeline_trains_like_single_process(results, name):
+    runs = ok_on_every_rank(results, name)
+    assert [r["stages"] for r in runs] == STAGES[name]
+    for rank, r in enumerate(runs):
+        print(
+            f"{name} rank {rank}: plan {r['plan_seconds']:.1f} s, step "
+            f"{r['step_seconds']:.2f} s, layouts {r['layouts']}"
+        )
+        assert r["params_close"], f"rank {rank}: {r['worst']} differs by {r['max_param_err']}"
+        assert r["max_param_change"] > 1e-4  # the steps did train
+        if r["has_last"]:
+            assert r["losses_close"], f"rank {rank}: {r['losses']} vs {r['ref_losses']}"
+    # every parameter of the model lives on some rank
+    names = {n for r in runs for n in r["param_names"]}
+    assert len(names) == 3 + 9 * 8
+
+
+def test_layer_ranges():
+    assert layer_ranges(8, 2) == [range(0, 4), range(4, 8)]
+    assert layer_ranges(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
+    assert layer_ranges(8, 3, [2, 7]) == [range(0, 2), range(2, 7), range(7, 8)]
+    with pytest.raises(ValueError, match="split points"):
+        layer_ranges(8, 3, [5, 5])
+    with pytest.raises(ValueError, match="cannot fill"):
+        layer_ranges(2, 4)
