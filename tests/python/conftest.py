@@ -53,7 +53,9 @@ def run_torchrun(
         ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode == 0:
-            return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+            results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+            _record_scenario_seconds(script, results)
+            return results
         written = sorted(p.name for p in out.iterdir())
         report = (
             f"torchrun failed ({proc.returncode}); result files written: {written}\n"
@@ -64,6 +66,28 @@ def run_torchrun(
             continue
         pytest.fail(report)
     raise AssertionError("unreachable")
+
+
+# (seconds, worker script, scenario) of every torchrun scenario this session ran, on rank 0
+_SCENARIO_SECONDS: list[tuple[float, str, str]] = []
+
+
+def _record_scenario_seconds(script: str, results: list[list[dict]]) -> None:
+    for r in results[0] if results else []:
+        if isinstance(r, dict) and "scenario_seconds" in r:
+            _SCENARIO_SECONDS.append((r["scenario_seconds"], script, r.get("name", "?")))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The slowest torchrun scenarios (pytest's --durations shows a launch as one test or
+    fixture, which may hold a dozen scenarios): where the suite's minutes go."""
+    if not _SCENARIO_SECONDS:
+        return
+    terminalreporter.section("slowest torchrun scenarios (rank 0)")
+    for seconds, script, name in sorted(_SCENARIO_SECONDS, reverse=True)[:20]:
+        terminalreporter.write_line(f"{seconds:8.2f}s  {script} :: {name}")
+    total = sum(s for s, _, _ in _SCENARIO_SECONDS)
+    terminalreporter.write_line(f"{total:8.2f}s  in all, {len(_SCENARIO_SECONDS)} scenarios")
 
 
 # torchrun's line for the first worker to fail, when a crash killed it (SIGABRT, SIGBUS,

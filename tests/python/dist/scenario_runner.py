@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from typing import Callable
 
@@ -28,12 +29,21 @@ def run_scenarios(run_one: Callable[[dict, int], dict]) -> int:
         scenarios = json.load(f)
     results = []
     for sc in scenarios:
+        t0 = time.perf_counter()
         try:
             results.append(run_one(sc, rank))
         except Exception as e:  # recorded for the pytest side; other scenarios still run
-            results.append({"name": sc["name"], "ok": False, "error": f"{type(e).__name__}: {e}",
-                            "traceback": traceback.format_exc()})
+            results.append(
+                {
+                    "name": sc["name"],
+                    "ok": False,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(),
+                }
+            )
         dist.barrier()
+        # the suite's summary lists the slowest scenarios (conftest.pytest_terminal_summary)
+        results[-1].setdefault("scenario_seconds", time.perf_counter() - t0)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f, indent=1)
     dist.destroy_process_group()
@@ -63,8 +73,10 @@ def reference_step(ref, opt, inputs) -> torch.Tensor:
 
 def full_parameters(parallel) -> list[tuple[str, torch.Tensor]]:
     """(name, whole value) of each parameter of the parallel module (DTensors gathered)."""
-    return [(n, (p.full_tensor() if isinstance(p, DTensor) else p).detach())
-            for n, p in parallel.named_parameters()]
+    return [
+        (n, (p.full_tensor() if isinstance(p, DTensor) else p).detach())
+        for n, p in parallel.named_parameters()
+    ]
 
 
 def compare_parameters(parallel, ref, rtol: float, atol: float) -> dict:
@@ -80,5 +92,8 @@ def compare_parameters(parallel, ref, rtol: float, atol: float) -> dict:
 def compare_losses(loss, ref_loss, rtol: float, atol: float) -> dict:
     """The two losses and whether they agree."""
     got, want = float(loss.detach()), float(ref_loss.detach())
-    return {"loss": got, "ref_loss": want,
-            "loss_close": math.isclose(got, want, rel_tol=rtol, abs_tol=atol)}
+    return {
+        "loss": got,
+        "ref_loss": want,
+        "loss_close": math.isclose(got, want, rel_tol=rtol, abs_tol=atol),
+    }
