@@ -8,7 +8,8 @@ TEST(RulesAttention, FlashCpuForwardBatchAndHeads) {
   auto c = make_case("aten._scaled_dot_product_flash_attention_for_cpu.default",
                      {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}}, "[$0, $1, $2, 0.0, true]",
                      {{{2, 4, 16, 16}}, {{2, 4, 16}}});
-  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0)|S(0),S(0),S(0)", "S(1),S(1)|S(1),S(1),S(1)"}));
+  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0)|S(0),S(0),S(0)", "S(1),S(1)|S(1),S(1),S(1)",
+                                                       "S(2),S(2)|S(2),R,R"}));
   EXPECT_DOUBLE_EQ(c->flops({{{2, 2, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}}, {}), 4.0 * 2 * 2 * 16 * 16 * 16);
 }
 
@@ -35,7 +36,8 @@ TEST(RulesAttention, FlashCpuBackward) {
       {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16}}},
       "[$0, $1, $2, $3, $4, $5, 0.0, true]", {{{2, 4, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}});
   EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0)",
-                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1)"}));
+                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1)",
+                                                       "S(2),P(sum),P(sum)|S(2),S(2),R,R,S(2),S(2)"}));
   EXPECT_DOUBLE_EQ(c->flops({{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 2, 16, 16}}}, {}),
                    2.5 * 4.0 * 2 * 4 * 16 * 16 * 16);
 }
@@ -113,7 +115,8 @@ TEST(RulesAttention, BackwardWithoutBiasGradientKeepsRowsForABroadcastMask) {
       "[$0, $1, $2, $3, $4, $5, 0.0, false]", {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}},
       R"({"attn_mask": $6})");
   EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0),R",
-                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),R"}));
+                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),R",
+                                                       "S(2),P(sum),P(sum)|S(2),S(2),R,R,S(2),S(2),S(2)"}));
   // a [B, 1, S, S] padding mask: sharded with the batch, whole with the heads
   auto p = make_case(
       "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
@@ -122,7 +125,31 @@ TEST(RulesAttention, BackwardWithoutBiasGradientKeepsRowsForABroadcastMask) {
       "[$0, $1, $2, $3, $4, $5, 0.0, false]", {{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 4, 16, 16}}},
       R"({"attn_mask": $6})");
   EXPECT_EQ(row_set(p->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0),S(0)",
-                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),R"}));
+                                                       "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1),R",
+                                                       "S(2),P(sum),P(sum)|S(2),S(2),R,R,S(2),S(2),S(2)"}));
+}
+
+TEST(RulesAttention, SequenceRowGathersKeysAndValues) {
+  // context parallelism (all-gather K/V): q, out and logsumexp split the query sequence, k and v
+  // whole; with GQA too (2 kv heads, replicated)
+  auto c = make_case("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                     {{{2, 4, 16, 8}}, {{2, 2, 16, 8}}, {{2, 2, 16, 8}}}, "[$0, $1, $2, 0.0, true]",
+                     {{{2, 4, 16, 8}}, {{2, 4, 16}}}, "{}", {4});
+  EXPECT_TRUE(row_set(c->rows()).count("S(2),S(2)|S(2),R,R"));
+  Layout s = L({"S(2)"}), r = L({"R"});
+  EXPECT_TRUE(c->accept({s, s}, {s, r, r}));
+  // the local compute: a quarter of the queries against every key (the slowest rank's dense block)
+  EXPECT_DOUBLE_EQ(c->flops({{{2, 4, 4, 8}}, {{2, 2, 16, 8}}, {{2, 2, 16, 8}}}, {}), 4.0 * 2 * 4 * 4 * 16 * 8);
+  // 18 queries over 4 ranks: the causal offset (coordinate x local length) needs an even split
+  auto u = make_case("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                     {{{2, 4, 18, 8}}, {{2, 4, 18, 8}}, {{2, 4, 18, 8}}}, "[$0, $1, $2, 0.0, true]",
+                     {{{2, 4, 18, 8}}, {{2, 4, 18}}}, "{}", {4});
+  EXPECT_FALSE(u->accept({s, s}, {s, r, r}));
+  // the efficient kernel has no sequence row (its logsumexp is padded to 32 rows)
+  auto e = make_case("aten._scaled_dot_product_efficient_attention.default",
+                     {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}}, "[$0, $1, $2, null, true]",
+                     {{{2, 4, 16, 8}}, {{2, 4, 32}}, {{}, "int64"}, {{}, "int64"}});
+  for (const auto& row : row_set(e->rows())) EXPECT_EQ(row.find("S(2)"), std::string::npos) << row;
 }
 
 }  // namespace

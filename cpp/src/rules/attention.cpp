@@ -15,8 +15,21 @@
 // Grouped-query attention (k/v with fewer heads than q): rank r's q heads must use exactly the
 // kv heads rank r holds, which holds iff both head counts divide by the number of shards of the
 // head dim; `accept` enforces that (for equal head counts, uneven chunks line up by themselves).
-// No Partial and no sequence rows (those need ring attention, not the plain local kernel).
-// FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes.
+// Sequence row (context parallelism, the all-gather-K/V recipe; CPU flash kernel only, the one
+// whose local call ops/context_parallel.py rewrites): q, out, logsumexp (and grad_out, grad_q)
+// shard dim 2, the query sequence; k and v are Replicate (the redistribution all-gathers them);
+// in the backward grad_k / grad_v are Partial(sum) (each rank's queries' share), which the
+// redistribution reduce-scatters back to the sequence shard. A mask follows q's sequence dim
+// where it has the full size, else Replicate. A causal call is not a causal call on the local
+// shards (SDPA's is_causal aligns the mask top-left): the runtime replaces it by an explicit
+// mask offset by the rank's first query position. `accept` requires an even split of the query
+// sequence (the offset is coordinate x local length).
+// FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes. Causal
+// attention is priced dense in every row. In the sequence row that is also the slowest rank's
+// work: without the load-balanced split (docs/context_parallel.md) causal work is uneven (rank r
+// of n owns (2r+1)/n^2 of the causal pairs, the last rank (2n-1)/n^2), and the slowest rank sets
+// the step's time; the explicit-mask kernel computes its whole dense block [Sq/n, Skv] on every
+// rank, so 4*B*H*(Sq/n)*Skv*D is what the last (slowest) rank does.
 // Note for the runtime: DTensor 2.13 has no rule for _scaled_dot_product_flash_attention_for_cpu
 // (+_backward), and its CUDA kernels' strategies differ from these rows (the bias above), so
 // every kernel here runs on local shards in these rows (runtime._LOCAL_OPS: to_local, call,
@@ -39,6 +52,7 @@ struct AttentionSpec {
   std::vector<const char*> bias_kwargs;  // keyword args holding a bias / mask
   double flop_factor;                    // 1 forward, 2.5 backward
   int grad_bias_output = -1;             // output holding the bias gradient (bias-shaped)
+  bool seq_row = false;                  // offers the sequence row (q sharded, k/v replicated)
 };
 
 std::set<int> bias_inputs(const RuleContext& ctx, const AttentionSpec& spec) {
@@ -55,6 +69,35 @@ Placement bias_placement(const TensorMeta& q, const TensorMeta& bias, int dim) {
   int bdim = dim - (q.rank() - bias.rank());
   if (bdim < 0 || bias.shape[bdim] != q.shape[dim] || bias.shape[bdim] == 1) return R();
   return S(bdim);
+}
+
+// The sequence row: q's sequence dim (2) sharded, k and v (the two tensors after q) replicated.
+// Outputs of rank >= 3 shard dim 2 (out, logsumexp [B,H,S], grad_out, grad_q), except the
+// backward's grad_k / grad_v (the outputs after grad_q): Partial(sum) over the ranks' queries.
+ShardingRow sequence_row(const RuleContext& ctx, const AttentionSpec& spec) {
+  const TensorMeta& q = input_meta(ctx, spec.q_input);
+  const std::set<int> biases = bias_inputs(ctx, spec);
+  const bool backward = spec.q_input == 1;
+  ShardingRow r = replicate_row(ctx);
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const TensorMeta& m = ctx.inputs[i];
+    const int at = static_cast<int>(i);
+    if (biases.count(at)) {
+      r.inputs[i] = bias_placement(q, m, 2);
+    } else if (at == spec.q_input + 1 || at == spec.q_input + 2) {
+      r.inputs[i] = R();  // k, v: gathered whole
+    } else {
+      r.inputs[i] = m.rank() >= 3 ? S(2) : R();
+    }
+  }
+  for (size_t o = 0; o < ctx.outputs.size(); ++o) {
+    if (!ctx.outputs[o]) continue;
+    if (backward && (o == 1 || o == 2))
+      r.outputs[o] = P();  // grad_k, grad_v: this rank's queries' contributions
+    else
+      r.outputs[o] = ctx.outputs[o]->rank() >= 3 ? S(2) : R();
+  }
+  return r;
 }
 
 std::vector<ShardingRow> attention_rows(const RuleContext& ctx, const AttentionSpec& spec) {
@@ -92,6 +135,7 @@ std::vector<ShardingRow> attention_rows(const RuleContext& ctx, const AttentionS
     if (owes_bias_grad && bias_layout) r.outputs[gb] = *bias_layout;
     rows.push_back(r);
   }
+  if (spec.seq_row) rows.push_back(sequence_row(ctx, spec));
   return dedup_rows(std::move(rows));
 }
 
@@ -103,6 +147,9 @@ bool attention_accept(const RuleContext& ctx, const AttentionSpec& spec, const s
   // rank gets 0 heads, e.g. 4 heads chunked over 3 ranks as 2,2,0).
   for (size_t i = 0; i < ctx.inputs.size(); ++i)
     if (has_empty_shard(ctx.mesh, inputs.at(i), ctx.inputs[i])) return false;
+  // The sequence row's causal mask is offset by coordinate x local length: an even split.
+  const TensorMeta& q = ctx.inputs.at(spec.q_input);
+  if (q.rank() == 4 && !divides(q.shape[2], shards_on_dim(ctx.mesh, inputs.at(spec.q_input), 2))) return false;
   const std::set<int> biases = bias_inputs(ctx, spec);
   std::set<int64_t> heads;
   for (size_t i = 0; i < ctx.inputs.size(); ++i)
@@ -141,10 +188,11 @@ OpRule attention_rule(AttentionSpec spec) {
 
 void register_attention_rules() {
   // _scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, *, attn_mask, scale)
-  add_rule("aten._scaled_dot_product_flash_attention_for_cpu.default", attention_rule({0, {}, {"attn_mask"}, 1.0}));
+  add_rule("aten._scaled_dot_product_flash_attention_for_cpu.default",
+           attention_rule({0, {}, {"attn_mask"}, 1.0, -1, true}));
   // ..._backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale)
   add_rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
-           attention_rule({1, {}, {"attn_mask"}, 2.5}));
+           attention_rule({1, {}, {"attn_mask"}, 2.5, -1, true}));
   // _scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, return_debug_mask, *, scale)
   add_rule("aten._scaled_dot_product_flash_attention.default", attention_rule({0, {}, {}, 1.0}));
   // ..._backward(grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,

@@ -49,6 +49,7 @@ from autoshard._testing.capture import (  # noqa: F401 (captures, read through t
     enumerate_strategies,
     export_graph,
 )
+from autoshard.ops import context_parallel
 
 Coord = tuple
 
@@ -518,6 +519,16 @@ def validate_node(
                 if ref0 is not None and out_layouts and out_layouts[0] is not None:
                     out_shape = local_shape(ref0.shape, out_layouts[0], mesh, c)
                 args = _localise_sizes(op, tuple(args), out_shape)
+                if context_parallel.needs_offset(op, args, strategy["inputs"]):
+                    # causal attention on a block of queries: the runtime's local call
+                    q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
+                    offset = context_parallel.query_offset(
+                        strategy["inputs"][q_at],
+                        mesh,
+                        lambda d, c=c: c[d],
+                        global_in[refs[q_at].name].shape[context_parallel.SEQ_DIM],
+                    )
+                    args, kwargs = context_parallel.causal_offset_call(op, args, kwargs, offset)
                 result = _outputs_of(node.target(*args, **kwargs))
                 if len(result) != len(reference):
                     raise ValidationSetupError(f"rank {c} returned {len(result)} outputs")

@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
+from autoshard.ops import context_parallel
 from autoshard.ops.local_run import OUTPUT_SIZE_ARGS, local_impl, runs_locally
 from autoshard.placements import layout_from_strs, layout_to_strs, local_shape, normalize_placements
 from autoshard.trace.step_schedule import BACKWARD, FORWARD
@@ -506,6 +507,19 @@ class StepRunner:
             ):
                 args = list(args)
                 args[arg_at] = rank_local_shape(tuple(vals[out_k].shape), layout, self.mesh)
+        op = str(node.target)
+        if context_parallel.needs_offset(op, args, entry.get("inputs")):
+            # causal attention on this rank's block of queries: the mask starts at the
+            # block's global position (ops/context_parallel.py)
+            q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
+            q_ref = tensor_refs(node.args, node.kwargs)[q_at]
+            offset = context_parallel.query_offset(
+                entry["inputs"][q_at],
+                self.mesh.shape,
+                self.mesh._sym_get_coordinate,
+                int(q_ref.meta["val"].shape[context_parallel.SEQ_DIM]),
+            )
+            args, kwargs = context_parallel.causal_offset_call(op, args, kwargs, offset)
         out = local_impl(node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         wrapped = []
