@@ -103,7 +103,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     c = cos.view(1, s, 1, d // 2)
     sn = sin.view(1, s, 1, d // 2)
     out = torch.stack([x0 * c - x1 * sn, x0 * sn + x1 * c], dim=-1)
-    return out.reshape(b, s, h, d)
+    # the float32 tables promote a bf16 x (mixed precision): back to x's dtype, so q and k
+    # meet v's in attention (a no-op, and no graph node, for float32)
+    return out.reshape(b, s, h, d).to(x.dtype)
 
 
 class Attention(nn.Module):

@@ -415,11 +415,13 @@ def trace_llama(
     mesh_dim_names: Sequence[str] = ("dp", "tp"),
     batch: int | None = None,
     batch_per_dp: int = 8,
+    mp_policy=None,
 ) -> TracedGraph:
     """Builds ``autoshard.models.Llama(cfg)`` on the meta device and traces one
     training step on a fake process group of ``mesh_shape`` (no GPU, no collectives).
     ``batch`` is the global batch (default ``batch_per_dp`` sequences per rank of the "dp"
-    mesh dim, else of the first mesh dim) of ``cfg.max_seq_len`` tokens."""
+    mesh dim, else of the first mesh dim) of ``cfg.max_seq_len`` tokens; ``mp_policy``: a
+    MixedPrecisionPolicy (e.g. bf16 compute, fp32 reductions), as AutoParallel takes it."""
     import torch
 
     from autoshard.api.autoparallel import AutoParallel
@@ -444,7 +446,7 @@ def trace_llama(
         )
 
     with fake_world(tuple(mesh_shape), tuple(names)) as mesh:
-        with AutoParallel(model, input_fn, mesh) as autop:
+        with AutoParallel(model, input_fn, mesh, mp_policy=mp_policy) as autop:
             text = autop.graph_json()
             n_nodes = sum(1 for n in autop.gm.graph.nodes if n.op == "call_function")
     return TracedGraph(text, time.perf_counter() - t0, n_nodes, n_params)
