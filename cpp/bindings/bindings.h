@@ -7,4 +7,5 @@ void register_json(nanobind::module_& m);
 void register_planner(nanobind::module_& m);
 void register_cost(nanobind::module_& m);
 void register_strategies(nanobind::module_& m);
+void register_pipeline(nanobind::module_& m);
 }  // namespace autoshard::bindings

@@ -45,4 +45,5 @@ NB_MODULE(_core, m) {
   autoshard::bindings::register_planner(m);
   autoshard::bindings::register_cost(m);
   autoshard::bindings::register_strategies(m);
+  autoshard::bindings::register_pipeline(m);
 }
