@@ -1,0 +1,157 @@
+"""torchrun worker: context parallelism. A Llama-style model (causal SDPA) planned with its
+tokens' sequence dim pinned to the ``cp`` mesh dim, trained 3 SGD steps on every rank
+(gloo) and compared with the single-process model; reports the attention nodes' layouts and
+the collectives the lowered program issues for them.
+
+Usage: torchrun --standalone --nproc-per-node 4 context_parallel_worker.py CONFIG.json OUT_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard
+
+from scenario_runner import (
+    compare_losses,
+    compare_parameters,
+    parallel_step,
+    reference_step,
+    run_scenarios,
+)
+
+from autoshard import AutoParallel
+from autoshard.models import Llama, LlamaConfig
+
+RTOL, ATOL = 1e-5, 1e-6
+_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+
+
+def _layout(mesh_dims: list[str], dim_of: dict[str, int]) -> tuple:
+    return tuple(Shard(dim_of[n]) if n in dim_of else Replicate() for n in mesh_dims)
+
+
+def _collectives(gm) -> list[tuple[str, str]]:
+    """(joint-graph node, collective) for every collective node of a lowered graph."""
+    out = []
+    for n in gm.graph.nodes:
+        name = getattr(n.target, "__name__", str(n.target))
+        kind = next((c for c in _COLLECTIVES if c in name), None)
+        if n.op == "call_function" and kind:
+            out.append(((n.meta.get("custom") or {}).get("autoshard_node", "?"), kind))
+    return out
+
+
+def run_one(sc: dict, rank: int) -> dict:
+    dims = sc["dims"]
+    mesh = init_device_mesh("cpu", tuple(sc["mesh"]), mesh_dim_names=tuple(dims))
+    batch, seq = sc["batch"], sc["seq"]
+    cfg = LlamaConfig(
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=64,
+        ffn_dim=64,
+        max_seq_len=seq,
+        attention="sdpa",
+    )
+    torch.manual_seed(0)
+    ref = Llama(cfg)
+    with torch.device("meta"):
+        model = Llama(cfg)
+    # tokens / labels: batch over dp, sequence over cp
+    layout = _layout(dims, sc.get("dim_of", {"dp": 0, "cp": 1}))
+    t0 = time.perf_counter()
+    with AutoParallel(
+        model,
+        lambda: tuple(torch.zeros(batch, seq, dtype=torch.long) for _ in range(2)),
+        mesh,
+        time_limit_s=20.0,
+        strict=True,
+        **sc.get("options", {}),
+    ) as autop:
+        autop.add_input_constraints([layout, layout])
+        if sc.get("pin_attention", True):
+            # the sequence row of every attention call (forward: out, backward: grad_q
+            # Shard(2) on cp), so the run exercises it whatever the costs say for this
+            # small model
+            seq_row = _layout(dims, {"dp": 0, "cp": 2})
+            stream = _layout(dims, {"dp": 0, "cp": 1})
+            for n in autop.gm.graph.nodes:
+                if "scaled_dot_product" in str(n.target):
+                    autop.add_node_constraint(n.name, seq_row)
+                # the residual stream ([B, S, dim] embedding and adds) too: the whole block
+                # follows the sequence split
+                val = n.meta.get("val")
+                if (
+                    str(n.target) in ("aten.embedding.default", "aten.add.Tensor")
+                    and isinstance(val, torch.Tensor)
+                    and tuple(val.shape) == (batch, seq, cfg.dim)
+                ):
+                    autop.add_node_constraint(n.name, stream)
+        result = autop.optimize_placement()
+        parallel = autop.apply_placement(result)
+    plan_s = time.perf_counter() - t0
+    parallel.to_empty(device="cpu")
+    parallel.load_state_dict(ref.state_dict())
+    loaded = compare_parameters(parallel, ref, 0.0, 0.0)
+    nodes = result.plan["nodes"]
+    attention = {
+        n: {"inputs": e.get("inputs"), "outputs": e.get("outputs")}
+        for n, e in nodes.items()
+        if "scaled_dot_product" in n
+    }
+    # the layout q (a backward: grad_out and q) leaves its producer in: equal to the
+    # attention's input layout means no redistribution (no gather) of q before attention
+    for n in autop.gm.graph.nodes:
+        if n.name in attention:
+            backward = "backward" in n.name
+            producers = n.args[:2] if backward else n.args[:1]
+            attention[n.name]["q_producers"] = [
+                (nodes.get(a.name) or {}).get("outputs", [None])[0] for a in producers
+            ]
+    opt = torch.optim.SGD(parallel.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    steps = []
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        inputs = tuple(torch.randint(0, 64, (batch, seq), generator=g) for _ in range(2))
+        loss = parallel_step(parallel, opt, inputs)
+        ref_loss = reference_step(ref, ref_opt, inputs)
+        steps.append(
+            {
+                **compare_losses(loss, ref_loss, RTOL, ATOL),
+                **compare_parameters(parallel, ref, RTOL, ATOL),
+            }
+        )
+    fwd = _collectives(parallel.parallel_gm)
+    bwd = _collectives(parallel.parallel_bwd_gm)
+    at_attention = Counter(
+        f"{pas}:{node}:{kind}"
+        for pas, cs in (("fwd", fwd), ("bwd", bwd))
+        for node, kind in cs
+        if "scaled_dot_product" in node
+    )
+    return {
+        "name": sc["name"],
+        "ok": True,
+        "loaded": loaded,
+        "steps": steps,
+        "attention": attention,
+        "attention_collectives": dict(at_attention),
+        "collectives_by_node": {"fwd": [list(c) for c in fwd], "bwd": [list(c) for c in bwd]},
+        "collectives": {
+            "fwd": dict(Counter(k for _, k in fwd)),
+            "bwd": dict(Counter(k for _, k in bwd)),
+        },
+        "plan_seconds": plan_s,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(run_scenarios(run_one))
