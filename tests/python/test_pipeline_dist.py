@@ -8,7 +8,7 @@ scenarios run in one torchrun launch (dist/pipeline_worker.py)."""
 import pytest
 
 from autoshard import _core
-from autoshard.pipeline.stage_split import layer_ranges
+from autoshard.pipeline.stage_split import balanced_split_points, layer_ranges
 from conftest import ok_on_every_rank, run_torchrun
 
 SCENARIOS = [
@@ -62,3 +62,20 @@ def test_layer_ranges():
         layer_ranges(8, 3, [5, 5])
     with pytest.raises(ValueError, match="cannot fill"):
         layer_ranges(2, 4)
+
+
+def test_default_split_balances_flops_with_the_head_on_the_last_stage():
+    import torch
+
+    from autoshard.models import Llama, LlamaConfig
+
+    def points(vocab, n_stages):
+        cfg = LlamaConfig(dim=32, n_layers=8, n_heads=4, n_kv_heads=2, vocab_size=vocab)
+        with torch.device("meta"):
+            return balanced_split_points(Llama(cfg), n_stages, seq_len=8)
+
+    assert points(64, 2) == [4]  # a small head: as by count
+    assert points(64, 4) == [2, 4, 6]
+    # a head of 4096 words costs about 14 of these layers: the last stage keeps one layer
+    assert points(4096, 2) == [7]
+    assert points(1024, 2) == [5]  # ~3.5 layers' worth: 5 + 3 layers and the head

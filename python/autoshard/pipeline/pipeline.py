@@ -25,7 +25,7 @@ from autoshard.pipeline.stage_runtime import (
     plan_stage,
     wrap_stage,
 )
-from autoshard.pipeline.stage_split import layer_ranges
+from autoshard.pipeline.stage_split import balanced_split_points, layer_ranges
 from autoshard.runtime.module_state import load_full_state_dict
 
 # schedule name -> (torch's class, whether it runs several stages per rank)
@@ -103,7 +103,7 @@ def plan_pipeline(
     data-parallel ranks' parts; meta tensors will do). The stages are
     ``mesh.size(pp_dim) * virtual_stages`` contiguous ranges of ``model.layers``
     (``split_points``: the first layer of every stage but the first; default: balanced by
-    layer count); stage ``s`` runs on pipeline rank ``s % pp``. Each stage this rank runs is
+    training FLOPs, the output head counted on the last stage: stage_split.py); stage ``s`` runs on pipeline rank ``s % pp``. Each stage this rank runs is
     planned by autoshard on the mesh's other dim (its data-parallel ranks; a 1-rank mesh
     where that dim has size 1) for one microbatch. ``planner_kwargs`` go to
     ``AutoParallel`` (``time_limit_s``, ``plan_cache``, ``hardware``, ...). Call
@@ -129,8 +129,10 @@ def plan_pipeline(
     pp = mesh.size(names.index(pp_dim))
     pp_rank = mesh.get_local_rank(pp_dim)
     n_stages = pp * virtual_stages
-    ranges = layer_ranges(len(model.layers), n_stages, split_points)
     tokens, _labels = sample_inputs
+    if split_points is None:
+        split_points = balanced_split_points(model, n_stages, tokens.shape[-1])
+    ranges = layer_ranges(len(model.layers), n_stages, split_points)
     batch = tokens.shape[0]
     dp = stage_mesh.size()
     if batch % (dp * n_microbatches):
