@@ -25,7 +25,7 @@ How a candidate is priced:
   backward.
 
     python bench/pipeline_plans.py                       # 405B on 512 and 70B on 256 GPUs
-    python bench/pipeline_plans.py --models 70b --top 10
+    python bench/pipeline_plans.py --models 70b --top 10 --view /tmp/pipelines
 """
 
 from __future__ import annotations
@@ -233,6 +233,7 @@ def price(c: Candidate, prof: StageProfile, n_layers: int) -> dict:
         c.schedule, c.pp, c.microbatches, stages, link["bandwidth"], link["latency_us"], reduction
     )
     est["peak_gib"] = max(est["rank_peak_bytes"]) / GiB
+    est["stages"] = stages
     return est
 
 
@@ -307,6 +308,13 @@ def run(name: str, args) -> None:
         rows.append(("least memory without pipeline", *flat[0]))
     for label, c, e in rows:
         print(_row(label, c, e, limit))
+        if args.view:
+            from autoshard.tools.pipeline_view import write_pipeline_view
+
+            stem = f"{name}-" + label.replace(" ", "_").replace("'", "")
+            title = f"Llama-3-{name.upper()} {label}: pp={c.pp} dp={c.dp} tp={c.tp}"
+            page, _ = write_pipeline_view(e, e["stages"], args.view, stem, title)
+            print(f"  (wrote {page})")
     if args.top:
         print(f"\nthe {args.top} fastest that fit:")
         for c, e in by_step[: args.top]:
@@ -322,6 +330,7 @@ def main(argv=None) -> int:
     p.add_argument("--memory-limit-gib", type=float, default=72.0)
     p.add_argument("--time-limit", type=float, default=5.0, help="solver limit per stage plan")
     p.add_argument("--top", type=int, default=0)
+    p.add_argument("--view", metavar="DIR", help="write each row's timeline and stages there")
     args = p.parse_args(argv)
     for name in args.models.split(","):
         if name not in MODELS:

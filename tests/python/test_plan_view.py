@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -159,3 +160,23 @@ def test_progress_logs_stages_and_solver_result(caplog):
     assert "best cost 0.200 ms, lower bound 0.150 ms, gap 25.00%" in text
     with open(__file__) as f:
         assert not progress.bar_enabled(f)  # a file is no terminal
+
+
+def test_pipeline_view_shows_the_stages_and_the_schedule(tmp_path):
+    """A priced pipeline (docs/pipeline.md) as a page: the timeline's PNG inlined, every stage
+    with its rank and costs, the bubble and each rank's peak."""
+    from autoshard import _core
+    from autoshard.tools.pipeline_view import write_pipeline_view
+
+    stages = [
+        {"forward_us": 1000.0, "backward_us": 2000.0, "saved_bytes": 2**30, "send_bytes": 2**20}
+        for _ in range(4)
+    ]
+    est = _core.price_pipeline("Interleaved1F1B", 2, 4, stages, 1e11, 10.0)
+    html_path, png_path = write_pipeline_view(est, stages, str(tmp_path), "pp", "a pipeline")
+    page = open(html_path, encoding="utf-8").read()
+    assert os.path.getsize(png_path) > 1000
+    assert "data:image/png;base64," in page and "<script" not in page
+    assert page.count("<tr><td>") >= 4 + 6  # the four stages and the summary rows
+    assert "Interleaved1F1B, 2 stage(s) per rank" in page
+    assert f"{100 * est['bubble_fraction']:.1f} %" in page

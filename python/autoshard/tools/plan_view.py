@@ -145,6 +145,24 @@ def render_html(plan: Plan, png: bytes, title: str) -> str:
             "<code>autoshard demo --plan-out</code>).</p>"
         )
     )
+    before = f"""<p>{e(_title(plan))}</p>
+<table class=summary>{head}</table>
+{note}
+<h2>Timeline and per-layer cost</h2>"""
+    after = f"""<h2>Per layer</h2>
+<table class=layers>
+<tr><th>layer</th><th>compute ms</th><th>comm ms</th><th>params MiB/GPU</th>
+<th>weights (layout per mesh dim)</th><th>main activations (inputs -&gt; output)</th></tr>
+{body}
+</table>"""
+    alt = "timeline of compute vs communication and per-layer cost"
+    return inline_png_page(title, before, png, alt, after)
+
+
+def inline_png_page(title: str, before: str, png: bytes, alt: str, after: str) -> str:
+    """One self-contained page (no scripts, no outside links): the title, the HTML
+    ``before``, the PNG inlined as a data URI, then ``after``."""
+    e = html.escape
     img = base64.b64encode(png).decode("ascii")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
@@ -156,18 +174,10 @@ th {{ background: #eee; }} code {{ font-size: 12px; }} .note {{ color: #a33; }}
 .num {{ text-align: right; white-space: nowrap; }}
 </style></head><body>
 <h1>{e(title)}</h1>
-<p>{e(_title(plan))}</p>
-<table class=summary>{head}</table>
-{note}
-<h2>Timeline and per-layer cost</h2>
-<img alt="timeline of compute vs communication and per-layer cost"
+{before}
+<img alt="{e(alt)}"
  src="data:image/png;base64,{img}">
-<h2>Per layer</h2>
-<table class=layers>
-<tr><th>layer</th><th>compute ms</th><th>comm ms</th><th>params MiB/GPU</th>
-<th>weights (layout per mesh dim)</th><th>main activations (inputs -&gt; output)</th></tr>
-{body}
-</table></body></html>
+{after}</body></html>
 """
 
 
