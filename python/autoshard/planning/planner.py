@@ -134,8 +134,10 @@ def same_plan_on_every_rank(
     from autoshard.trace.fake_pg import real_multi_rank_group
     from autoshard.planning.plan_cache import cached_plan, plan_digest
 
+    if not real_multi_rank_group():
+        return cached_plan(cache, key, make_plan)
     group = planning_group(mesh)
-    if not real_multi_rank_group() or (group is not None and group.size() == 1):
+    if group is not None and group.size() == 1:
         return cached_plan(cache, key, make_plan)
     # every rank takes part whether or not it caches, so the collectives always match
     mine = cache.load(key) if cache is not None else None
@@ -174,7 +176,9 @@ def planning_group(mesh: DeviceMesh | None):
 
     if mesh is None or mesh.ndim != 1 or not dist.is_initialized():
         return None
-    if mesh.size() == dist.get_world_size():
+    # a mesh as large as the world (or a virtual one, larger, with no process groups) plans
+    # with every rank
+    if mesh.size() >= dist.get_world_size() or mesh.get_coordinate() is None:
         return None
     return mesh.get_group()
 
