@@ -120,6 +120,7 @@ def hand_pipeline(a, mesh, state: dict):
 
     from autoshard.models import Llama
     from autoshard.pipeline.stage_modules import split_model
+    from autoshard.pipeline.stage_runtime import StageCall
     from autoshard.pipeline.stage_split import layer_ranges
 
     model = Llama(config(a))
@@ -137,7 +138,7 @@ def hand_pipeline(a, mesh, state: dict):
                 fully_shard(layer, mesh=mesh["dp"])
             fully_shard(module, mesh=mesh["dp"])
         params += list(module.parameters())
-        call = _LabelsOnLast(module, s.is_last)
+        call = StageCall(module, s.is_last)
         stages.append(
             PipelineStage(call, s.index, n_stages, torch.device("cpu"), group=mesh.get_group("pp"))
         )
@@ -151,15 +152,6 @@ def hand_pipeline(a, mesh, state: dict):
         sched.step(x, target=target, losses=losses, labels=target, return_outputs=False)
 
     return step, params
-
-
-class _LabelsOnLast(torch.nn.Module):
-    def __init__(self, module, last: bool):
-        super().__init__()
-        self.module, self.last = module, last
-
-    def forward(self, x, labels=None):
-        return self.module(x, labels) if self.last else self.module(x)
 
 
 def _timed(step, params, x, y) -> tuple[float, list]:
