@@ -2,8 +2,10 @@
 Llama-style model as pp=2 x dp=2 under torch's Schedule1F1B and as pp=4 under
 ScheduleInterleaved1F1B with 2 stages per rank (8 stages of one layer), each stage planned by
 autoshard and wrapped as torch's PipelineStage; 3 SGD steps of 4 microbatches must give the
-single-process model's losses and parameters under the same gradient accumulation. Both
-scenarios run in one torchrun launch (dist/pipeline_worker.py)."""
+single-process model's losses and parameters under the same gradient accumulation. The pp=4
+scenario leaves the mesh and the microbatch count to the planner (plan_pipeline's
+mesh="auto"). The sends, receives and collectives that run are counted against the plan's.
+Both scenarios run in one torchrun launch (dist/pipeline_worker.py)."""
 
 import pytest
 
@@ -11,16 +13,20 @@ from autoshard import _core
 from autoshard.pipeline.stage_split import balanced_split_points, layer_ranges
 from conftest import ok_on_every_rank, run_torchrun
 
+STEPS = 3  # dist/pipeline_worker.py's; the first is not counted (shape inference)
+
 SCENARIOS = [
     {"name": "pp2_dp2_1f1b", "mesh": [2, 2], "schedule": "1F1B", "n_microbatches": 4},
-    {
+    {  # the planner chooses the mesh (pp=4: 8 stages of one layer) and the microbatches
         "name": "pp4_interleaved",
-        "mesh": [4, 1],
+        "mesh": "auto",
+        "world_size": 4,
         "schedule": "Interleaved1F1B",
         "virtual_stages": 2,
-        "n_microbatches": 4,
     },
 ]
+# what the planner chose where it was left to choose (mesh [pp, dp], microbatches)
+CHOSEN = {"pp4_interleaved": ([4, 1], 4)}
 for _sc in SCENARIOS:  # Dynamo's capture takes about twice as long on these small stages
     _sc["capture"] = "direct"
 # the stages each rank runs: stage s on pipeline rank s % pp (mesh ranks [[0, 1], [2, 3]] for
@@ -40,15 +46,28 @@ def results(tmp_path_factory):
 def test_pipeline_trains_like_single_process(results, name):
     runs = ok_on_every_rank(results, name)
     assert [r["stages"] for r in runs] == STAGES[name]
+    if name in CHOSEN:
+        print(runs[0]["choice"])
+        assert (runs[0]["mesh"], runs[0]["n_microbatches"]) == CHOSEN[name]
     for rank, r in enumerate(runs):
         print(
             f"{name} rank {rank}: plan {r['plan_seconds']:.1f} s, step "
             f"{r['step_seconds']:.2f} s, layouts {r['layouts']}"
         )
+        print(f"  p2p {r['p2p_ran']}, collectives {r['collectives_ran']}")
+        # the communication that ran is the plan's: a send and a receive per microbatch and
+        # stage boundary each way, each stage program's collectives once per microbatch
+        assert r["p2p_ran"] == r["p2p_planned"]
+        assert r["collectives_ran"] == r["collectives_planned"]
         assert r["params_close"], f"rank {rank}: {r['worst']} differs by {r['max_param_err']}"
         assert r["max_param_change"] > 1e-4  # the steps did train
         if r["has_last"]:
             assert r["losses_close"], f"rank {rank}: {r['losses']} vs {r['ref_losses']}"
+    # in all: microbatches x stage boundaries x 2 directions x dp ranks, each counted step
+    n_stages = 1 + max(s for r in runs for s in r["stages"])
+    pp, dp = runs[0]["mesh"]
+    sends = sum(r["p2p_ran"].get("isend", 0) for r in runs)
+    assert sends == (STEPS - 1) * runs[0]["n_microbatches"] * (n_stages - 1) * 2 * dp
     # every parameter of the model lives on some rank
     names = {n for r in runs for n in r["param_names"]}
     assert len(names) == 3 + 9 * 8

@@ -10,13 +10,15 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn as nn
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.pipelining import (
     Schedule1F1B,
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
 )
 
+from autoshard.pipeline.choice import choose_pipeline, hardware_name
+from autoshard.pipeline.search import PipelineSearch, StageProfile
 from autoshard.pipeline.stage_modules import split_model
 from autoshard.pipeline.stage_runtime import (
     MicrobatchShapes,
@@ -52,6 +54,7 @@ class Pipeline:
     schedule: Any = None
     n_stages: int = 0
     stage_layers: list[range] = field(default_factory=list)
+    choice: PipelineSearch | None = None  # the candidates priced, when the planner chose
 
     def step(self, *args, target: torch.Tensor, losses: list | None = None) -> None:
         """One training step on this rank's data-parallel part of the batch: ``args`` the
@@ -87,14 +90,18 @@ class Pipeline:
 
 def plan_pipeline(
     model: nn.Module,
-    mesh: DeviceMesh,
+    mesh: DeviceMesh | str,
     sample_inputs: tuple,
     *,
     pp_dim: str = "pp",
-    schedule: str = "1F1B",
-    n_microbatches: int = 4,
-    virtual_stages: int = 1,
+    schedule: str | None = None,
+    n_microbatches: int | None = None,
+    virtual_stages: int | None = None,
     split_points: list[int] | None = None,
+    world_size: int | None = None,
+    gpus_per_node: int | None = None,
+    device_type: str | None = None,
+    stage_profile: StageProfile | None = None,
     **planner_kwargs,
 ) -> Pipeline:
     """Plan ``model`` (on the meta device) as a pipeline over ``mesh``'s ``pp_dim``.
@@ -103,11 +110,84 @@ def plan_pipeline(
     data-parallel ranks' parts; meta tensors will do). The stages are
     ``mesh.size(pp_dim) * virtual_stages`` contiguous ranges of ``model.layers``
     (``split_points``: the first layer of every stage but the first; default: balanced by
-    training FLOPs, the output head counted on the last stage: stage_split.py); stage ``s`` runs on pipeline rank ``s % pp``. Each stage this rank runs is
-    planned by autoshard on the mesh's other dim (its data-parallel ranks; a 1-rank mesh
-    where that dim has size 1) for one microbatch. ``planner_kwargs`` go to
-    ``AutoParallel`` (``time_limit_s``, ``plan_cache``, ``hardware``, ...). Call
-    ``to_empty`` and ``load_full_state_dict`` (or initialise) before ``step``."""
+    training FLOPs, the output head counted on the last stage: stage_split.py); stage ``s``
+    runs on pipeline rank ``s % pp``. Each stage this rank runs is planned by autoshard on
+    the mesh's other dim (its data-parallel ranks; a 1-rank mesh where that dim has size 1)
+    for one microbatch. ``planner_kwargs`` go to ``AutoParallel`` (``time_limit_s``,
+    ``plan_cache``, ``hardware``, ``memory_limit_bytes``, ...). Call ``to_empty`` and
+    ``load_full_state_dict`` (or initialise) before ``step``.
+
+    What is left out is chosen (choice.py): ``schedule`` None or "auto",
+    ``n_microbatches`` / ``virtual_stages`` None, each candidate priced by the schedule's
+    simulation (``_core.price_pipeline``) on the model's stage costs (``stage_profile``,
+    default from FLOPs) and the fastest that fits ``memory_limit_bytes`` taken.
+    ``mesh="auto"`` also chooses pp x dp for ``world_size`` ranks (default: the process
+    group's) with ``gpus_per_node`` per node and builds the mesh (``device_type``: default
+    "cuda" where available, else "cpu"; dims ``(pp_dim, "dp")``). The choice and the table
+    of candidates priced are ``Pipeline.choice`` (``print(pipe.choice)``); None when the
+    user fixed everything."""
+    auto_mesh = isinstance(mesh, str)
+    if auto_mesh and mesh != "auto":
+        raise ValueError(f"pipeline: mesh={mesh!r}; a DeviceMesh or 'auto'")
+    if not auto_mesh and (world_size is not None or gpus_per_node is not None):
+        raise ValueError(
+            "pipeline: world_size and gpus_per_node describe the ranks for mesh='auto'; "
+            "with a DeviceMesh the mesh says them"
+        )
+    if not auto_mesh:
+        pp_size, world = _check_mesh(mesh, pp_dim)
+        device_type = mesh.device_type
+    else:
+        import torch.distributed as dist
+
+        pp_size = None
+        world = world_size or (dist.get_world_size() if dist.is_initialized() else 0)
+        device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    choice = None
+    if auto_mesh or AUTO_VALUES.intersection({schedule, n_microbatches, virtual_stages}):
+        choice = choose_pipeline(
+            model,
+            sample_inputs,
+            world_size=world,
+            gpus_per_node=gpus_per_node,
+            pp=pp_size,
+            schedule=schedule,
+            n_microbatches=n_microbatches,
+            virtual_stages=virtual_stages,
+            hardware=hardware_name(planner_kwargs.get("hardware"), device_type),
+            memory_limit_bytes=planner_kwargs.get("memory_limit_bytes"),
+            profile=stage_profile,
+        )
+        c = choice.chosen.candidate
+        schedule, n_microbatches, virtual_stages = c.schedule, c.microbatches, c.virtual
+        if auto_mesh:
+            mesh = init_device_mesh(device_type, (c.pp, c.dp), mesh_dim_names=(pp_dim, "dp"))
+    choices = (schedule, n_microbatches, virtual_stages)
+    pipe = _build(model, mesh, sample_inputs, pp_dim, choices, split_points, planner_kwargs)
+    pipe.choice = choice
+    return pipe
+
+
+AUTO_VALUES = {None, "auto"}
+
+
+def _check_mesh(mesh: DeviceMesh, pp_dim: str) -> tuple[int, int]:
+    """(pipeline ranks, all ranks) of a user's mesh of ``pp_dim`` and one other dim."""
+    names = mesh.mesh_dim_names or ()
+    if pp_dim not in names:
+        raise ValueError(f"pipeline: the mesh has no dim {pp_dim!r} (dims: {names})")
+    if len(names) != 2:
+        raise NotImplementedError(
+            f"pipeline: a mesh of {pp_dim!r} and exactly one other dim (data parallel, size 1 "
+            f"allowed) is supported for now; got dims {names}"
+        )
+    return mesh.size(names.index(pp_dim)), mesh.size()
+
+
+def _build(model, mesh, sample_inputs, pp_dim, choices, split_points, planner_kwargs) -> Pipeline:
+    """The pipeline with every choice made (``choices``: schedule, microbatches, stages per
+    rank): the stages this rank runs planned and wrapped, and torch's schedule over them."""
+    schedule, n_microbatches, virtual_stages = choices
     if schedule not in SCHEDULES:
         raise ValueError(f"pipeline: schedule {schedule!r}; one of {sorted(SCHEDULES)}")
     schedule_cls, multi = SCHEDULES[schedule]
@@ -116,15 +196,8 @@ def plan_pipeline(
             f"pipeline: schedule {schedule!r} runs one stage per rank; virtual_stages="
             f"{virtual_stages} needs Interleaved1F1B"
         )
-    names = mesh.mesh_dim_names or ()
-    if pp_dim not in names:
-        raise ValueError(f"pipeline: the mesh has no dim {pp_dim!r} (dims: {names})")
+    names = mesh.mesh_dim_names
     others = [n for n in names if n != pp_dim]
-    if len(others) != 1:
-        raise NotImplementedError(
-            f"pipeline: a mesh of {pp_dim!r} and exactly one other dim (data parallel, size 1 "
-            f"allowed) is supported for now; got dims {names}"
-        )
     stage_mesh = mesh[others[0]]
     pp = mesh.size(names.index(pp_dim))
     pp_rank = mesh.get_local_rank(pp_dim)

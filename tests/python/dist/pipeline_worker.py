@@ -3,8 +3,15 @@ planned by autoshard, wrapped as torch's PipelineStage, run by torch's schedules
 ranks, trained 3 SGD steps with 4 microbatches; losses and parameters compared with the
 single-process model under the same gradient accumulation.
 
+The communication that runs is counted (after the first step, whose shape inference has
+sends of its own): every isend / irecv (torch's PipelineStage sends through them) and every
+collective reaching the dispatcher, against what the plan says: a send and a receive per
+microbatch and stage boundary in each direction, and each stage program's collective nodes
+once per microbatch.
+
 Usage: torchrun --standalone --nproc-per-node 4 pipeline_worker.py CONFIG.json OUT_DIR
-Scenario keys: mesh [pp, dp], schedule, virtual_stages, n_microbatches.
+Scenario keys: mesh [pp, dp] or "auto", schedule, virtual_stages, n_microbatches (None: the
+planner chooses).
 """
 
 from __future__ import annotations
@@ -13,9 +20,15 @@ import logging
 import sys
 import time
 
+from collections import Counter
+from contextlib import contextmanager, nullcontext
+
 import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from scenario_runner import run_scenarios
 
@@ -29,6 +42,74 @@ BATCH, SEQ, STEPS, LR = 16, 8, 3, 0.1
 CFG = LlamaConfig(
     dim=32, n_layers=8, n_heads=4, n_kv_heads=2, vocab_size=64, ffn_dim=64, max_seq_len=SEQ
 )
+
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
+
+
+def _collective_kind(name: str) -> str | None:
+    return next((c for c in COLLECTIVES if c in name.replace("allgather", "all_gather")), None)
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Counts the collectives (by kind) that reach the dispatcher; waits and sends are not
+    collectives."""
+
+    def __init__(self):
+        super().__init__()
+        self.kinds: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("_c10d_functional", "c10d_functional", "c10d"):
+            kind = _collective_kind(func._schema.name.split("::")[-1])
+            if kind:
+                self.kinds[kind] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def counting_p2p(counts: Counter):
+    """isend / irecv counted (torch's P2POp checks its op against c10d's own names, so both
+    bindings are replaced by the same counting function)."""
+    real = {"isend": c10d.isend, "irecv": c10d.irecv}
+
+    def counted(name):
+        def op(*args, **kwargs):
+            counts[name] += 1
+            return real[name](*args, **kwargs)
+
+        return op
+
+    wrapped = {name: counted(name) for name in real}
+    try:
+        for name, fn in wrapped.items():
+            setattr(c10d, name, fn)
+            setattr(dist, name, fn)
+        yield counts
+    finally:
+        for name, fn in real.items():
+            setattr(c10d, name, fn)
+            setattr(dist, name, fn)
+
+
+def planned_collectives(pipe) -> Counter:
+    """The collectives one microbatch runs on this rank: the collective nodes of its stages'
+    forward and backward programs."""
+    out: Counter = Counter()
+    for s in pipe.stages:
+        for gm in (s.parallel.parallel_gm, s.parallel.parallel_bwd_gm):
+            for n in gm.graph.nodes:
+                name = getattr(n.target, "__name__", str(n.target))
+                kind = _collective_kind(name) if n.op == "call_function" else None
+                if kind:
+                    out[kind] += 1
+    return out
+
+
+def planned_p2p(pipe) -> int:
+    """Sends (and as many receives) one microbatch makes on this rank: an activation forward
+    from every stage but the last, a gradient back from every stage but the first."""
+    return sum((not s.split.is_last) + (not s.split.is_first) for s in pipe.stages)
 
 
 def batches():
@@ -67,10 +148,11 @@ def reference_run(model, data, dp: int, n_mb: int) -> list[list[float]]:
 
 
 def run_scenario(sc: dict, rank: int) -> dict:
-    pp, dp = sc["mesh"]
-    n_mb = sc["n_microbatches"]
     result = {"name": sc["name"], "ok": False, "rank": rank}
-    mesh = init_device_mesh("cpu", (pp, dp), mesh_dim_names=("pp", "dp"))
+    if sc["mesh"] == "auto":
+        mesh = "auto"
+    else:
+        mesh = init_device_mesh("cpu", tuple(sc["mesh"]), mesh_dim_names=("pp", "dp"))
     torch.manual_seed(0)
     ref = Llama(CFG)
     with torch.device("meta"):
@@ -81,13 +163,21 @@ def run_scenario(sc: dict, rank: int) -> dict:
         meta_model,
         mesh,
         sample,
-        schedule=sc["schedule"],
-        n_microbatches=n_mb,
-        virtual_stages=sc.get("virtual_stages", 1),
+        schedule=sc.get("schedule"),
+        n_microbatches=sc.get("n_microbatches"),
+        virtual_stages=sc.get("virtual_stages"),
+        world_size=sc.get("world_size"),
         time_limit_s=8.0,
         capture=sc.get("capture", "dynamo"),
     )
     result["plan_seconds"] = time.perf_counter() - t0
+    mesh, n_mb = pipe.mesh, pipe.n_microbatches
+    pp, dp = mesh.size(0), mesh.size(1)
+    result["mesh"] = [pp, dp]
+    result["n_microbatches"] = n_mb
+    result["schedule"] = type(pipe.schedule).__name__
+    if pipe.choice is not None:
+        result["choice"] = pipe.choice.report(5)
     result["stages"] = [s.split.index for s in pipe.stages]
     result["solver"] = [
         {
@@ -111,16 +201,29 @@ def run_scenario(sc: dict, rank: int) -> dict:
     data = batches()
     dp_rank = mesh.get_local_rank("dp")
     got = []
+    p2p, collectives = Counter(), CollectiveCounter()
     t0 = time.perf_counter()
-    for tokens, labels in data:
+    for i, (tokens, labels) in enumerate(data):
         losses: list = []
-        pipe.step(
-            tokens.tensor_split(dp)[dp_rank], target=labels.tensor_split(dp)[dp_rank], losses=losses
-        )
+        with counting_p2p(p2p) if i else nullcontext(), collectives if i else nullcontext():
+            pipe.step(
+                tokens.tensor_split(dp)[dp_rank],
+                target=labels.tensor_split(dp)[dp_rank],
+                losses=losses,
+            )
         opt.step()
         opt.zero_grad()
         got.append([float(l) for l in losses])
     result["step_seconds"] = (time.perf_counter() - t0) / STEPS
+    counted_steps = STEPS - 1
+    result["p2p_ran"] = dict(p2p)
+    result["p2p_planned"] = {
+        k: counted_steps * n_mb * planned_p2p(pipe) for k in ("isend", "irecv")
+    }
+    result["collectives_ran"] = dict(collectives.kinds)
+    result["collectives_planned"] = {
+        k: counted_steps * n_mb * v for k, v in planned_collectives(pipe).items()
+    }
     expected = reference_run(ref, data, dp, n_mb)
     has_last = any(s.split.is_last for s in pipe.stages)
     result["has_last"] = has_last
