@@ -5,6 +5,7 @@ nested shards follow DTensor's chunking mesh dim by mesh dim."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from autoshard.ops import context_parallel as cp
@@ -53,3 +54,94 @@ def test_blocks_of_queries_match_the_unsharded_causal_kernel():
     torch.testing.assert_close(torch.cat(dqs, 2), dq)
     torch.testing.assert_close(dk_sum, dk)
     torch.testing.assert_close(dv_sum, dv)
+
+
+# ---- the load-balanced (head-tail) order: trace/load_balance.py ----------------------------
+
+
+def test_head_tail_positions_and_their_inverse():
+    from autoshard.trace.load_balance import head_tail_positions, natural_order_index
+
+    pos = head_tail_positions(16, 2)  # 4 chunks of 4: rank 0 chunks 0, 3; rank 1 chunks 1, 2
+    assert pos.tolist() == [0, 1, 2, 3, 12, 13, 14, 15, 4, 5, 6, 7, 8, 9, 10, 11]
+    inverse = natural_order_index(16, 2)
+    assert torch.equal(pos[inverse], torch.arange(16))
+    assert torch.equal(inverse, torch.argsort(pos))
+
+
+def test_causal_work_is_even_in_head_tail_order_and_not_contiguous():
+    """Allowed (query, key) pairs per rank's rows of the causal mask: the acceptance bound
+    (max / min <= 1.1) holds in head-tail order; the contiguous split's last rank does
+    (2n-1)/n of the even share."""
+    from autoshard.trace.load_balance import causal_pairs_per_rank, head_tail_positions
+
+    for n, seq in ((2, 64), (4, 256), (8, 256)):
+        balanced = causal_pairs_per_rank(head_tail_positions(seq, n), n)
+        assert max(balanced) / min(balanced) <= 1.1, (n, balanced)
+        assert len(set(balanced)) == 1  # exactly even: 2n chunk-pairs' worth each
+        contiguous = causal_pairs_per_rank(torch.arange(seq), n)
+        even = seq * (seq + 1) / 2 / n
+        assert contiguous[-1] / even == pytest.approx((2 * n - 1) / n, rel=0.02)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "manual"])
+def test_the_head_tail_trace_computes_the_model(attention):
+    """A Llama traced with the sequence in head-tail order (inputs permuted, rotary tables
+    from permuted positions, the causal mask over positions: SDPA's explicit mask, or the
+    hand-built triu) computes the model's loss; with the positions left in storage order it
+    does not."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoshard.models import Llama, LlamaConfig
+    from autoshard.trace.load_balance import LoadBalance
+
+    cfg = LlamaConfig(
+        dim=32,
+        n_layers=1,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=64,
+        ffn_dim=64,
+        max_seq_len=32,
+        attention=attention,
+    )
+    torch.manual_seed(0)
+    model = Llama(cfg)
+    tokens, labels = (torch.randint(0, 64, (2, 32)) for _ in range(2))
+    lb = LoadBalance(4)
+    seq = lb.sequence_length((tokens, labels), {})
+    wrapped = lb.wrap(model, seq)
+    traced = make_fx(wrapped, decomposition_table=lb.decompositions(seq))(tokens, labels)
+    targets = {str(n.target) for n in traced.graph.nodes}
+    assert "aten.index_select.default" in targets
+    torch.testing.assert_close(traced(tokens, labels), model(tokens, labels))
+    permuted_only = make_fx(wrapped)(tokens, labels)  # positions not permuted: wrong
+    assert not torch.allclose(permuted_only(tokens, labels), model(tokens, labels))
+
+
+def test_load_balance_errors_and_fallback(caplog):
+    from autoshard.trace.load_balance import LoadBalance, LoadBalanceError, load_balance_for
+
+    tokens = torch.zeros(2, 20, dtype=torch.long)
+    with pytest.raises(LoadBalanceError, match="sequence length 20 .* 2 x cp = 8 chunks"):
+        LoadBalance(4, strict=True).sequence_length((tokens,), {})
+    assert LoadBalance(4).sequence_length((tokens,), {}) is None  # contiguous, warned
+    assert "using the contiguous split" in caplog.text
+    assert LoadBalance(2).sequence_length((tokens,), {}) == 20
+    assert load_balance_for(None, (2, 4), ("dp", "cp")) == LoadBalance(4)
+    assert load_balance_for(True, (4,), ("cp",)) == LoadBalance(4, strict=True)
+    assert load_balance_for(None, (4,), ("dp",)) is None
+    assert load_balance_for(False, (4,), ("cp",)) is None
+    with pytest.raises(LoadBalanceError, match="needs a mesh dim named 'cp'"):
+        load_balance_for(True, (4,), ("dp",))
+
+
+def test_a_causal_kernel_without_a_rewrite_is_refused():
+    from autoshard.trace.load_balance import LoadBalance, LoadBalanceError
+
+    table = LoadBalance(2).decompositions(16)
+    refuse = table[aten._scaled_dot_product_efficient_attention.default]
+    q = torch.zeros(1, 1, 16, 8)
+    with pytest.raises(LoadBalanceError, match="no load-balanced form"):
+        refuse(q, q, q, None, False, 0.0, True)
+    assert refuse(q, q, q, None, False, 0.0, False) is NotImplemented

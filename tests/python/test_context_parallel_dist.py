@@ -1,7 +1,10 @@
 """Context parallelism on 4 gloo ranks: a Llama-style model with causal SDPA, its tokens'
 sequence dim sharded over a ``cp`` mesh dim (cp=4, and dp=2 x cp=2), the attention calls in
 the sequence row (q, out, logsumexp split over the sequence, k and v all-gathered; grad_k /
-grad_v Partial, reduced back), 3 SGD steps equal to the single-process model (rtol 1e-5).
+grad_v Partial, reduced back), 3 SGD steps equal to the single-process model (rtol 1e-5),
+with the sequence in load-balanced head-tail order (trace/load_balance.py, on by default on a
+``cp`` dim): every rank's attention calls allow the same number of causal (query, key) pairs
+(within 10 %), counted from the masks the local calls receive.
 Workers: tests/python/dist/context_parallel_worker.py; the causal mask's per-rank offset:
 python/autoshard/ops/context_parallel.py."""
 
@@ -55,3 +58,12 @@ def test_sequence_sharded_attention_trains_like_single_process(results, name):
         wanted = e["inputs"][:2] if backward else e["inputs"][:1]
         for got, want in zip(e["q_producers"], wanted):
             assert all(g in (w, "R") for g, w in zip(got, want)), (node, e)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
+def test_causal_work_is_balanced_over_the_ranks(results, name):
+    pairs = [by_name(res)[name]["attention_pairs"] for res in results]
+    print(f"\n{name}: allowed (query, key) pairs per rank {pairs}")
+    assert min(pairs) > 0, pairs
+    assert max(pairs) / min(pairs) <= 1.1, pairs

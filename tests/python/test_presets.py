@@ -26,6 +26,23 @@ def test_constraints_per_preset():
     assert resolve(None, [4], None) is None
 
 
+def test_a_cp_dim_splits_the_sequence_in_any_preset():
+    from autoshard.planning.presets import input_layouts
+
+    shapes = [[8, 256], [8], []]  # tokens [batch, seq], a per-sample vector, a scalar
+    fsdp = resolve("fsdp", [2, 4], ["dp", "cp"])
+    assert fsdp.parameter_memory == (0.0, 1 / 8)  # FSDP over dp x cp
+    assert input_layouts(fsdp, shapes) == [["S(0)", "S(1)"], ["S(0)", "R"], None]
+    assert input_layouts(resolve("ddp", [4], ["cp"]), shapes)[:2] == [["S(1)"], ["R"]]
+    hsdp = resolve("hsdp", [2, 2, 2], ["dp_replicate", "dp_shard", "cp"])
+    assert hsdp.parameter_layout == ("R", "S(0)", "R")
+    assert hsdp.sequence_layout == ("S(0)", "S(0)", "S(1)")
+    tp = resolve("fsdp+tp", [2, 2, 2], ["dp", "cp", "tp"])
+    assert tp.sequence_layout == ("S(0)", "S(1)", "R") and tp.parameter_memory == (0.0, 1 / 8)
+    with pytest.raises(PresetError, match="more than one dim 'cp'"):
+        resolve("fsdp", [2, 2], ["cp", "cp"])
+
+
 @pytest.mark.parametrize(
     "name,shape,names,needle",
     [
@@ -130,6 +147,28 @@ def test_autoparallel_preset():
     for name in autop.step.input_nodes:
         assert plan["nodes"][name]["outputs"][0] == ["S(0)", "R"]
     assert plan["summary"]["parameter_bytes_per_gpu"] > 0
+
+
+def test_autoparallel_preset_with_a_cp_dim():
+    """The inputs' sequence split over cp, traced in load-balanced order (the permutation is
+    in the graph: an index_select of each sequence input)."""
+    from autoshard import AutoParallel
+    from autoshard.models import Llama, LlamaConfig
+    from autoshard.trace.fake_pg import fake_world
+
+    cfg = LlamaConfig(dim=16, n_layers=1, n_heads=2, vocab_size=32, ffn_dim=32, max_seq_len=16)
+    with torch.device("meta"):
+        model = Llama(cfg)
+    inputs = lambda: tuple(torch.zeros(2, 16, dtype=torch.long) for _ in range(2))  # noqa: E731
+    with fake_world((2, 2), ("dp", "cp")) as mesh:
+        with AutoParallel(model, inputs, mesh, preset="fsdp", time_limit_s=2) as autop:
+            autop.optimize_placement()
+            plan = autop.plan
+    assert autop.step.load_balance.n == 2
+    for name in autop.step.input_nodes:
+        assert plan["nodes"][name]["outputs"][0] == ["S(0)", "S(1)"]
+    permuted = [n for n in autop.gm.graph.nodes if "index_select" in str(n.target)]
+    assert {a.name for n in permuted for a in n.all_input_nodes} >= set(autop.step.input_nodes)
 
 
 def test_auto_parallel_refuses_what_a_preset_would_override():

@@ -46,6 +46,7 @@ from autoshard.planning.planner import (
     plan_traced_step,
     same_plan_on_every_rank,
 )
+from autoshard.trace.load_balance import load_balance_for
 from autoshard.trace.tracer import trace_training_step
 
 log = logging.getLogger("autoshard")
@@ -91,6 +92,12 @@ class AutoParallel:
     ``time_limit_s`` caps planning (default 20 s); ``gap_tolerance`` (default 0.001) stops the
     solver once its plan is within that fraction of its proven lower bound (0: only a proof of
     optimality stops it before the time limit).
+    ``cp_load_balance``: context parallelism on a mesh dim named "cp" stores the sequence
+    (dim 1 of the inputs) in head-tail order, so that causal attention's work is the same on
+    every cp rank (trace/load_balance.py, docs/context_parallel.md). None (default): on where
+    the mesh has a "cp" dim of size > 1, falling back to the contiguous split with a warning
+    where the sequence does not divide by 2 x cp; True: on, and such a sequence is an error;
+    False: off (the contiguous split).
     ``plan_cache``: plans are cached on disk by graph, mesh, constraints, hardware and
     options (plan_cache.py): True (default) uses ``$AUTOSHARD_CACHE_DIR`` or
     ``~/.cache/autoshard/plans``, a path uses that folder, False turns the cache off."""
@@ -122,6 +129,7 @@ class AutoParallel:
         optimizer: str | None = None,
         enable_ac: bool | None = None,
         ac_stage_size_in_GiB: Any = "auto",
+        cp_load_balance: bool | None = None,
     ):
         from autoshard.trace.mixed_precision import canonical_policy
         from autoshard.planning.plan_cache import PlanCache
@@ -191,6 +199,8 @@ class AutoParallel:
         # "ddp", "fsdp", "hsdp", "tp", "fsdp+tp": input + parameter memory constraints added
         # after tracing (presets.py); checked against the mesh here, before tracing
         self.preset = check_preset(preset, mesh)
+        self.cp_load_balance = cp_load_balance
+        self._load_balance = load_balance_for(cp_load_balance, mesh.shape, mesh.mesh_dim_names)
         self._ranks_checked = False
         self._state = "new"
         self.step: TracedStep | None = None
@@ -227,6 +237,7 @@ class AutoParallel:
                 device,
                 capture=self.capture,
                 mp_policy=self.mp_policy,
+                load_balance=self._load_balance,
             )
         log.info(
             "autoshard: traced %d graph nodes in %.2f s",
@@ -296,6 +307,7 @@ class AutoParallel:
                     capture=self.capture,
                     mp_policy=self.mp_policy,
                     extrapolate_layers=False,
+                    load_balance=self._load_balance,
                 )
             self.step.joint_with_descriptors = full.joint_with_descriptors
         return self.step.joint_with_descriptors
@@ -778,7 +790,7 @@ def auto_parallel(
     planning_keywords = {"reshard_after_forward", "cost_model", "repeated_subgraphs"}
     # AutoParallel's activation checkpointing, routed to the planner's recompute mode
     ac_keywords = {"enable_ac", "ac_stage_size_in_GiB"}
-    unknown = set(autoparallel_kwargs) - planning_keywords - ac_keywords
+    unknown = set(autoparallel_kwargs) - planning_keywords - ac_keywords - {"cp_load_balance"}
     if unknown:
         raise TypeError(f"auto_parallel() got unexpected keyword argument(s) {sorted(unknown)}")
     check_autoparallel_keywords(

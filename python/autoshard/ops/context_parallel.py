@@ -29,6 +29,10 @@ CAUSAL_SEQUENCE_OPS = {
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": (1, 7),
 }
 SEQ_DIM = 2  # q is [B, H, S, D]
+CAUSAL_SEQUENCE_OPS_BY_OVERLOAD = (
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+)
 
 
 def _sharded_mesh_dims(layout: Sequence[str] | None) -> list[int]:
@@ -66,14 +70,24 @@ def causal_offset_call(op: str, args: Sequence[Any], kwargs: dict, offset) -> tu
     """``args`` / ``kwargs`` of a causal ``op`` call (local shards: q holds queries from
     global position ``offset`` on, k every key) as a non-causal call with the equivalent
     explicit mask."""
+    q_at, _ = CAUSAL_SEQUENCE_OPS[op]
+    q, k = args[q_at], args[q_at + 1]
+    q_pos = torch.arange(q.shape[SEQ_DIM], device=q.device) + offset
+    k_pos = torch.arange(k.shape[SEQ_DIM], device=q.device)
+    return causal_positions_call(op, args, kwargs, q_pos, k_pos)
+
+
+def causal_positions_call(
+    op: str, args: Sequence[Any], kwargs: dict, q_pos: torch.Tensor, k_pos: torch.Tensor
+) -> tuple[tuple, dict]:
+    """``args`` / ``kwargs`` of a causal ``op`` call whose queries sit at global positions
+    ``q_pos`` and keys at ``k_pos`` (any order: a block of a contiguous split, or the
+    load-balanced head-tail order of trace/load_balance.py) as a non-causal call with the
+    explicit mask ``key position <= query position`` (added to a mask the call had)."""
     q_at, causal_at = CAUSAL_SEQUENCE_OPS[op]
     q = args[q_at]
-    k = args[q_at + 1]
-    n_q, n_k = q.shape[SEQ_DIM], k.shape[SEQ_DIM]
-    q_pos = torch.arange(n_q, device=q.device) + offset
-    k_pos = torch.arange(n_k, device=q.device)
     hidden = k_pos.unsqueeze(0) > q_pos.unsqueeze(1)  # [n_q, n_k]: keys after the query
-    mask = torch.zeros((n_q, n_k), dtype=q.dtype, device=q.device).masked_fill(
+    mask = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill(
         hidden, float("-inf")
     )
     kwargs = dict(kwargs)

@@ -12,6 +12,13 @@ A preset fixes two things and leaves every other layout to the planner:
     tp        a "tp" dim (+ replica dims)   R on tp, else S(0) 1/tp size (+2%)
     fsdp+tp   a "tp" dim + data dims        R on tp, else S(0) high = 1/mesh size
 
+A mesh dim named "cp" (context parallelism) may join any preset: inputs of 2 or more dims
+have their sequence (dim 1) split over it, ``S(1)``, and 1-D inputs are whole on it; the
+parameters are counted as over a data dim (fsdp: 1/mesh size, cp included, as FSDP over
+dp x cp), except hsdp, whose pinned layout keeps them whole on cp, and tp, whose band is 1/tp.
+AutoParallel then traces the sequence in load-balanced head-tail order (cp_load_balance,
+trace/load_balance.py).
+
 "1/k (+2%)" is low = 1/k, high = 1.02/k: sharded over that dim and no other. The slack lets
 small vectors (norm weights) stay whole, as tensor parallelism keeps them; a band of width
 zero (low = high = 1/k) leaves the solver almost no feasible plans to move between, and its
@@ -33,6 +40,7 @@ from autoshard.planning.options import PlannerOptions
 
 PRESET_NAMES = ("ddp", "fsdp", "hsdp", "tp", "fsdp+tp")
 TP_DIM = "tp"
+CP_DIM = "cp"  # the context-parallel dim: splits the sequence (dim 1) of the inputs
 BAND_SLACK = 1.02  # high = BAND_SLACK * low for the hsdp and tp bands
 
 
@@ -50,6 +58,15 @@ class PresetConstraints:
     parameter_memory: tuple[float, float] | None
     # every parameter's at-rest layout (with "S(0)" read as "R" for 0-d ones), or None
     parameter_layout: tuple[str, ...] | None = None
+    cp_dim: int | None = None  # the mesh dim splitting the inputs' sequence (dim 1), or None
+
+    @property
+    def sequence_layout(self) -> tuple[str, ...]:
+        """The layout of inputs with a sequence dim (2 or more dims): the batch layout with
+        the sequence split over the cp dim."""
+        if self.cp_dim is None:
+            return self.batch_layout
+        return tuple("S(1)" if d == self.cp_dim else p for d, p in enumerate(self.batch_layout))
 
 
 def resolve(
@@ -74,8 +91,23 @@ def resolve(
         f" with dims {list(names)}" if names else " without dim names"
     )
     tp = [i for i, n in enumerate(names) if n == TP_DIM]
-    if len(tp) > 1:
-        raise PresetError(f"preset {name!r}: {mesh_desc} names more than one dim {TP_DIM!r}")
+    cp = [i for i, n in enumerate(names) if n == CP_DIM]
+    for dim, found in ((TP_DIM, tp), (CP_DIM, cp)):
+        if len(found) > 1:
+            raise PresetError(f"preset {name!r}: {mesh_desc} names more than one dim {dim!r}")
+    preset = _resolve_data_dims(name, shape, names, size, tp, cp, mesh_desc)
+    return PresetConstraints(
+        preset.name,
+        tuple("R" if i in cp else p for i, p in enumerate(preset.batch_layout)),
+        preset.parameter_memory,
+        preset.parameter_layout,
+        cp[0] if cp else None,
+    )
+
+
+def _resolve_data_dims(name, shape, names, size, tp, cp, mesh_desc) -> PresetConstraints:
+    """The preset with the cp dim (if any) counted as a data dim; resolve() then keeps the
+    batch whole on cp and splits the sequence over it."""
 
     if name in ("ddp", "fsdp", "hsdp"):
         if tp:
@@ -88,14 +120,17 @@ def resolve(
             return PresetConstraints(name, batch, (1.0, 1.0))
         if name == "fsdp":
             return PresetConstraints(name, batch, (0.0, 1.0 / size))
-        if len(shape) != 2:
+        data = [i for i in range(len(shape)) if i not in cp]
+        if len(data) != 2:
             raise PresetError(
                 f"preset 'hsdp' needs a 2-D (replicate, shard) mesh, e.g. dims "
-                f"['dp_replicate', 'dp_shard']; got {mesh_desc}; use 'fsdp' on a 1-D mesh"
+                f"['dp_replicate', 'dp_shard'] (and optionally a {CP_DIM!r} dim); got "
+                f"{mesh_desc}; use 'fsdp' on a 1-D mesh"
             )
-        # parameters sharded over the shard dim and replicated over the replicate dim:
-        # every GPU holds exactly 1/shard of them
-        return PresetConstraints(name, batch, None, parameter_layout=("R", "S(0)"))
+        # parameters sharded over the shard dim and replicated over the replicate dim (and
+        # cp): every GPU holds exactly 1/shard of them
+        layout = tuple("S(0)" if i == data[1] else "R" for i in range(len(shape)))
+        return PresetConstraints(name, batch, None, parameter_layout=layout)
 
     if not tp:
         raise PresetError(
@@ -137,11 +172,15 @@ def default_dim_names(name: str | None, ndim: int) -> tuple[str, ...]:
 
 def input_layouts(preset: PresetConstraints, input_shapes: Sequence[Sequence[int] | None]):
     """One layout (list of placement strings) per input: the batch layout for tensors with a
-    batch dim, None (left to the planner) for scalars and non-tensors."""
-    return [
-        list(preset.batch_layout) if shape is not None and len(shape) >= 1 else None
-        for shape in input_shapes
-    ]
+    batch dim, and with a cp dim the sequence layout for those with a sequence dim too; None
+    (left to the planner) for scalars and non-tensors."""
+
+    def one(shape):
+        if shape is None or len(shape) < 1:
+            return None
+        return list(preset.sequence_layout if len(shape) >= 2 else preset.batch_layout)
+
+    return [one(shape) for shape in input_shapes]
 
 
 def parameter_layout(preset: PresetConstraints, shape: Sequence[int]) -> list[str] | None:
@@ -167,7 +206,7 @@ def apply_preset(autop, name: str | None) -> None:
         step.input_metas[i][0] if name_ is not None else None
         for i, name_ in enumerate(step.input_nodes)
     ]
-    to_placement = {"S(0)": Shard(0), "R": Replicate()}
+    to_placement = {"S(0)": Shard(0), "S(1)": Shard(1), "R": Replicate()}
     autop.add_input_constraints(
         [
             None if layout is None else tuple(to_placement[p] for p in layout)

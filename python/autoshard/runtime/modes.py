@@ -119,6 +119,7 @@ def _plan_variant(
             mp_policy=rt.options.mp_policy,
             training=dict(zip(paths, modes)),
             joint=joint,
+            load_balance=main.step.load_balance,
         )
     pins = _pinned_layouts(module, main, step)
     out_pins = {}

@@ -58,6 +58,9 @@ class TracedStep:
     training: bool = True  # the model's mode when traced (dropout, batch statistics)
     # with_sharding_constraint calls: clone node name -> (layout strs, " at <source line>")
     sharding_pins: dict[str, tuple] = field(default_factory=dict)
+    # context parallelism: the load_balance.LoadBalance the sequence was traced with (head-
+    # tail order; a retrace for new shapes or modes uses it too), or None
+    load_balance: Any = None
     # torch's JointWithDescriptors of the export (AutoParallel's autop.joint_with_descriptors)
     joint_with_descriptors: Any = None
 

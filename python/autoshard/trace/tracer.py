@@ -208,6 +208,7 @@ def trace_training_step(
     training: bool | dict | None = None,
     joint: bool = True,
     extrapolate_layers: bool = True,
+    load_balance: Any = None,
 ) -> TracedStep:
     """Trace ``model(*args, **kwargs)`` and its backward as one joint ATen graph.
 
@@ -221,7 +222,8 @@ def trace_training_step(
     forward alone (the inference step). ``extrapolate_layers``: a model with many
     interchangeable layers (``layers``) is traced with 3 and 4 of them and the rest
     extrapolated, checked exactly (block_extrapolation.py); False (or AUTOSHARD_TRACE_ALL_LAYERS=1)
-    traces every layer.
+    traces every layer. ``load_balance``: a load_balance.LoadBalance, the sequence traced in
+    head-tail order for context parallelism (load_balance.py), or None.
     Constructs one static graph cannot hold (data-dependent branches, in-place buffer
     updates) raise UnsupportedModelError naming the construct and the workaround.
     """
@@ -241,6 +243,7 @@ def trace_training_step(
             training=training,
             joint=joint,
             extrapolate_layers=extrapolate_layers,
+            load_balance=load_balance,
         )
 
 
@@ -255,6 +258,7 @@ def _trace_training_step(
     training: bool | dict | None,
     joint: bool,
     extrapolate_layers: bool = True,
+    load_balance: Any = None,
 ) -> TracedStep:
     if capture not in ("dynamo", "direct"):
         raise ValueError(f"capture must be 'dynamo' or 'direct', got {capture!r}")
@@ -279,6 +283,7 @@ def _trace_training_step(
             decompositions=decompositions,
             mp_policy=mp_policy,
             joint=joint,
+            load_balance=load_balance,
         )
 
     step = None
@@ -295,6 +300,7 @@ def _trace_training_step(
         step = trace_by_blocks(fake, fake_mode, trace_fake, run_fake)
     if step is None:
         step = trace_fake()
+    step.load_balance = load_balance
     step.trace_seconds = time.perf_counter() - t0
     return step
 
@@ -310,6 +316,7 @@ def _trace_fake_model(
     decompositions: dict | None,
     mp_policy: Any,
     joint: bool,
+    load_balance: Any = None,
 ) -> TracedStep:
     """One trace of the fake copy ``fake`` of ``model``."""
     from autoshard.ops.flex_attention import check_mask_closure_values, fold_flex_attention
@@ -343,7 +350,7 @@ def _trace_fake_model(
     try:
         with grad_mode:
             traced_mod, source_captured, jd = _capture_and_export(
-                fake, inputs, fake_mode, capture, decompositions, mp_policy
+                fake, inputs, fake_mode, capture, decompositions, mp_policy, load_balance
             )
     except Exception as e:
         explained = explain_trace_error(e)
@@ -490,6 +497,7 @@ def _capture_and_export(
     capture: str,
     decompositions: dict | None,
     mp_policy: Any,
+    load_balance: Any = None,
 ):
     """Dynamo capture (for source lines; skipped if it fails) then the AOT export."""
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
@@ -499,6 +507,11 @@ def _capture_and_export(
 
     mp = canonical_policy(mp_policy)
     root: nn.Module = CastingStep(fake, mp) if mp is not None else fake
+    decomps = default_decompositions() if decompositions is None else decompositions
+    seq = load_balance.sequence_length(inputs.args, inputs.kwargs) if load_balance else None
+    if seq is not None:  # context parallelism: the sequence in head-tail order
+        root = load_balance.wrap(root, seq)
+        decomps = {**decomps, **load_balance.decompositions(seq)}
     traced_mod: nn.Module = root
     source_captured = False
     if capture == "dynamo":
@@ -540,7 +553,6 @@ def _capture_and_export(
                 str(e).splitlines()[0],
             )
             traced_mod = root
-    decomps = default_decompositions() if decompositions is None else decompositions
     stack = contextlib.ExitStack()
     with stack:
         with fx_traceback.preserve_node_meta():

@@ -1,7 +1,9 @@
 """torchrun worker: context parallelism. A Llama-style model (causal SDPA) planned with its
-tokens' sequence dim pinned to the ``cp`` mesh dim, trained 3 SGD steps on every rank
-(gloo) and compared with the single-process model; reports the attention nodes' layouts and
-the collectives the lowered program issues for them.
+tokens' sequence dim pinned to the ``cp`` mesh dim (load-balanced head-tail order unless the
+scenario's options turn it off), trained 3 SGD steps on every rank (gloo) and compared with
+the single-process model; reports the attention nodes' layouts, the collectives the lowered
+program issues for them, and the (query, key) pairs each rank's attention calls allow (its
+causal work), counted from the masks the local calls receive.
 
 Usage: torchrun --standalone --nproc-per-node 4 context_parallel_worker.py CONFIG.json OUT_DIR
 """
@@ -15,6 +17,7 @@ from collections import Counter
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from scenario_runner import (
     compare_losses,
@@ -44,6 +47,35 @@ def _collectives(gm) -> list[tuple[str, str]]:
         if n.op == "call_function" and kind:
             out.append(((n.meta.get("custom") or {}).get("autoshard_node", "?"), kind))
     return out
+
+
+class AttentionPairs(TorchDispatchMode):
+    """Counts the (query, key) pairs the CPU flash-attention forward calls allow on this
+    rank: the finite entries of their explicit mask (per batch and head), or the causal
+    triangle of a call with ``is_causal`` and no mask."""
+
+    OP = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def __init__(self):
+        super().__init__()
+        self.pairs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is self.OP:
+            q, k = args[0], args[1]
+            causal = len(args) > 4 and bool(args[4])
+            mask = kwargs.get("attn_mask")
+            n_q, n_k = q.shape[-2], k.shape[-2]
+            if mask is not None:
+                allowed = torch.isfinite(mask) if mask.is_floating_point() else mask
+                if causal:
+                    allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).tril()
+                plane = allowed.broadcast_to(*q.shape[:2], n_q, n_k)[0, 0]
+                self.pairs += int(plane.sum())
+            else:
+                self.pairs += n_q * (n_q + 1) // 2 if causal else n_q * n_k
+        return func(*args, **kwargs)
 
 
 def run_one(sc: dict, rank: int) -> dict:
@@ -119,9 +151,14 @@ def run_one(sc: dict, rank: int) -> dict:
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     steps = []
     g = torch.Generator().manual_seed(1)
-    for _ in range(3):
+    counter = AttentionPairs()
+    for i in range(3):
         inputs = tuple(torch.randint(0, 64, (batch, seq), generator=g) for _ in range(2))
-        loss = parallel_step(parallel, opt, inputs)
+        if i == 0:  # this rank's attention work, from the local calls' masks
+            with counter:
+                loss = parallel_step(parallel, opt, inputs)
+        else:
+            loss = parallel_step(parallel, opt, inputs)
         ref_loss = reference_step(ref, ref_opt, inputs)
         steps.append(
             {
@@ -150,6 +187,7 @@ def run_one(sc: dict, rank: int) -> dict:
             "bwd": dict(Counter(k for _, k in bwd)),
         },
         "plan_seconds": plan_s,
+        "attention_pairs": counter.pairs,
     }
 
 

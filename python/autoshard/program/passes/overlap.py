@@ -247,12 +247,27 @@ def bucket_gathers(gm: fx.GraphModule, bucket_bytes: int | None = None) -> dict:
             helpers = []
             for k, (c, w) in enumerate(bucket):
                 piece = g.call_function(operator.getitem, (split, k))
-                out = g.call_function(aten.reshape.default, (piece, list(w.meta["val"].shape)))
+                shape = list(w.meta["val"].shape)
+                if not _reshape_is_contiguous(group_size, sizes, k, shape):
+                    # a member of one row (dim 0 of 1: the reshape is a strided view, which
+                    # a later view of the gathered value cannot take): copy it contiguous
+                    piece = g.call_function(
+                        aten.clone.default, (piece,), {"memory_format": torch.contiguous_format}
+                    )
+                out = g.call_function(aten.reshape.default, (piece, shape))
                 w.replace_all_uses_with(out)
                 helpers.append((flats[k], piece, out))
         _label_bucket(coll, [c for c, _ in bucket], shared=[cat, rows, split], per_member=helpers)
         _erase(g, bucket)
     return _finish(gm, merged)
+
+
+def _reshape_is_contiguous(group_size: int, sizes: list, k: int, shape: list) -> bool:
+    """Whether member ``k``'s piece of a bucket's gathered rows ([group_size, sum(sizes)],
+    split by ``sizes``) reshaped to ``shape`` is contiguous (a copy, or a view that is)."""
+    rows = torch.empty(group_size, sum(sizes), device="meta")
+    start = sum(sizes[:k])
+    return rows[:, start : start + sizes[k]].reshape(shape).is_contiguous()
 
 
 def block_of(fqn: str | None) -> str | None:

@@ -1,0 +1,251 @@
+"""The load-balanced (head + tail) order of the sequence for context parallelism.
+
+With causal attention and the sequence split evenly over ``n`` ranks, rank r's queries see
+``(2r+1)/n^2`` of the causal (query, key) pairs: the last rank does ``(2n-1)/n`` times the
+even share (1.75x at n = 4). Cut the sequence into ``2n`` chunks and give rank r chunk r
+(the head) and chunk ``2n-1-r`` (the tail): every rank then holds the same causal work.
+
+autoshard does this in the trace, so that the traced graph computes the same function as the
+model and every plan of it is exact by construction:
+
+- the wrapper :class:`LoadBalancedStep` permutes every sequence-carrying input (a tensor
+  whose dim 1 is the sequence length: tokens, labels, position ids) into head-tail order
+  before the model runs, and puts outputs that keep the sequence back in natural order; the
+  even ``Shard(1)`` split of the permuted tensors is then the head-tail split;
+- the trace's decompositions (:meth:`LoadBalance.decompositions`) make the three things
+  that read positions use the permuted ones: ``arange(seq)`` (the positions that rotary or
+  learned position tables are built from) returns the positions in head-tail order; a causal
+  CPU flash-attention call (forward and backward) becomes a non-causal call with the explicit
+  mask ``key position <= query position`` over those positions (ops/context_parallel.py);
+  ``triu`` / ``tril`` over a ``[seq, seq]`` tensor (a hand-built causal mask) compares
+  positions instead of storage indices.
+
+Causal kernels with no rewrite (CUDA flash / efficient / cuDNN attention) raise, since the
+permuted sequence would make their top-left causal mask silently wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+from autoshard.ops import context_parallel
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+SEQ_DIM = 1  # the sequence dim of the model's inputs ([batch, seq, ...])
+
+# causal kernels the trace cannot rewrite: op -> positional index of is_causal
+_UNSUPPORTED_CAUSAL = {
+    aten._scaled_dot_product_flash_attention.default: 4,
+    aten._scaled_dot_product_efficient_attention.default: 6,
+    aten._scaled_dot_product_cudnn_attention.default: 6,
+}
+
+
+class LoadBalanceError(ValueError):
+    """The load-balanced split cannot be applied to this sequence or model."""
+
+
+def storage_chunks(n: int) -> list[int]:
+    """The natural chunk index held at each storage chunk: rank r's head r, then its tail
+    2n-1-r, rank by rank."""
+    return [c for r in range(n) for c in (r, 2 * n - 1 - r)]
+
+
+def _chunked_arange(starts: list[int], chunk: int, dtype, device) -> torch.Tensor:
+    # built from per-chunk aranges (none of them arange(0, seq)), so the decomposition of
+    # arange(seq) below does not apply to it
+    return torch.cat([torch.arange(s, s + chunk, dtype=dtype, device=device) for s in starts])
+
+
+def head_tail_positions(seq: int, n: int, dtype=torch.int64, device=None) -> torch.Tensor:
+    """The global position of each storage index of a sequence of ``seq`` in head-tail order
+    for ``n`` ranks (the permutation applied to the inputs)."""
+    chunk = seq // (2 * n)
+    return _chunked_arange([c * chunk for c in storage_chunks(n)], chunk, dtype, device)
+
+
+def natural_order_index(seq: int, n: int, device=None) -> torch.Tensor:
+    """The storage index of each global position (the inverse permutation): index_select
+    by it puts a head-tail tensor back in natural order."""
+    chunk = seq // (2 * n)
+    where = {c: s for s, c in enumerate(storage_chunks(n))}
+    starts = [where[c] * chunk for c in range(2 * n)]
+    return _chunked_arange(starts, chunk, torch.int64, device)
+
+
+def causal_pairs_per_rank(positions: torch.Tensor, n: int) -> list[int]:
+    """The allowed (query, key) pairs of each rank's causal mask, with the sequence stored
+    in ``positions`` order and split evenly over ``n`` ranks (keys: the whole sequence)."""
+    allowed = positions.unsqueeze(0) <= positions.unsqueeze(1)  # [query, key]
+    return [int(rows.sum()) for rows in allowed.chunk(n, dim=0)]
+
+
+@dataclass(frozen=True)
+class LoadBalance:
+    """Head-tail order for ``n`` context-parallel ranks. ``strict``: a sequence that does not
+    divide by 2n raises (the user asked for the split); otherwise it falls back to the
+    natural order (contiguous split, uneven causal work) with a warning."""
+
+    n: int
+    strict: bool = False
+
+    def sequence_length(self, args, kwargs) -> int | None:
+        """The sequence length the order applies to (dim 1 of the first input of 2 or more
+        dims), or None where it does not apply (no such input, or the fallback)."""
+        flat = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        seq = next((int(x.shape[SEQ_DIM]) for x in flat if x.dim() > SEQ_DIM), None)
+        if seq is None or self.n <= 1:
+            return None
+        if seq % (2 * self.n):
+            msg = (
+                f"cp_load_balance: sequence length {seq} (dim {SEQ_DIM} of the inputs) does "
+                f"not divide into 2 x cp = {2 * self.n} chunks"
+            )
+            if self.strict:
+                raise LoadBalanceError(
+                    f"{msg}; pad the sequence to a multiple of {2 * self.n}, or pass "
+                    "cp_load_balance=False for the contiguous split (uneven causal work)"
+                )
+            log.warning("autoshard: %s; using the contiguous split (uneven causal work)", msg)
+            return None
+        return seq
+
+    def wrap(self, root: nn.Module, seq: int) -> nn.Module:
+        return LoadBalancedStep(root, seq, self.n)
+
+    def decompositions(self, seq: int) -> dict:
+        """The trace's decompositions that make position-reading ops use head-tail order."""
+        table = {op: _arange_in_order(seq, self.n) for op in _ARANGES}
+        for op in context_parallel.CAUSAL_SEQUENCE_OPS_BY_OVERLOAD:
+            table[op] = _causal_in_order(op, seq, self.n)
+        for op, causal_at in _UNSUPPORTED_CAUSAL.items():
+            table[op] = _refuse_causal(op, causal_at)
+        table[aten.triu.default] = _band_in_order(seq, self.n, upper=True)
+        table[aten.tril.default] = _band_in_order(seq, self.n, upper=False)
+        return table
+
+
+class LoadBalancedStep(nn.Module):
+    """Wraps the (fake) model for tracing: sequence inputs permuted into head-tail order,
+    sequence outputs put back in natural order. The parameters are the wrapped model's, so
+    names map back by identity (as mixed_precision.CastingStep's)."""
+
+    def __init__(self, inner: nn.Module, seq: int, n: int):
+        super().__init__()
+        self.inner = inner
+        self.seq, self.n = seq, n
+
+    def _carries_sequence(self, x) -> bool:
+        return isinstance(x, torch.Tensor) and x.dim() > SEQ_DIM and x.shape[SEQ_DIM] == self.seq
+
+    def _reorder(self, tree, index_of):
+        def one(x):
+            if not self._carries_sequence(x):
+                return x
+            return torch.index_select(x, SEQ_DIM, index_of(x.device))
+
+        return pytree.tree_map(one, tree)
+
+    def forward(self, *args, **kwargs):
+        args, kwargs = self._reorder(
+            (args, kwargs), lambda d: head_tail_positions(self.seq, self.n, device=d)
+        )
+        out = self.inner(*args, **kwargs)
+        return self._reorder(out, lambda d: natural_order_index(self.seq, self.n, device=d))
+
+
+_ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
+
+
+def _arange_in_order(seq: int, n: int):
+    """arange(0, seq): the positions in head-tail order (any other arange: unchanged)."""
+
+    def decomposed(*args, dtype=None, layout=None, device=None, pin_memory=None):
+        start, end, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+        if not (start == 0 and step == 1 and end == seq):
+            return NotImplemented
+        if dtype is None:
+            dtype = torch.int64 if isinstance(end, int) else torch.get_default_dtype()
+        return head_tail_positions(seq, n, dtype=dtype, device=device)
+
+    return decomposed
+
+
+def _causal_in_order(op, seq: int, n: int):
+    """A causal attention call over the whole (permuted) sequence: the explicit mask over
+    head-tail positions."""
+    name = str(op)
+    q_at, causal_at = context_parallel.CAUSAL_SEQUENCE_OPS[name]
+
+    def decomposed(*args, **kwargs):
+        causal = len(args) > causal_at and bool(args[causal_at])
+        q, k = args[q_at], args[q_at + 1]
+        if not causal:
+            return NotImplemented
+        if q.shape[-2] != seq or k.shape[-2] != seq:
+            raise LoadBalanceError(
+                f"cp_load_balance: a causal attention call with {q.shape[-2]} queries and "
+                f"{k.shape[-2]} keys, not the inputs' sequence of {seq}; its positions are "
+                "unknown. Pass cp_load_balance=False"
+            )
+        pos = head_tail_positions(seq, n, device=q.device)
+        args, kwargs = context_parallel.causal_positions_call(name, args, kwargs, pos, pos)
+        return op(*args, **kwargs)
+
+    return decomposed
+
+
+def _refuse_causal(op, causal_at: int):
+    def decomposed(*args, **kwargs):
+        if len(args) > causal_at and bool(args[causal_at]):
+            raise LoadBalanceError(
+                f"cp_load_balance: causal {op} has no load-balanced form (only the CPU "
+                "flash-attention kernel does); pass cp_load_balance=False"
+            )
+        return NotImplemented
+
+    return decomposed
+
+
+def _band_in_order(seq: int, n: int, upper: bool):
+    """triu / tril of a tensor whose last two dims are the (permuted) sequence: keep the
+    entries whose *positions* (not storage indices) are in the band."""
+
+    def decomposed(x, diagonal=0):
+        if x.dim() < 2 or tuple(x.shape[-2:]) != (seq, seq):
+            return NotImplemented
+        pos = head_tail_positions(seq, n, device=x.device)
+        offset = pos.unsqueeze(0) - pos.unsqueeze(1)  # [row, col]: col position - row position
+        keep = offset >= diagonal if upper else offset <= diagonal
+        return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+    return decomposed
+
+
+CP_DIM = "cp"  # the mesh dim name that splits the sequence
+
+
+def load_balance_for(option: bool | None, shape, dim_names) -> LoadBalance | None:
+    """The LoadBalance of AutoParallel's ``cp_load_balance`` option on a mesh of ``shape``
+    with ``dim_names``: None (default) is on where the mesh has a "cp" dim of size > 1 (with
+    the fallback to the contiguous split), True is on and strict, False off."""
+    if option not in (None, True, False):
+        raise ValueError(f"cp_load_balance must be True, False or None, got {option!r}")
+    names = tuple(dim_names or ())
+    if option is False:
+        return None
+    if CP_DIM not in names:
+        if option:
+            raise LoadBalanceError(
+                f"cp_load_balance=True needs a mesh dim named {CP_DIM!r} (the sequence's "
+                f"dim), got dims {list(names)}; name the context-parallel dim {CP_DIM!r}"
+            )
+        return None
+    n = int(tuple(shape)[names.index(CP_DIM)])
+    return LoadBalance(n, strict=bool(option)) if n > 1 else None
