@@ -3,6 +3,8 @@
     torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml
     torchrun --nproc_per_node 2 examples/train.py --config examples/llama_tiny.toml \
         --data.path README.md --parallel.preset ddp --training.steps 40
+    torchrun --nproc_per_node 4 examples/train.py --config examples/llama_tiny.toml \
+        --parallel.cp 2     # mesh (dp=2, cp=2): the sequence split over cp
 
 The model (autoshard.models.Llama) is built on the meta device, planned by AutoParallel
 under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
@@ -35,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from train_config import ConfigError, load_config
+from train_config import CP_DIM, ConfigError, load_config, mesh_layout
 
 log = logging.getLogger("train")
 
@@ -98,6 +100,9 @@ def build(cfg: dict, mesh, device: torch.device):
         return torch.empty(shape, dtype=torch.long), torch.empty(shape, dtype=torch.long)
 
     kwargs = {"hardware": p["hardware"]} if p["hardware"] else {}
+    if CP_DIM in (mesh.mesh_dim_names or ()):
+        # the sequence split over cp: head-tail order (balanced causal work), or contiguous
+        kwargs["cp_load_balance"] = p["cp_load_balance"]
     # AutoParallel logs its stages (trace, plan, solver result; a bar on rank 0's terminal)
     with AutoParallel(
         meta_model,
@@ -248,13 +253,13 @@ def main(argv: list[str]) -> int:
     if not use_cuda:
         torch.set_num_threads(1)  # ranks share the machine's cores
     p, t, c = cfg["parallel"], cfg["training"], cfg["checkpoint"]
-    shape = tuple(p["mesh"]) or (world,)
+    shape, names = mesh_layout(p, world)
     if math.prod(shape) != world:
         raise ConfigError(
             f"parallel.mesh {list(shape)} has {math.prod(shape)} ranks, "
             f"torchrun started {world}"
         )
-    mesh = init_device_mesh(device.type, shape, mesh_dim_names=tuple(p["dim_names"]) or None)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
     log.info("config: %s", cfg)
 
     model, n_params, hardware = build(cfg, mesh, device)
@@ -274,7 +279,7 @@ def main(argv: list[str]) -> int:
         tokens_per_step,
         p["preset"],
         list(shape),
-        p["dim_names"],
+        list(names or ()),
     )
     from autoshard import local_inputs
 

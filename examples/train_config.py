@@ -31,11 +31,16 @@ DEFAULTS: dict[str, dict] = {
     },
     # data.path: "" for synthetic tokens, else a local text file read as bytes (vocab >= 256)
     "data": {"path": ""},
-    # parallel.mesh: [] for one dim over all ranks; dim_names must fit the preset
+    # parallel.mesh: [] for one dim over all ranks; dim_names must fit the preset.
+    # parallel.cp > 1 adds a context-parallel mesh dim "cp" of that size (last): the sequence
+    # split over it, in load-balanced head-tail order unless cp_load_balance is false
+    # (training.seq_len must then divide by 2 x cp; docs/context_parallel.md)
     "parallel": {
         "preset": "fsdp",
         "mesh": [],
         "dim_names": ["dp"],
+        "cp": 1,
+        "cp_load_balance": True,
         "plan_time_limit": 2.0,
         "hardware": "",
     },
@@ -123,3 +128,33 @@ def load_config(argv: list[str]) -> dict:
             _merge(cfg, tomllib.load(f), config_path)
     _merge(cfg, overrides, "command line")
     return cfg
+
+
+CP_DIM = "cp"
+
+
+def mesh_layout(parallel: dict, world: int) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
+    """The mesh shape and dim names of the ``parallel`` settings on ``world`` ranks:
+    ``mesh`` (or one dim over all ranks) with ``dim_names``, and with ``cp`` > 1 a last dim
+    "cp" of that size taken out of the ranks (``mesh``, when given, is the other dims)."""
+    cp, names = parallel["cp"], tuple(parallel["dim_names"])
+    if cp < 1:
+        raise ConfigError(f"parallel.cp = {cp}: the context-parallel size must be >= 1")
+    if CP_DIM in names:
+        raise ConfigError(
+            f"parallel.dim_names {list(names)} names a {CP_DIM!r} dim; set its size with "
+            "parallel.cp instead"
+        )
+    if cp == 1:
+        shape = tuple(parallel["mesh"]) or (world,)
+    else:
+        if world % cp:
+            raise ConfigError(f"parallel.cp = {cp} does not divide the {world} ranks")
+        shape = (tuple(parallel["mesh"]) or (world // cp,)) + (cp,)
+        names = (names or ("dp",))[: len(shape) - 1] + (CP_DIM,)
+    if len(shape) and names and len(names) != len(shape):
+        raise ConfigError(
+            f"parallel.dim_names {list(names)} do not name the {len(shape)} dims of mesh "
+            f"{list(shape)}"
+        )
+    return shape, names or None

@@ -19,7 +19,7 @@ STEP_LINE = re.compile(
 )
 
 
-def _train(folder, steps: int) -> str:
+def _train(folder, steps: int, *extra: str) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
         sys.executable,
@@ -36,6 +36,7 @@ def _train(folder, steps: int) -> str:
         "2",
         "--checkpoint.folder",
         str(folder),
+        *extra,
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     out = proc.stdout + proc.stderr
@@ -68,3 +69,33 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     assert sorted(after) == [3, 4]
     for step in (3, 4):
         assert after[step] == pytest.approx(before[step], rel=1e-4, abs=1e-4)
+
+
+def test_mesh_layout_adds_the_cp_dim():
+    sys.path.insert(0, str(REPO / "examples"))
+    from train_config import DEFAULTS, ConfigError, mesh_layout
+
+    p = dict(DEFAULTS["parallel"])
+    assert mesh_layout(p, 4) == ((4,), ("dp",))
+    assert mesh_layout({**p, "cp": 2}, 4) == ((2, 2), ("dp", "cp"))
+    assert mesh_layout({**p, "cp": 2, "mesh": [2, 2], "dim_names": ["dp", "tp"]}, 8) == (
+        (2, 2, 2),
+        ("dp", "tp", "cp"),
+    )
+    with pytest.raises(ConfigError, match="parallel.cp = 3 does not divide the 4 ranks"):
+        mesh_layout({**p, "cp": 3}, 4)
+    with pytest.raises(ConfigError, match="set its size with parallel.cp"):
+        mesh_layout({**p, "dim_names": ["cp"]}, 4)
+
+
+def test_train_with_cp_matches_data_parallel(tmp_path):
+    """--parallel.cp 2 on 2 ranks (mesh dp=1 x cp=2: each rank half of every sequence, in
+    head-tail order) trains to the losses of plain data parallelism (dp=2)."""
+    off = ("--checkpoint.interval", "0")
+    dp = _losses(_train(tmp_path / "dp", 2, *off))
+    out = _train(tmp_path / "cp", 2, *off, "--parallel.cp", "2")
+    assert "on mesh [1, 2] ['dp', 'cp']" in out, out[-3000:]
+    cp = _losses(out)
+    assert sorted(cp) == sorted(dp) == [1, 2]
+    for step in (1, 2):
+        assert cp[step] == pytest.approx(dp[step], rel=1e-4, abs=1e-4)
