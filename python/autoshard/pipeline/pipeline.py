@@ -160,6 +160,8 @@ def plan_pipeline(
         )
         c = choice.chosen.candidate
         schedule, n_microbatches, virtual_stages = c.schedule, c.microbatches, c.virtual
+        if split_points is None:  # run the stages that were priced
+            split_points = choice.chosen.estimate["split_points"]
         if auto_mesh:
             mesh = init_device_mesh(device_type, (c.pp, c.dp), mesh_dim_names=(pp_dim, "dp"))
     choices = (schedule, n_microbatches, virtual_stages)

@@ -163,9 +163,9 @@ class PipelineSearch:
         return self.report()
 
 
-def stage_costs(c: Candidate, prof: StageProfile, n_layers: int) -> list[tuple[int, dict]]:
-    """(parameters per GPU, cost dict without resident bytes) of every stage of ``c``, the
-    layers cut by ``_core.balanced_split`` on the profile's costs."""
+def stage_costs(c: Candidate, prof: StageProfile, n_layers: int) -> list[tuple[int, dict, int]]:
+    """(parameters per GPU, cost dict without resident bytes, first layer) of every stage
+    of ``c``, the layers cut by ``_core.balanced_split`` on the profile's costs."""
     prof = prof.scaled(c.sequences) if c.sequences != 1 else prof
     n_stages = c.pp * c.virtual
     full = c.recompute == "full"
@@ -193,7 +193,7 @@ def stage_costs(c: Candidate, prof: StageProfile, n_layers: int) -> list[tuple[i
             "saved_bytes": k * saved + (prof.extra_saved if last else 0),
             "send_bytes": prof.layer_input_bytes,
         }
-        out.append((params, cost))
+        out.append((params, cost, bounds[s]))
     return out
 
 
@@ -207,11 +207,12 @@ def _dp_us(c: Candidate, params: int, hardware: str) -> float:
 
 
 def price(c: Candidate, prof: StageProfile, n_layers: int, hardware: str = "H100") -> dict:
-    """``_core.price_pipeline``'s estimate of candidate ``c`` (plus ``peak_gib`` and the
-    ``stages`` priced)."""
+    """``_core.price_pipeline``'s estimate of candidate ``c`` (plus ``peak_gib``, the
+    ``stages`` priced and the ``split_points`` they were cut at)."""
     stages = []
     reduction = [0.0] * c.pp
-    for s, (params, cost) in enumerate(stage_costs(c, prof, n_layers)):
+    costs = stage_costs(c, prof, n_layers)
+    for s, (params, cost, _) in enumerate(costs):
         if c.fsdp == "step":  # held for the step, reduced once at its end
             cost["resident_bytes"] = HELD_BYTES * params + SHARDED_BYTES * params // c.dp
             reduction[s % c.pp] += _dp_us(c, params, hardware)
@@ -228,6 +229,7 @@ def price(c: Candidate, prof: StageProfile, n_layers: int, hardware: str = "H100
     )
     est["peak_gib"] = max(est["rank_peak_bytes"]) / GiB
     est["stages"] = stages
+    est["split_points"] = [first for _, _, first in costs[1:]]
     return est
 
 
