@@ -167,3 +167,5 @@ def test_bad_input_gets_a_clear_error():
         plan_pipeline(model, "everything", sample)
     with pytest.raises(ValueError, match="pass world_size"):
         plan_pipeline(model, "auto", sample)  # no process group: the ranks are unknown
+    with pytest.raises(ValueError, match="chose pp=.* run under torchrun with 4 ranks"):
+        plan_pipeline(model, "auto", sample, world_size=4)  # chosen, but no group to run on

@@ -163,7 +163,7 @@ def plan_pipeline(
         if split_points is None:  # run the stages that were priced
             split_points = choice.chosen.estimate["split_points"]
         if auto_mesh:
-            mesh = init_device_mesh(device_type, (c.pp, c.dp), mesh_dim_names=(pp_dim, "dp"))
+            mesh = _auto_mesh(device_type, c.pp, c.dp, pp_dim)
     choices = (schedule, n_microbatches, virtual_stages)
     pipe = _build(model, mesh, sample_inputs, pp_dim, choices, split_points, planner_kwargs)
     pipe.choice = choice
@@ -171,6 +171,20 @@ def plan_pipeline(
 
 
 AUTO_VALUES = {None, "auto"}
+
+
+def _auto_mesh(device_type: str, pp: int, dp: int, pp_dim: str) -> DeviceMesh:
+    """The chosen (pp, dp) mesh over the process group, which must hold exactly its ranks."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_initialized() else 0
+    if world != pp * dp:
+        raise ValueError(
+            f"pipeline: mesh='auto' chose pp={pp} x dp={dp} and builds it on the process "
+            f"group, which has {world or 'no'} ranks; run under torchrun with {pp * dp} ranks "
+            "(world_size= only differs for the choice on paper: choose_pipeline)"
+        )
+    return init_device_mesh(device_type, (pp, dp), mesh_dim_names=(pp_dim, "dp"))
 
 
 def _check_mesh(mesh: DeviceMesh, pp_dim: str) -> tuple[int, int]:
