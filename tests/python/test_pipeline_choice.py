@@ -169,3 +169,20 @@ def test_bad_input_gets_a_clear_error():
         plan_pipeline(model, "auto", sample)  # no process group: the ranks are unknown
     with pytest.raises(ValueError, match="chose pp=.* run under torchrun with 4 ranks"):
         plan_pipeline(model, "auto", sample, world_size=4)  # chosen, but no group to run on
+
+
+def test_bench_candidates_and_report():
+    """bench/pipeline_plans.py's candidate sets (240 a model), and a search's report."""
+    from autoshard.pipeline.search import candidates, search
+
+    assert len(candidates(512, 2048, 126)) == 240
+    assert len(candidates(256, 1024, 80)) == 240
+    small = candidates(8, 16, LAYERS, tps=(1, 2), pps=(1, 2, 4), fsdps=("step",))
+    found = search(small, {1: TOY, 2: TOY}, LAYERS, memory_limit_bytes=2e6, hardware="H100")
+    assert found.chosen is min(found.fitting(), key=lambda p: p.step_us)
+    assert all(p.fits == (p.peak_bytes <= 2e6) for p in found.priced)
+    report = found.report(top=3)
+    assert report.startswith(f"{len(small)} candidates priced, {len(found.fitting())} fit")
+    assert report.count("\n| ") == 1 + 3 and "| chosen |" in report
+    with pytest.raises(ValueError, match=r"no StageProfile for tp=\[2\]"):
+        search(small, {1: TOY}, LAYERS)
