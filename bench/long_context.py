@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -282,21 +280,9 @@ def worker(a) -> None:
 
 # ---- launcher ------------------------------------------------------------------------------
 def launch(a) -> None:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "out.json")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        cmd += [f"--nproc-per-node={a.ranks}", __file__, "--worker", "--out", out]
-        cmd += [
-            f"--{k.replace('_', '-')}={v}"
-            for k, v in vars(a).items()
-            if k not in ("worker", "out") and v is not None
-        ]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stdout[-3000:], proc.stderr[-6000:], file=sys.stderr)
-            raise SystemExit(f"torchrun failed ({proc.returncode})")
-        res = json.load(open(out))
+    from torchrun_launch import run_workers
+
+    res = run_workers(__file__, a.ranks, a)
     print(
         f"model: Llama-style, dim {a.dim}, {a.layers} layers, {a.heads} heads "
         f"({a.kv_heads} KV), causal SDPA, vocab {a.vocab}; one sequence of {a.seq} tokens "
