@@ -145,3 +145,52 @@ def test_a_causal_kernel_without_a_rewrite_is_refused():
     with pytest.raises(LoadBalanceError, match="no load-balanced form"):
         refuse(q, q, q, None, False, 0.0, True)
     assert refuse(q, q, q, None, False, 0.0, False) is NotImplemented
+
+
+class _CausalOverAPrefix(torch.nn.Module):
+    """Causal attention whose queries are a prefix of the sequence: positions the load
+    balancer cannot name (its rewrite refuses the call)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+
+    def forward(self, tokens, labels):
+        x = self.emb(tokens).unsqueeze(1)  # [B, 1, S, 8]
+        a = torch.nn.functional.scaled_dot_product_attention(x[:, :, :4], x, x, is_causal=True)
+        return a.float().mean() + 0 * labels.sum()
+
+
+def test_a_model_the_order_cannot_apply_to_is_traced_contiguous_or_refused(caplog):
+    from autoshard.trace.load_balance import LoadBalance, LoadBalanceError
+    from autoshard.trace.tracer import trace_training_step
+
+    inputs = lambda: tuple(torch.zeros(2, 16, dtype=torch.long) for _ in range(2))  # noqa: E731
+    step = trace_training_step(_CausalOverAPrefix(), inputs, load_balance=LoadBalance(2))
+    assert step.load_balance is None  # natural order, with a warning naming why
+    assert "4 queries and 16 keys" in caplog.text and "contiguous split instead" in caplog.text
+    with pytest.raises(LoadBalanceError, match="4 queries and 16 keys"):
+        trace_training_step(_CausalOverAPrefix(), inputs, load_balance=LoadBalance(2, True))
+
+
+def test_a_deep_model_is_extrapolated_in_head_tail_order():
+    """The block extrapolation (3 and 4 layers traced, the rest extrapolated, checked against
+    the 4-layer trace) keeps the order: the permutation and the masks are per layer alike."""
+    from autoshard.models import Llama, LlamaConfig
+    from autoshard.trace.load_balance import LoadBalance
+    from autoshard.trace.tracer import trace_training_step
+
+    cfg = LlamaConfig(
+        dim=16, n_layers=6, n_heads=2, vocab_size=32, ffn_dim=32, max_seq_len=16, attention="sdpa"
+    )
+    with torch.device("meta"):
+        model = Llama(cfg)
+    inputs = lambda: tuple(torch.zeros(1, 16, dtype=torch.long) for _ in range(2))  # noqa: E731
+    step = trace_training_step(model, inputs, load_balance=LoadBalance(2))
+    assert step.joint_with_descriptors is None  # extrapolated (a full trace keeps its own)
+    assert step.load_balance == LoadBalance(2)
+    flash = [n for n in step.gm.graph.nodes if "flash_attention_for_cpu" in str(n.target)]
+    assert len(flash) == 2 * cfg.n_layers
+    causal_at = [7 if "backward" in str(n.target) else 4 for n in flash]
+    assert not any(len(n.args) > at and n.args[at] for n, at in zip(flash, causal_at))
+    assert all(n.kwargs.get("attn_mask") is not None for n in flash)

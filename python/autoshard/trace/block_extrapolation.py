@@ -1031,6 +1031,7 @@ def _extrapolate(
         training=k3.training,
         sharding_pins=sharding_pins,
         joint_with_descriptors=None,
+        load_balance=k3.load_balance,
     )
     _fill_remaining_fields(step, k3)
     return step
@@ -1061,6 +1062,7 @@ def _fill_remaining_fields(step, k3) -> None:
         "training",
         "sharding_pins",
         "joint_with_descriptors",
+        "load_balance",
     }
     for f in dataclasses.fields(step):
         if f.name not in known:

@@ -272,8 +272,10 @@ def _trace_training_step(
     elif training is not None:
         fake.train(training)
 
+    balanced = []  # the LoadBalance each trace applied (None: natural order, the fallback)
+
     def trace_fake() -> TracedStep:
-        return _trace_fake_model(
+        one = _trace_fake_model(
             model,
             fake,
             fake_mode,
@@ -285,6 +287,8 @@ def _trace_training_step(
             joint=joint,
             load_balance=load_balance,
         )
+        balanced.append(one.load_balance)
+        return one
 
     step = None
     if extrapolate_layers and capture == "dynamo":  # the layers are found by module paths
@@ -300,7 +304,7 @@ def _trace_training_step(
         step = trace_by_blocks(fake, fake_mode, trace_fake, run_fake)
     if step is None:
         step = trace_fake()
-    step.load_balance = load_balance
+    step.load_balance = balanced[-1] if balanced else None  # an extrapolated step's too
     step.trace_seconds = time.perf_counter() - t0
     return step
 
@@ -349,7 +353,7 @@ def _trace_fake_model(
     grad_mode = torch.enable_grad() if joint else torch.no_grad()
     try:
         with grad_mode:
-            traced_mod, source_captured, jd = _capture_and_export(
+            traced_mod, source_captured, jd, load_balance = _capture_and_export_balanced(
                 fake, inputs, fake_mode, capture, decompositions, mp_policy, load_balance
             )
     except Exception as e:
@@ -483,11 +487,34 @@ def _trace_fake_model(
         training=traced_training,
         sharding_pins=sharding_pins,
         joint_with_descriptors=jd,
+        load_balance=load_balance,
     )
     if mp is not None:
         grads = {o.grad_of: o.node for o in outputs if o.role == "grad" and o.grad_of in param_fqns}
         step.local_inputs = collective_free_inputs(gm, list(param_fqns), grads, mp)
     return step
+
+
+def _capture_and_export_balanced(
+    fake, inputs, fake_mode, capture, decompositions, mp_policy, load_balance
+):
+    """_capture_and_export with the sequence in head-tail order where ``load_balance``
+    applies (load_balance.py); also returns the LoadBalance applied (None: natural order).
+    Without ``strict``, a model the order cannot be applied to (a causal kernel with no
+    rewrite) is traced again in natural order, with a warning."""
+    from autoshard.trace.load_balance import LoadBalanceError
+
+    seq = load_balance.sequence_length(inputs.args, inputs.kwargs) if load_balance else None
+    args = (fake, inputs, fake_mode, capture, decompositions, mp_policy)
+    if seq is None:
+        return (*_capture_and_export(*args), None)
+    try:
+        return (*_capture_and_export(*args, (load_balance, seq)), load_balance)
+    except LoadBalanceError as e:
+        if load_balance.strict:
+            raise
+        log.warning("autoshard: %s; tracing the contiguous split instead", e)
+        return (*_capture_and_export(*args), None)
 
 
 def _capture_and_export(
@@ -497,7 +524,7 @@ def _capture_and_export(
     capture: str,
     decompositions: dict | None,
     mp_policy: Any,
-    load_balance: Any = None,
+    balance: Any = None,
 ):
     """Dynamo capture (for source lines; skipped if it fails) then the AOT export."""
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
@@ -508,8 +535,8 @@ def _capture_and_export(
     mp = canonical_policy(mp_policy)
     root: nn.Module = CastingStep(fake, mp) if mp is not None else fake
     decomps = default_decompositions() if decompositions is None else decompositions
-    seq = load_balance.sequence_length(inputs.args, inputs.kwargs) if load_balance else None
-    if seq is not None:  # context parallelism: the sequence in head-tail order
+    if balance is not None:  # context parallelism: the sequence in head-tail order
+        load_balance, seq = balance
         root = load_balance.wrap(root, seq)
         decomps = {**decomps, **load_balance.decompositions(seq)}
     traced_mod: nn.Module = root
