@@ -782,7 +782,7 @@ def auto_parallel(
     ``preset``: see AutoParallel; it then sets the input layouts and parameter budget, so
     samples are plain tensors and ``parameter_memory_budget`` is left out.
     ``dynamic``, ``gap_tolerance``, ``plan_cache``, ``repeated_layers``,
-    ``memory_limit_bytes``, ``recompute`` and AutoParallel's
+    ``memory_limit_bytes``, ``recompute``, ``cp_load_balance`` and AutoParallel's
     other keywords
     (``reshard_after_forward``, ``cost_model``, ``repeated_subgraphs``, ``enable_ac``,
     ``ac_stage_size_in_GiB``): see AutoParallel."""
