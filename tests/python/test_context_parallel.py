@@ -194,3 +194,13 @@ def test_a_deep_model_is_extrapolated_in_head_tail_order():
     causal_at = [7 if "backward" in str(n.target) else 4 for n in flash]
     assert not any(len(n.args) > at and n.args[at] for n, at in zip(flash, causal_at))
     assert all(n.kwargs.get("attn_mask") is not None for n in flash)
+
+
+def test_an_input_with_the_sequence_in_two_dims_is_refused():
+    from autoshard.trace.load_balance import LoadBalance, LoadBalanceError
+
+    step = LoadBalance(2).wrap(torch.nn.Identity(), 8)
+    with pytest.raises(LoadBalanceError, match=r"shape \[1, 8, 8\] has the sequence length 8"):
+        step(torch.zeros(1, 8, 8))
+    x = torch.randn(1, 8, 4)
+    assert torch.equal(step(x), x)  # a sequence output is put back in natural order

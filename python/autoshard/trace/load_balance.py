@@ -142,7 +142,17 @@ class LoadBalancedStep(nn.Module):
         self.seq, self.n = seq, n
 
     def _carries_sequence(self, x) -> bool:
-        return isinstance(x, torch.Tensor) and x.dim() > SEQ_DIM and x.shape[SEQ_DIM] == self.seq
+        if not (isinstance(x, torch.Tensor) and x.dim() > SEQ_DIM and x.shape[SEQ_DIM] == self.seq):
+            return False
+        if self.seq in tuple(x.shape[SEQ_DIM + 1 :]):
+            # e.g. a per-sample [batch, seq, seq] mask: its other dim would need the order
+            # too, or it is a feature dim of the same size; either way ambiguous
+            raise LoadBalanceError(
+                f"cp_load_balance: a model input or output of shape {list(x.shape)} has the "
+                f"sequence length {self.seq} in a dim other than {SEQ_DIM}; only dim "
+                f"{SEQ_DIM} is put in head-tail order. Pass cp_load_balance=False"
+            )
+        return True
 
     def _reorder(self, tree, index_of):
         def one(x):
