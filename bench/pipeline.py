@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse(argv=None):
@@ -210,22 +210,9 @@ def worker(a) -> None:
 
 
 def launch(a) -> None:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "out.json")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        cmd += [f"--nproc-per-node={a.pp * a.dp}", __file__, "--worker", "--out", out]
-        cmd += [
-            f"--{k.replace('_', '-')}={v}"
-            for k, v in vars(a).items()
-            if k not in ("worker", "out") and v is not None
-        ]
-        proc = subprocess.run(
-            cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            print(proc.stdout[-3000:], proc.stderr[-6000:], file=sys.stderr)
-            raise SystemExit(f"torchrun failed ({proc.returncode})")
-        res = json.load(open(out))
+    from torchrun_launch import run_workers
+
+    res = run_workers(__file__, a.pp * a.dp, a)
     print(
         f"model: Llama-style, dim {a.dim}, {a.layers} layers, {a.heads} heads, seq {a.seq}, "
         f"vocab {a.vocab}; global batch {a.batch}; mesh pp={a.pp} x dp={a.dp}; {a.schedule}"
