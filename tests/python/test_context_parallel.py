@@ -84,12 +84,27 @@ def test_causal_work_is_even_in_head_tail_order_and_not_contiguous():
         assert contiguous[-1] / even == pytest.approx((2 * n - 1) / n, rel=0.02)
 
 
+def _run_by_positions(gm, balanced: int, seq: int, *inputs):
+    """``gm`` run with its causal attention calls as autoshard's runtime runs them in a
+    head-tail step (the whole sequence on this one process)."""
+    from autoshard.ops import context_parallel as cp
+
+    class ByPositions(torch.fx.Interpreter):
+        def call_function(self, target, args, kwargs):
+            op = str(target)
+            if cp.needs_local_call(op, args, None, balanced):
+                return cp.causal_local_call(op, args, kwargs, seq, balanced, 0, 0, target)
+            return super().call_function(target, args, kwargs)
+
+    return ByPositions(gm).run(*inputs)
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "manual"])
 def test_the_head_tail_trace_computes_the_model(attention):
     """A Llama traced with the sequence in head-tail order (inputs permuted, rotary tables
-    from permuted positions, the causal mask over positions: SDPA's explicit mask, or the
-    hand-built triu) computes the model's loss; with the positions left in storage order it
-    does not."""
+    from permuted positions, causal attention over positions: SDPA's causal call run by the
+    runtime's local call on the positions it holds, or the hand-built triu) computes the
+    model's loss; with the positions left in storage order it does not."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autoshard.models import Llama, LlamaConfig
@@ -114,7 +129,9 @@ def test_the_head_tail_trace_computes_the_model(attention):
     traced = make_fx(wrapped, decomposition_table=lb.decompositions(seq))(tokens, labels)
     targets = {str(n.target) for n in traced.graph.nodes}
     assert "aten.index_select.default" in targets
-    torch.testing.assert_close(traced(tokens, labels), model(tokens, labels))
+    torch.testing.assert_close(
+        _run_by_positions(traced, 4, seq, tokens, labels), model(tokens, labels)
+    )
     permuted_only = make_fx(wrapped)(tokens, labels)  # positions not permuted: wrong
     assert not torch.allclose(permuted_only(tokens, labels), model(tokens, labels))
 
@@ -175,7 +192,8 @@ def test_a_model_the_order_cannot_apply_to_is_traced_contiguous_or_refused(caplo
 
 def test_a_deep_model_is_extrapolated_in_head_tail_order():
     """The block extrapolation (3 and 4 layers traced, the rest extrapolated, checked against
-    the 4-layer trace) keeps the order: the permutation and the masks are per layer alike."""
+    the 4-layer trace) keeps the order: the permutation and the causal calls (over head-tail
+    positions, no mask in the graph) are per layer alike."""
     from autoshard.models import Llama, LlamaConfig
     from autoshard.trace.load_balance import LoadBalance
     from autoshard.trace.tracer import trace_training_step
@@ -192,8 +210,8 @@ def test_a_deep_model_is_extrapolated_in_head_tail_order():
     flash = [n for n in step.gm.graph.nodes if "flash_attention_for_cpu" in str(n.target)]
     assert len(flash) == 2 * cfg.n_layers
     causal_at = [7 if "backward" in str(n.target) else 4 for n in flash]
-    assert not any(len(n.args) > at and n.args[at] for n, at in zip(flash, causal_at))
-    assert all(n.kwargs.get("attn_mask") is not None for n in flash)
+    assert all(len(n.args) > at and n.args[at] for n, at in zip(flash, causal_at))
+    assert all(n.kwargs.get("attn_mask") is None for n in flash)
 
 
 def test_an_input_with_the_sequence_in_two_dims_is_refused():

@@ -522,14 +522,16 @@ def validate_node(
                 if context_parallel.needs_offset(op, args, strategy["inputs"]):
                     # causal attention on a block of queries: the runtime's local call
                     q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
-                    offset = context_parallel.query_offset(
-                        strategy["inputs"][q_at],
-                        mesh,
-                        lambda d, c=c: c[d],
-                        global_in[refs[q_at].name].shape[context_parallel.SEQ_DIM],
+                    seq = global_in[refs[q_at].name].shape[context_parallel.SEQ_DIM]
+                    start = lambda k, c=c: context_parallel.query_offset(
+                        strategy["inputs"][k], mesh, lambda d: c[d], seq
                     )
-                    args, kwargs = context_parallel.causal_offset_call(op, args, kwargs, offset)
-                result = _outputs_of(node.target(*args, **kwargs))
+                    result = context_parallel.causal_local_call(
+                        op, args, kwargs, seq, None, start(q_at), start(q_at + 1), node.target
+                    )
+                else:
+                    result = node.target(*args, **kwargs)
+                result = _outputs_of(result)
                 if len(result) != len(reference):
                     raise ValidationSetupError(f"rank {c} returned {len(result)} outputs")
                 for k, v in enumerate(result):

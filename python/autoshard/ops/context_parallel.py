@@ -10,6 +10,16 @@ additive mask (0 where key <= offset + i, -inf elsewhere; added to a mask the ca
 had), for the forward and the backward alike, which keeps the kernel's own logsumexp and
 gradients exact.
 
+With the rank's positions known as Python ints (its program is lowered for it), the local
+call does not build that mask: ``causal_local_call`` runs block-causal kernels
+(ops/attention_blocks.py) over the rank's query chunks against the gathered keys, skipping
+the pairs the mask would hide (half the dense block) and allocating no mask. The same
+applies to a trace in the load-balanced head-tail order (trace/load_balance.py): there a
+causal call means causal over the head-tail *positions* of the stored sequence, whether its
+queries are sharded or not, and the chunks say which positions each block holds. The
+explicit mask remains for a call the kernels do not take (a mask of the user's, dropout)
+and for a symbolic coordinate.
+
 The offset comes from the plan's layout of q and the rank's mesh coordinate, known when the
 program is lowered (each rank's program holds its own offset as a constant); while one
 program is traced for every rank (``compile_on_one_rank``) the coordinate is a symbol and the
@@ -22,6 +32,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
+
+from autoshard.ops import attention_blocks
 
 # op -> (index of q among the tensor inputs, positional index of is_causal)
 CAUSAL_SEQUENCE_OPS = {
@@ -54,16 +66,101 @@ def query_offset(
     return offset
 
 
+def is_causal_call(op: str, args: Sequence[Any]) -> bool:
+    spec = CAUSAL_SEQUENCE_OPS.get(op)
+    return spec is not None and len(args) > spec[1] and bool(args[spec[1]])
+
+
 def needs_offset(op: str, args: Sequence[Any], input_layouts: Sequence[Any] | None) -> bool:
     """Whether ``op`` called with ``args`` in these input layouts (the plan's, one list of
     placement strings per tensor input) is a causal attention call whose queries are
     sharded on the sequence: its local call needs the rank's offset."""
-    spec = CAUSAL_SEQUENCE_OPS.get(op)
-    if spec is None or input_layouts is None:
+    if not is_causal_call(op, args) or input_layouts is None:
         return False
-    q_at, causal_at = spec
-    causal = bool(args[causal_at]) if len(args) > causal_at else False
-    return causal and bool(_sharded_mesh_dims(input_layouts[q_at]))
+    return bool(_sharded_mesh_dims(input_layouts[CAUSAL_SEQUENCE_OPS[op][0]]))
+
+
+def needs_local_call(
+    op: str, args: Sequence[Any], input_layouts: Sequence[Any] | None, balanced: int | None
+) -> bool:
+    """Whether the local run of ``op`` goes through :func:`causal_local_call`: a causal call
+    whose queries are sequence-sharded, or any causal call of a step traced in head-tail
+    order for ``balanced`` ranks (its storage order is not its positions)."""
+    if balanced:
+        return is_causal_call(op, args)
+    return needs_offset(op, args, input_layouts)
+
+
+def storage_chunks(seq: int, balanced: int | None) -> list[attention_blocks.Chunk]:
+    """The positions of a stored sequence of ``seq``, as chunks in storage order: natural
+    order, or the head-tail order of trace/load_balance.py for ``balanced`` ranks."""
+    if not balanced:
+        return [(0, seq)]
+    return attention_blocks.gathered_chunks(seq, balanced, load_balanced=True)
+
+
+def chunks_of_range(
+    chunks: Sequence[attention_blocks.Chunk], start: int, length: int
+) -> list[attention_blocks.Chunk]:
+    """The positions of storage elements ``start .. start + length`` of a sequence stored as
+    ``chunks``."""
+    out, at = [], 0
+    for pos, n in chunks:
+        lo, hi = max(start, at), min(start + length, at + n)
+        if lo < hi:
+            out.append((pos + lo - at, hi - lo))
+        at += n
+    return out
+
+
+def _positions(chunks: Sequence[attention_blocks.Chunk], device) -> torch.Tensor:
+    return torch.cat([torch.arange(p, p + n, device=device) for p, n in chunks])
+
+
+def causal_local_call(
+    op: str,
+    args: Sequence[Any],
+    kwargs: dict,
+    seq: int,
+    balanced: int | None,
+    q_start,
+    k_start,
+    call: Callable,
+) -> Any:
+    """Run a causal ``op`` call on local shards: q holds storage elements ``q_start ..`` and
+    k ``k_start ..`` of a sequence of ``seq`` stored in natural order, or head-tail order for
+    ``balanced`` ranks. Block-causal kernels when the starts are ints and the call has no
+    mask or dropout of its own; otherwise ``call`` (the op's local implementation) with the
+    explicit positions mask, the same function."""
+    q_at, causal_at = CAUSAL_SEQUENCE_OPS[op]
+    q, k = args[q_at], args[q_at + 1]
+    stored = storage_chunks(seq, balanced)
+    dropout_p = args[causal_at - 1] if len(args) >= causal_at else 0.0
+    concrete = isinstance(q_start, int) and isinstance(k_start, int)
+    if concrete and kwargs.get("attn_mask") is None and not dropout_p:
+        q_chunks = chunks_of_range(stored, q_start, q.shape[SEQ_DIM])
+        k_chunks = chunks_of_range(stored, k_start, k.shape[SEQ_DIM])
+        return _block_call(op, args, kwargs, q_chunks, k_chunks)
+    if concrete:
+        q_pos = _positions(chunks_of_range(stored, q_start, q.shape[SEQ_DIM]), q.device)
+        k_pos = _positions(chunks_of_range(stored, k_start, k.shape[SEQ_DIM]), q.device)
+    else:  # one program for every rank: the starts are symbols
+        every = _positions(stored, q.device)
+        q_pos = every.narrow(0, q_start, q.shape[SEQ_DIM])
+        k_pos = every.narrow(0, k_start, k.shape[SEQ_DIM])
+    args, kwargs = causal_positions_call(op, args, kwargs, q_pos, k_pos)
+    return call(*args, **kwargs)
+
+
+def _block_call(op: str, args: Sequence[Any], kwargs: dict, q_chunks, k_chunks) -> Any:
+    scale = kwargs.get("scale")
+    if op.endswith("_backward.default"):
+        grad_out, q, k, v, out, logsumexp = args[:6]
+        return attention_blocks.block_causal_backward(
+            grad_out, q, k, v, out, logsumexp, q_chunks, k_chunks, scale=scale
+        )
+    q, k, v = args[:3]
+    return attention_blocks.block_causal_forward(q, k, v, q_chunks, k_chunks, scale=scale)
 
 
 def causal_offset_call(op: str, args: Sequence[Any], kwargs: dict, offset) -> tuple[tuple, dict]:

@@ -474,6 +474,30 @@ class StepRunner:
             if isinstance(v, torch.Tensor)
         )
 
+    @property
+    def balanced_ranks(self) -> int | None:
+        """The context-parallel ranks of the head-tail order the step was traced in
+        (trace/load_balance.py), or None: natural order."""
+        order = getattr(self.step, "load_balance", None)
+        return order.n if order is not None else None
+
+    def _causal_local_call(self, node: fx.Node, op: str, args, kwargs, entry: dict, balanced):
+        """A causal attention call on this rank's shards, by the positions they hold."""
+        q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
+        refs = tensor_refs(node.args, node.kwargs)
+        seq = int(refs[q_at].meta["val"].shape[context_parallel.SEQ_DIM])
+        layouts = entry.get("inputs") or ()
+
+        def start(k: int):  # where this rank's shard of tensor input k starts, in storage
+            layout = layouts[k] if k < len(layouts) else None
+            return context_parallel.query_offset(
+                layout, self.mesh.shape, self.mesh._sym_get_coordinate, seq
+            )
+
+        return context_parallel.causal_local_call(
+            op, args, kwargs, seq, balanced, start(q_at), start(q_at + 1), local_impl(node.target)
+        )
+
     def _run_local(self, node: fx.Node, entry: dict, args, kwargs):
         """No DTensor rule, but the op needs no global sizes: run it on the local shards the
         plan's input layouts give (C++ rules guarantee those rows are exact) and wrap the
@@ -508,19 +532,13 @@ class StepRunner:
                 args = list(args)
                 args[arg_at] = rank_local_shape(tuple(vals[out_k].shape), layout, self.mesh)
         op = str(node.target)
-        if context_parallel.needs_offset(op, args, entry.get("inputs")):
-            # causal attention on this rank's block of queries: the mask starts at the
-            # block's global position (ops/context_parallel.py)
-            q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
-            q_ref = tensor_refs(node.args, node.kwargs)[q_at]
-            offset = context_parallel.query_offset(
-                entry["inputs"][q_at],
-                self.mesh.shape,
-                self.mesh._sym_get_coordinate,
-                int(q_ref.meta["val"].shape[context_parallel.SEQ_DIM]),
-            )
-            args, kwargs = context_parallel.causal_offset_call(op, args, kwargs, offset)
-        out = local_impl(node.target)(*args, **kwargs)
+        balanced = self.balanced_ranks
+        if context_parallel.needs_local_call(op, args, entry.get("inputs"), balanced):
+            # causal attention on this rank's query positions (a block of a sharded
+            # sequence, or the head-tail order): block kernels (ops/context_parallel.py)
+            out = self._causal_local_call(node, op, args, kwargs, entry, balanced)
+        else:
+            out = local_impl(node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         wrapped = []
         for k, o in enumerate(outs):

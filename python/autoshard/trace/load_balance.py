@@ -15,9 +15,10 @@ model and every plan of it is exact by construction:
 - the trace's decompositions (:meth:`LoadBalance.decompositions`) make the three things
   that read positions use the permuted ones: ``arange(seq)`` (the positions that rotary or
   learned position tables are built from) returns the positions in head-tail order; a causal
-  CPU flash-attention call (forward and backward) becomes a non-causal call with the explicit
-  mask ``key position <= query position`` over those positions (ops/context_parallel.py);
-  ``triu`` / ``tril`` over a ``[seq, seq]`` tensor (a hand-built causal mask) compares
+  CPU flash-attention call (forward and backward) stays causal and *means* ``key position <=
+  query position`` over those positions: the runtime's local call runs it by the positions
+  each rank holds (ops/context_parallel.causal_local_call), so the graph is exact when run
+  by autoshard's interpreter or program (not when run as plain ATen); ``triu`` / ``tril`` over a ``[seq, seq]`` tensor (a hand-built causal mask) compares
   positions instead of storage indices.
 
 Causal kernels with no rewrite (CUDA flash / efficient / cuDNN attention) raise, since the
@@ -188,25 +189,23 @@ def _arange_in_order(seq: int, n: int):
 
 
 def _causal_in_order(op, seq: int, n: int):
-    """A causal attention call over the whole (permuted) sequence: the explicit mask over
-    head-tail positions."""
+    """A causal attention call over the whole (permuted) sequence stays a causal call: in a
+    step traced in head-tail order it means causal over the head-tail *positions*, which is
+    how the runtime runs it (ops/context_parallel.causal_local_call: block kernels over each
+    rank's position chunks, no [seq, seq] mask). Calls over another length are refused."""
     name = str(op)
     q_at, causal_at = context_parallel.CAUSAL_SEQUENCE_OPS[name]
 
     def decomposed(*args, **kwargs):
         causal = len(args) > causal_at and bool(args[causal_at])
         q, k = args[q_at], args[q_at + 1]
-        if not causal:
-            return NotImplemented
-        if q.shape[-2] != seq or k.shape[-2] != seq:
+        if causal and (q.shape[-2] != seq or k.shape[-2] != seq):
             raise LoadBalanceError(
                 f"cp_load_balance: a causal attention call with {q.shape[-2]} queries and "
                 f"{k.shape[-2]} keys, not the inputs' sequence of {seq}; its positions are "
                 "unknown. Pass cp_load_balance=False"
             )
-        pos = head_tail_positions(seq, n, device=q.device)
-        args, kwargs = context_parallel.causal_positions_call(name, args, kwargs, pos, pos)
-        return op(*args, **kwargs)
+        return NotImplemented
 
     return decomposed
 
