@@ -32,10 +32,15 @@ from autoshard.trace.tracer import trace_training_step
 log = logging.getLogger("autoshard")
 
 
-def module_modes(module: nn.Module) -> tuple:
+def module_modes(module: nn.Module, rt: ModuleRuntime | None = None) -> tuple:
     """Every submodule's ``training`` flag (named_modules order): what decides dropout and
-    batch statistics, so what a traced step depends on."""
-    return tuple(m.training for _, m in module.named_modules())
+    batch statistics, so what a traced step depends on. With ``rt``, the submodules listed
+    on the module's first call (a module's tree does not change under its program)."""
+    if rt is None:
+        return tuple(m.training for _, m in module.named_modules())
+    if rt.submodules is None:
+        rt.submodules = [m for _, m in module.named_modules()]
+    return tuple(m.training for m in rt.submodules)
 
 
 def step_for_current_mode(
@@ -45,7 +50,7 @@ def step_for_current_mode(
     run the forward alone, without an autograd graph. ``shapes``: the local input shapes
     when they differ from the traced ones (dynamic=True; inputs.dynamic_input_shapes), else
     None. The step's program is lowered by the executor, from ``flat_inputs``."""
-    modes = module_modes(module)
+    modes = module_modes(module, rt)
     # (Dynamo cannot ask about inference mode, and compiled code never runs under it)
     joint = torch.is_grad_enabled() and (
         torch.compiler.is_compiling() or not torch.is_inference_mode_enabled()

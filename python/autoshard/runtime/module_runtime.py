@@ -58,6 +58,10 @@ class ModuleRuntime:
     variant_planner: Callable | None = None
     # (modes, joint[, local input shapes]) -> the Step of that mode or input size
     variants: dict[tuple, Step] = field(default_factory=dict)
+    # the parallel module's submodules (named_modules order), listed on its first call: their
+    # training flags are read every call, and walking the module tree each time cost about
+    # 0.15 ms a call on a small pipeline stage
+    submodules: list[nn.Module] | None = None
     # a program lowered from the meta state, only to be read (parallel_gm before to_empty)
     meta_program: LocalProgram | None = None
     # set by to_empty: each tensor's versions then; the first call warns about any still
