@@ -5,6 +5,7 @@ the stages with one of torch's schedules; ``Pipeline.step`` mirrors the schedule
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -25,9 +26,11 @@ from autoshard.pipeline.stage_runtime import (
     PlannedStage,
     StageCall,
     plan_stage,
+    runs_as_written,
     wrap_stage,
 )
 from autoshard.pipeline.stage_split import balanced_split_points, layer_ranges
+from autoshard.runtime.module_runtime import runtime_of
 from autoshard.runtime.module_state import load_full_state_dict
 
 # schedule name -> (torch's class, whether it runs several stages per rank)
@@ -70,7 +73,8 @@ class Pipeline:
             yield from s.parallel.parameters()
 
     def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """This rank's parameters (DTensors on the stage meshes) under the model's names."""
+        """This rank's parameters under the model's names: DTensors on the stage meshes, plain
+        tensors for a one-rank stage that runs as written (stage_runtime.runs_as_written)."""
         for s in self.stages:
             for name, p in s.parallel.named_parameters():
                 yield s.split.full_name(name), p
@@ -248,7 +252,13 @@ def _build(model, mesh, sample_inputs, pp_dim, choices, split_points, planner_kw
         if split.index % pp != pp_rank:
             continue
         parallel = plan_stage(split, stage_mesh, shapes, planner_kwargs)
-        planned.append(PlannedStage(split, parallel, StageCall(parallel, split.is_last)))
+        plan = runtime_of(parallel).plan
+        as_written = runs_as_written(plan, stage_mesh, planner_kwargs)
+        if as_written:
+            # a copy: materialising it must not touch the user's (meta) model
+            parallel = copy.deepcopy(split.module)
+        call = StageCall(parallel, split.is_last)
+        planned.append(PlannedStage(split, parallel, call, plan, as_written))
     for p in planned:
         p.stage = wrap_stage(p, n_stages, device, pp_group)
     stages = [p.stage for p in planned]

@@ -50,11 +50,15 @@ class StageCall(nn.Module):
 
 @dataclass
 class PlannedStage:
-    """One stage on this rank: where it sits, its planned module and torch's stage."""
+    """One stage on this rank: where it sits, the module it runs (planned, or the stage as
+    written where its plan is the identity: ``runs_as_written``), its plan and torch's
+    stage."""
 
     split: StageModule
     parallel: nn.Module
     call: StageCall
+    plan: dict
+    as_written: bool = False
     stage: PipelineStage | None = None
 
 
@@ -83,6 +87,17 @@ def plan_stage(
         autop.add_output_constraints([out])
         plan = autop.optimize_placement()
         return autop.apply_placement(plan)
+
+
+def runs_as_written(plan: dict, mesh: DeviceMesh, planner_kwargs: dict) -> bool:
+    """A stage planned on one rank with nothing recomputed and no mixed-precision casts:
+    its plan is the identity (every layout whole, every activation kept), so the fastest
+    program for it is the module itself, without the lowered program's per-call work
+    (a small stage's call is about 8 % slower through the program on CPU)."""
+    if mesh.size() != 1 or planner_kwargs.get("mp_policy") is not None:
+        return False
+    recompute = (plan.get("summary", {}).get("recompute") or {}).get("blocks") or {}
+    return not plan.get("recompute") and not recompute
 
 
 def wrap_stage(

@@ -35,7 +35,6 @@ from scenario_runner import run_scenarios
 from autoshard.models import Llama, LlamaConfig
 from autoshard.pipeline import plan_pipeline
 from autoshard.progress import solver_result
-from autoshard.runtime.module_runtime import runtime_of
 
 RTOL, ATOL = 1e-5, 1e-6
 BATCH, SEQ, STEPS, LR = 16, 8, 3, 0.1
@@ -97,6 +96,8 @@ def planned_collectives(pipe) -> Counter:
     forward and backward programs."""
     out: Counter = Counter()
     for s in pipe.stages:
+        if s.as_written:  # a one-rank stage run as written: no program, no collectives
+            continue
         for gm in (s.parallel.parallel_gm, s.parallel.parallel_bwd_gm):
             for n in gm.graph.nodes:
                 name = getattr(n.target, "__name__", str(n.target))
@@ -182,10 +183,10 @@ def run_scenario(sc: dict, rank: int) -> dict:
     result["solver"] = [
         {
             k: v
-            for k, v in solver_result(runtime_of(s.parallel).plan).items()
+            for k, v in solver_result(s.plan).items()
             if k in ("solver_status", "solve_time_s", "planning_time_s")
         }
-        | {"plan_seconds": runtime_of(s.parallel).plan.get("plan_seconds")}
+        | {"plan_seconds": s.plan.get("plan_seconds"), "as_written": s.as_written}
         for s in pipe.stages
     ]
     result["stage_layers"] = [[r.start, r.stop] for r in pipe.stage_layers]
