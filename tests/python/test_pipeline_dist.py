@@ -14,6 +14,7 @@ from autoshard.pipeline.stage_split import balanced_split_points, layer_ranges
 from conftest import ok_on_every_rank, run_torchrun
 
 STEPS = 3  # dist/pipeline_worker.py's; the first is not counted (shape inference)
+ATOL_LOADED = 1e-6  # the pp=2 x dp=2 run's parameters vs the single-process model's
 
 SCENARIOS = [
     {"name": "pp2_dp2_1f1b", "mesh": [2, 2], "schedule": "1F1B", "n_microbatches": 4},
@@ -38,7 +39,14 @@ STAGES = {"pp2_dp2_1f1b": [[0], [0], [1], [1]], "pp4_interleaved": [[0, 4], [1, 
 def results(tmp_path_factory):
     if not hasattr(_core, "plan_graph"):
         pytest.skip("the C++ planner (_core.plan_graph) is not built")
-    return run_torchrun("pipeline_worker.py", SCENARIOS, tmp_path_factory.mktemp("pipeline"))
+    # the pp=2 x dp=2 run saves its trained model by DCP; the pp=4 run (another split, stages
+    # of one layer on one rank each) loads it before its own training
+    folder = tmp_path_factory.mktemp("pipeline")
+    checkpoint = str(folder / "pp2_dp2_checkpoint")
+    scenarios = [dict(sc) for sc in SCENARIOS]
+    scenarios[0]["save_checkpoint"] = checkpoint
+    scenarios[1]["load_checkpoint"] = {"path": checkpoint, "dp": 2, "n_microbatches": 4}
+    return run_torchrun("pipeline_worker.py", scenarios, folder)
 
 
 @pytest.mark.slow  # ~100 s on a loaded 2-core machine, planning (tracing) most of it
@@ -71,6 +79,11 @@ def test_pipeline_trains_like_single_process(results, name):
     # every parameter of the model lives on some rank
     names = {n for r in runs for n in r["param_names"]}
     assert len(names) == 3 + 9 * 8
+    if name == "pp4_interleaved":  # DCP across splits: pp=2 x dp=2's trained model loaded
+        for rank, r in enumerate(runs):
+            print(f"  rank {rank} loaded the pp=2 x dp=2 checkpoint: {r['checkpoint']}")
+            assert r["checkpoint"]["names"] > 0
+            assert r["checkpoint"]["max_err"] <= ATOL_LOADED
 
 
 def test_layer_ranges():

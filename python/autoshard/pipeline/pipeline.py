@@ -79,6 +79,18 @@ class Pipeline:
             for name, p in s.parallel.named_parameters():
                 yield s.split.full_name(name), p
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """This rank's parameters and buffers under the model's names, as
+        ``torch.distributed.checkpoint`` takes them: ``dcp.save(pipe.state_dict(), ...)``
+        writes each tensor once whatever the split, and ``dcp.load(sd, ...)`` with
+        ``sd = pipe.state_dict()`` loads a checkpoint of any split (or of the unsplit
+        model's names) into this pipeline's tensors in place."""
+        out: dict[str, torch.Tensor] = {}
+        for s in self.stages:
+            for name, t in [*s.parallel.named_parameters(), *s.parallel.named_buffers()]:
+                out[s.split.full_name(name)] = t
+        return out
+
     def to_empty(self, device) -> "Pipeline":
         for s in self.stages:
             s.parallel.to_empty(device=device)

@@ -24,6 +24,7 @@ from collections import Counter
 from contextlib import contextmanager, nullcontext
 
 import torch
+import torch.distributed.checkpoint as dcp
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.distributed.device_mesh import init_device_mesh
@@ -198,6 +199,9 @@ def run_scenario(sc: dict, rank: int) -> dict:
         for n, p in pipe.named_parameters()
         if isinstance(p, DTensor) and n.endswith(("wq.weight", "output.weight"))
     }
+    if sc.get("load_checkpoint"):
+        result["checkpoint"] = load_other_split(pipe, sc["load_checkpoint"])
+        pipe.load_full_state_dict({k: v.clone() for k, v in ref.state_dict().items()})
     opt = torch.optim.SGD(pipe.parameters(), lr=LR)
     data = batches()
     dp_rank = mesh.get_local_rank("dp")
@@ -251,8 +255,27 @@ def run_scenario(sc: dict, rank: int) -> dict:
         param_names=names,
         max_param_change=moved,
     )
+    if sc.get("save_checkpoint"):
+        dcp.save(pipe.state_dict(), checkpoint_id=sc["save_checkpoint"])
     result["ok"] = True
     return result
+
+
+def load_other_split(pipe, saved: dict) -> dict:
+    """Load a checkpoint another split saved (``saved``: its path and the dp and
+    microbatches it trained with) into ``pipe`` by DCP; its parameters must be that run's
+    trained ones, i.e. the single-process model's after the same steps."""
+    state = pipe.state_dict()
+    dcp.load(state, checkpoint_id=saved["path"])
+    torch.manual_seed(0)
+    trained = Llama(CFG)
+    reference_run(trained, batches(), saved["dp"], saved["n_microbatches"])
+    want = dict(trained.named_parameters())
+    err = 0.0
+    for name, t in state.items():
+        full = (t.full_tensor() if isinstance(t, DTensor) else t).detach()
+        err = max(err, (full - want[name].detach()).abs().max().item())
+    return {"names": len(state), "max_err": err}
 
 
 def main() -> int:
