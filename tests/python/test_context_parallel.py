@@ -1,7 +1,7 @@
 """The local call of causal attention on a block of queries (ops/context_parallel.py): each
-rank's block against every key, with the mask offset by the block's first position, gives
-that block of the unsharded causal kernel's outputs, forward and backward; the offsets of
-nested shards follow DTensor's chunking mesh dim by mesh dim."""
+rank's block against every key, by the positions it holds (block kernels, or the explicit
+positions mask), gives that block of the unsharded causal kernel's outputs, forward and
+backward; the offsets of nested shards follow DTensor's chunking mesh dim by mesh dim."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from autoshard.ops import context_parallel as cp
 FWD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 BWD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
 aten = torch.ops.aten
+FWD_OP = aten._scaled_dot_product_flash_attention_for_cpu.default
+BWD_OP = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 
 def test_query_offset_nests_mesh_dims_in_order():
@@ -30,25 +32,29 @@ def test_needs_offset_only_for_causal_calls_with_sharded_queries():
     assert not cp.needs_offset(FWD, args, None)
 
 
-def test_blocks_of_queries_match_the_unsharded_causal_kernel():
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_blocks_of_queries_match_the_unsharded_causal_kernel(with_mask):
+    """4 ranks' blocks of queries against every key, by the runtime's local call: the block
+    kernels, or (a mask of the call's own, here all zeros) the explicit positions mask."""
     g = torch.Generator().manual_seed(0)
     q, k, v, grad = (torch.randn(2, 3, 16, 8, generator=g, dtype=torch.float64) for _ in range(4))
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
     dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
         grad, q, k, v, out, lse, 0.0, True
     )
+    kwargs = {"attn_mask": torch.zeros(4, 16, dtype=torch.float64)} if with_mask else {}
     n, length = 4, 4
     dqs, dk_sum, dv_sum = [], 0, 0
     for r in range(n):
         rows = slice(r * length, (r + 1) * length)
         offset = cp.query_offset(["S(2)"], [n], lambda d: r, 16)
-        args, kwargs = cp.causal_offset_call(FWD, (q[:, :, rows], k, v, 0.0, True), {}, offset)
-        o, l = aten._scaled_dot_product_flash_attention_for_cpu(*args, **kwargs)
+        local = lambda op, args: cp.causal_local_call(  # noqa: E731
+            str(op), args, kwargs, 16, None, offset, 0, op
+        )
+        o, l = local(FWD_OP, (q[:, :, rows], k, v, 0.0, True))
         torch.testing.assert_close(o, out[:, :, rows])
         torch.testing.assert_close(l, lse[:, :, rows])
-        bargs = (grad[:, :, rows], q[:, :, rows], k, v, o, l, 0.0, True)
-        args, kwargs = cp.causal_offset_call(BWD, bargs, {}, offset)
-        a, b, c = aten._scaled_dot_product_flash_attention_for_cpu_backward(*args, **kwargs)
+        a, b, c = local(BWD_OP, (grad[:, :, rows], q[:, :, rows], k, v, o, l, 0.0, True))
         dqs.append(a)
         dk_sum, dv_sum = dk_sum + b, dv_sum + c  # Partial(sum) over the ranks
     torch.testing.assert_close(torch.cat(dqs, 2), dq)

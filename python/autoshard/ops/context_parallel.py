@@ -4,27 +4,21 @@ The sequence row of cpp/src/rules/attention.cpp (the all-gather-K/V recipe) runs
 kernel on each rank's block of queries against the whole key / value sequence: q, out and
 logsumexp hold the rank's query positions, k and v every position. A non-causal call is the
 same call on those blocks. A causal call is not: SDPA's ``is_causal`` aligns the mask top-left
-(query i sees keys 0..i of the *local* call), while rank r's first query is at global position
-``offset = r x local length``. So the local call gets ``is_causal=False`` and an explicit
-additive mask (0 where key <= offset + i, -inf elsewhere; added to a mask the call already
-had), for the forward and the backward alike, which keeps the kernel's own logsumexp and
-gradients exact.
-
-With the rank's positions known as Python ints (its program is lowered for it), the local
-call does not build that mask: ``causal_local_call`` runs block-causal kernels
-(ops/attention_blocks.py) over the rank's query chunks against the gathered keys, skipping
-the pairs the mask would hide (half the dense block) and allocating no mask. The same
-applies to a trace in the load-balanced head-tail order (trace/load_balance.py): there a
+(query i sees keys 0..i of the *local* call), while rank r's queries sit at other global
+positions. In a step traced in the load-balanced head-tail order (trace/load_balance.py) a
 causal call means causal over the head-tail *positions* of the stored sequence, whether its
-queries are sharded or not, and the chunks say which positions each block holds. The
-explicit mask remains for a call the kernels do not take (a mask of the user's, dropout)
-and for a symbolic coordinate.
+queries are sharded or not.
 
-The offset comes from the plan's layout of q and the rank's mesh coordinate, known when the
-program is lowered (each rank's program holds its own offset as a constant); while one
-program is traced for every rank (``compile_on_one_rank``) the coordinate is a symbol and the
-offset is computed from it. The reference interpreter and the numeric rule validator
-(_testing/validate.py) call the same function, so all three run the same local call.
+``causal_local_call`` runs such a call from the positions the rank's shards hold: the storage
+offset of q's shard (``query_offset``: the plan's layout of q and the rank's mesh coordinate)
+and the storage order give *chunks* of consecutive positions, and block-causal kernels
+(ops/attention_blocks.py) attend each query chunk to the keys before it and to its diagonal,
+skipping the pairs a causal mask hides and allocating no mask. A call the kernels do not
+take (a mask of its own, dropout) or a symbolic coordinate (one program traced for every
+rank, ``compile_on_one_rank``) gets the explicit additive mask instead (0 where key position
+<= query position, -inf elsewhere, added to the call's own mask; ``causal_positions_call``):
+the same function. The reference interpreter (and so the program lowered from it) and the
+numeric rule validator (_testing/validate.py) call the same function.
 """
 
 from __future__ import annotations
@@ -161,17 +155,6 @@ def _block_call(op: str, args: Sequence[Any], kwargs: dict, q_chunks, k_chunks) 
         )
     q, k, v = args[:3]
     return attention_blocks.block_causal_forward(q, k, v, q_chunks, k_chunks, scale=scale)
-
-
-def causal_offset_call(op: str, args: Sequence[Any], kwargs: dict, offset) -> tuple[tuple, dict]:
-    """``args`` / ``kwargs`` of a causal ``op`` call (local shards: q holds queries from
-    global position ``offset`` on, k every key) as a non-causal call with the equivalent
-    explicit mask."""
-    q_at, _ = CAUSAL_SEQUENCE_OPS[op]
-    q, k = args[q_at], args[q_at + 1]
-    q_pos = torch.arange(q.shape[SEQ_DIM], device=q.device) + offset
-    k_pos = torch.arange(k.shape[SEQ_DIM], device=q.device)
-    return causal_positions_call(op, args, kwargs, q_pos, k_pos)
 
 
 def causal_positions_call(
