@@ -5,6 +5,8 @@
         --data.path README.md --parallel.preset ddp --training.steps 40
     torchrun --nproc_per_node 4 examples/train.py --config examples/llama_tiny.toml \
         --parallel.cp 2     # mesh (dp=2, cp=2): the sequence split over cp
+    torchrun --nproc_per_node 4 examples/train.py --config examples/llama_tiny.toml \
+        --parallel.pp 2     # mesh (pp=2, dp=2): a pipeline of 2 stages (schedule chosen)
 
 The model (autoshard.models.Llama) is built on the meta device, planned by AutoParallel
 under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
@@ -31,13 +33,14 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from train_config import CP_DIM, ConfigError, load_config, mesh_layout
+from train_config import CP_DIM, PP_DIM, ConfigError, load_config, mesh_layout
 
 log = logging.getLogger("train")
 
@@ -77,21 +80,60 @@ class Batches:
 
 
 # ---- model and plan -------------------------------------------------------------------------
-def build(cfg: dict, mesh, device: torch.device):
-    from autoshard import AutoParallel, load_full_state_dict
-    from autoshard.models import Llama, LlamaConfig
-    from autoshard.planning.plan import Plan
+def llama_config(cfg: dict):
+    from autoshard.models import LlamaConfig
 
-    m, t, p = cfg["model"], cfg["training"], cfg["parallel"]
-    llama_cfg = LlamaConfig(
+    m = cfg["model"]
+    return LlamaConfig(
         dim=m["dim"],
         n_layers=m["n_layers"],
         n_heads=m["n_heads"],
         n_kv_heads=m["n_kv_heads"],
         vocab_size=m["vocab_size"],
         ffn_dim=m["ffn_dim"],
-        max_seq_len=t["seq_len"],
+        max_seq_len=cfg["training"]["seq_len"],
     )
+
+
+def build_pipeline(cfg: dict, mesh, device: torch.device):
+    """The pipeline on mesh (pp, dp): stages planned by autoshard, the schedule and
+    microbatches chosen by pricing unless configured (docs/pipeline.md)."""
+    from autoshard.models import Llama
+    from autoshard.pipeline import plan_pipeline
+    from autoshard.planning.planner import default_hardware
+
+    t, p = cfg["training"], cfg["parallel"]
+    llama_cfg = llama_config(cfg)
+    with torch.device("meta"):
+        meta_model = Llama(llama_cfg)
+    sample = tuple(torch.empty(t["batch_size"], t["seq_len"], dtype=torch.long) for _ in "xy")
+    hardware = p["hardware"] or default_hardware(mesh)
+    pipe = plan_pipeline(
+        meta_model,
+        mesh,
+        sample,
+        pp_dim=PP_DIM,
+        schedule=None if p["pp_schedule"] == "auto" else p["pp_schedule"],
+        n_microbatches=p["pp_microbatches"] or None,
+        time_limit_s=p["plan_time_limit"],
+        hardware=hardware,
+    )
+    if pipe.choice is not None:
+        log.info("pipeline: %s", pipe.choice.report(5))
+    pipe.to_empty(device=device)
+    torch.manual_seed(t["seed"])  # every rank builds the same full model, keeps its part
+    pipe.load_full_state_dict(Llama(llama_cfg).state_dict())
+    n_params = sum(p.numel() for p in meta_model.parameters())
+    return pipe, n_params, hardware
+
+
+def build(cfg: dict, mesh, device: torch.device):
+    from autoshard import AutoParallel, load_full_state_dict
+    from autoshard.models import Llama
+    from autoshard.planning.plan import Plan
+
+    t, p = cfg["training"], cfg["parallel"]
+    llama_cfg = llama_config(cfg)
     with torch.device("meta"):
         meta_model = Llama(llama_cfg)
     shape = (t["batch_size"], t["seq_len"])
@@ -148,15 +190,56 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+class PipelineLoss:
+    """A pipeline step's microbatch losses, held by the last stage's ranks only."""
+
+    def __init__(self, losses: list, device: torch.device):
+        self.losses, self.device = losses, device
+
+    def mean(self) -> float:
+        """The step's mean loss, on every rank (a collective: every rank calls it)."""
+        total = torch.zeros(2, device=self.device)
+        for loss in self.losses:
+            total[0] += loss.detach().float()
+            total[1] += 1
+        dist.all_reduce(total)
+        return float(total[0] / total[1])
+
+
 def loss_scalar(loss) -> float:
     """The step's loss as a Python float: a device-to-host copy that waits for the step, so
     it is read at log points only."""
+    if isinstance(loss, PipelineLoss):
+        return loss.mean()
     loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
     return float(loss.detach())
 
 
+def model_forward_backward(model):
+    """One step's forward and backward through a planned module; returns the loss."""
+
+    def run(*inputs):
+        loss = model(*inputs)
+        loss.backward()
+        return loss
+
+    return run
+
+
+def pipeline_forward_backward(pipe, device: torch.device):
+    """One step through the pipeline's schedule (forward and backward of every microbatch);
+    returns its losses."""
+
+    def run(tokens, labels):
+        losses: list = []
+        pipe.step(tokens, target=labels, losses=losses)
+        return PipelineLoss(losses, device)
+
+    return run
+
+
 def train_steps(
-    model,
+    forward_backward,
     optimizer,
     step_inputs,
     device,
@@ -166,7 +249,9 @@ def train_steps(
     on_log,
     on_step_end=None,
 ) -> int:
-    """Steps ``step + 1 .. last``; ``step_inputs(n)`` gives step n's model arguments.
+    """Steps ``step + 1 .. last``; ``step_inputs(n)`` gives step n's arguments of
+    ``forward_backward`` (which returns the loss: model_forward_backward,
+    pipeline_forward_backward).
     Nothing waits for the device between log points: the loss is read (and the clock read
     after the device is idle) every ``log_freq`` steps and after the last, then
     ``on_log(step, loss, steps_per_second)``; ``on_step_end(step)`` after every step
@@ -174,8 +259,7 @@ def train_steps(
     window_start, window_steps = time.perf_counter(), 0
     while step < last:
         step += 1
-        loss = model(*step_inputs(step))
-        loss.backward()
+        loss = forward_backward(*step_inputs(step))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         window_steps += 1
@@ -211,10 +295,16 @@ def latest_checkpoint(folder: str) -> tuple[int, str] | None:
     return (max(steps), os.path.join(folder, f"step-{max(steps)}")) if steps else None
 
 
+# the optimizer's state and hyperparameters keyed by parameter name, not by group index: a
+# pipeline's ranks each hold other parameters in their group 0, which DCP would otherwise
+# save once as if it were one replicated value
+OPTIMIZER_STATE = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
 def train_state(model, optimizer, step: int) -> dict:
     return {
         "model": model.state_dict(),
-        "optimizer": get_optimizer_state_dict(model, optimizer),
+        "optimizer": get_optimizer_state_dict(model, optimizer, options=OPTIMIZER_STATE),
         "train": {"step": torch.tensor(step)},
     }
 
@@ -228,7 +318,7 @@ def save_checkpoint(folder: str, model, optimizer, step: int) -> str:
 def load_checkpoint(path: str, model, optimizer) -> int:
     state = train_state(model, optimizer, 0)
     dcp.load(state, checkpoint_id=path)  # in place: the model's DTensors take their shards
-    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"], options=OPTIMIZER_STATE)
     return int(state["train"]["step"])
 
 
@@ -262,7 +352,14 @@ def main(argv: list[str]) -> int:
     mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
     log.info("config: %s", cfg)
 
-    model, n_params, hardware = build(cfg, mesh, device)
+    pipelined = PP_DIM in (names or ())
+    if pipelined:
+        pipe, n_params, hardware = build_pipeline(cfg, mesh, device)
+        model = pipe.as_module()  # the stages' tensors under the model's names
+        forward_backward = pipeline_forward_backward(pipe, device)
+    else:
+        model, n_params, hardware = build(cfg, mesh, device)
+        forward_backward = model_forward_backward(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t["weight_decay"])
     batches = Batches(cfg)
     step = 0
@@ -277,7 +374,7 @@ def main(argv: list[str]) -> int:
         "model: %.2f M parameters; %d tokens per step; preset %s on mesh %s %s",
         n_params / 1e6,
         tokens_per_step,
-        p["preset"],
+        "pipeline" if pipelined else p["preset"],
         list(shape),
         list(names or ()),
     )
@@ -285,6 +382,9 @@ def main(argv: list[str]) -> int:
 
     def step_inputs(n: int):
         tokens, labels = (to_device(x, device) for x in batches(n))
+        if pipelined:  # this rank's data-parallel part of the batch
+            dp_rank, dp = mesh.get_local_rank("dp"), mesh.size(1)
+            return tokens.tensor_split(dp)[dp_rank], labels.tensor_split(dp)[dp_rank]
         return local_inputs(model, tokens, labels)[0]
 
     def on_log(n: int, loss_value: float, steps_per_s: float) -> None:
@@ -304,7 +404,7 @@ def main(argv: list[str]) -> int:
             log.info("checkpoint: saved step %d to %s", n, path)
 
     train_steps(
-        model,
+        forward_backward,
         optimizer,
         step_inputs,
         device,

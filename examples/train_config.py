@@ -34,13 +34,20 @@ DEFAULTS: dict[str, dict] = {
     # parallel.mesh: [] for one dim over all ranks; dim_names must fit the preset.
     # parallel.cp > 1 adds a context-parallel mesh dim "cp" of that size (last): the sequence
     # split over it, in load-balanced head-tail order unless cp_load_balance is false
-    # (training.seq_len must then divide by 2 x cp; docs/context_parallel.md)
+    # (training.seq_len must then divide by 2 x cp; docs/context_parallel.md).
+    # parallel.pp > 1 trains a pipeline (docs/pipeline.md) on the mesh (pp, dp = ranks / pp):
+    # the model's layers cut into stages, each planned by autoshard on its dp ranks;
+    # pp_schedule "auto" | "GPipe" | "1F1B" | "Interleaved1F1B" and pp_microbatches (0: auto)
+    # are chosen by pricing where left to the planner
     "parallel": {
         "preset": "fsdp",
         "mesh": [],
         "dim_names": ["dp"],
         "cp": 1,
         "cp_load_balance": True,
+        "pp": 1,
+        "pp_schedule": "auto",
+        "pp_microbatches": 0,
         "plan_time_limit": 2.0,
         "hardware": "",
     },
@@ -131,13 +138,31 @@ def load_config(argv: list[str]) -> dict:
 
 
 CP_DIM = "cp"
+PP_DIM = "pp"
+
+
+def _pipeline_layout(parallel: dict, world: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    pp = parallel["pp"]
+    if parallel["cp"] > 1 or parallel["mesh"]:
+        raise ConfigError(
+            f"parallel.pp = {pp} with parallel.cp or parallel.mesh: a pipeline's mesh is "
+            "(pp, dp = ranks / pp); stage meshes of more dims are not supported yet"
+        )
+    if world % pp:
+        raise ConfigError(f"parallel.pp = {pp} does not divide the {world} ranks")
+    return (pp, world // pp), (PP_DIM, "dp")
 
 
 def mesh_layout(parallel: dict, world: int) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
     """The mesh shape and dim names of the ``parallel`` settings on ``world`` ranks:
     ``mesh`` (or one dim over all ranks) with ``dim_names``, and with ``cp`` > 1 a last dim
-    "cp" of that size taken out of the ranks (``mesh``, when given, is the other dims)."""
+    "cp" of that size taken out of the ranks (``mesh``, when given, is the other dims); with
+    ``pp`` > 1 the pipeline's (pp, dp)."""
     cp, names = parallel["cp"], tuple(parallel["dim_names"])
+    if parallel["pp"] < 1:
+        raise ConfigError(f"parallel.pp = {parallel['pp']}: the pipeline size must be >= 1")
+    if parallel["pp"] > 1:
+        return _pipeline_layout(parallel, world)
     if cp < 1:
         raise ConfigError(f"parallel.cp = {cp}: the context-parallel size must be >= 1")
     if CP_DIM in names:

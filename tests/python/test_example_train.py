@@ -99,3 +99,36 @@ def test_train_with_cp_matches_data_parallel(tmp_path):
     assert sorted(cp) == sorted(dp) == [1, 2]
     for step in (1, 2):
         assert cp[step] == pytest.approx(dp[step], rel=1e-4, abs=1e-4)
+
+
+def test_mesh_layout_of_a_pipeline():
+    sys.path.insert(0, str(REPO / "examples"))
+    from train_config import DEFAULTS, ConfigError, mesh_layout
+
+    p = dict(DEFAULTS["parallel"])
+    assert mesh_layout({**p, "pp": 2}, 4) == ((2, 2), ("pp", "dp"))
+    with pytest.raises(ConfigError, match="parallel.pp = 3 does not divide the 4 ranks"):
+        mesh_layout({**p, "pp": 3}, 4)
+    with pytest.raises(ConfigError, match="with parallel.cp or parallel.mesh"):
+        mesh_layout({**p, "pp": 2, "cp": 2}, 4)
+
+
+def test_train_with_pp_matches_data_parallel_and_resumes(tmp_path):
+    """--parallel.pp 2 on 2 ranks (mesh pp=2 x dp=1: two stages, the schedule and
+    microbatches chosen) trains to the losses of data parallelism (dp=2), checkpoints under
+    the model's names and resumes where its checkpoint left off."""
+    dp = _losses(_train(tmp_path / "dp", 2, "--checkpoint.interval", "0"))
+    folder = tmp_path / "pp"
+    first = _train(folder, 4, "--parallel.pp", "2")
+    assert "on mesh [2, 1] ['pp', 'dp']" in first and "candidates priced" in first, first[-3000:]
+    pp = _losses(first)
+    assert sorted(pp) == [1, 2, 3, 4]
+    for step in (1, 2):
+        assert pp[step] == pytest.approx(dp[step], rel=1e-4, abs=1e-4)
+    shutil.rmtree(folder / "step-4")
+    second = _train(folder, 4, "--parallel.pp", "2")
+    assert "checkpoint: resumed from step 2" in second, second[-3000:]
+    after = _losses(second)
+    assert sorted(after) == [3, 4]
+    for step in (3, 4):
+        assert after[step] == pytest.approx(pp[step], rel=1e-4, abs=1e-4)

@@ -58,6 +58,7 @@ class Pipeline:
     n_stages: int = 0
     stage_layers: list[range] = field(default_factory=list)
     choice: PipelineSearch | None = None  # the candidates priced, when the planner chose
+    _module: nn.Module | None = field(default=None, repr=False)  # as_module(), built once
 
     def step(self, *args, target: torch.Tensor, losses: list | None = None) -> None:
         """One training step on this rank's data-parallel part of the batch: ``args`` the
@@ -91,9 +92,29 @@ class Pipeline:
                 out[s.split.full_name(name)] = t
         return out
 
+    def as_module(self) -> nn.Module:
+        """This rank's parameters and buffers as one module under the model's names: what an
+        optimizer, ``state_dict`` and torch's optimizer-state helpers
+        (``get_optimizer_state_dict(module, optimizer)``) take, so that checkpoints carry
+        the model's names whatever the split. The tensors are the stages' own; the module
+        is not callable (``step`` runs the pipeline)."""
+        if self._module is None:
+            self._module = _NamedTensors()
+            for s in self.stages:
+                for name, p in s.parallel.named_parameters():
+                    _holder(self._module, s.split.full_name(name)).register_parameter(
+                        name.rsplit(".", 1)[-1], p
+                    )
+                for name, b in s.parallel.named_buffers():
+                    _holder(self._module, s.split.full_name(name)).register_buffer(
+                        name.rsplit(".", 1)[-1], b
+                    )
+        return self._module
+
     def to_empty(self, device) -> "Pipeline":
         for s in self.stages:
             s.parallel.to_empty(device=device)
+        self._module = None  # to_empty made new tensors
         return self
 
     def load_full_state_dict(self, state_dict: dict) -> None:
@@ -102,6 +123,24 @@ class Pipeline:
             names = [n for n, _ in s.parallel.named_parameters()]
             names += [n for n, _ in s.parallel.named_buffers()]
             load_full_state_dict(s.parallel, {n: state_dict[s.split.full_name(n)] for n in names})
+
+
+class _NamedTensors(nn.Module):
+    """A container of a pipeline's tensors under the model's names (Pipeline.as_module)."""
+
+    def forward(self, *args, **kwargs):
+        raise TypeError("a pipeline's as_module() holds its tensors only; run Pipeline.step")
+
+
+def _holder(root: nn.Module, full_name: str) -> nn.Module:
+    """The submodule of ``root`` that holds the tensor named ``full_name`` (created on the
+    way: ``layers.3.attention.wq.weight`` -> root.layers.3.attention.wq)."""
+    module = root
+    for part in full_name.split(".")[:-1]:
+        if part not in module._modules:
+            module.add_module(part, _NamedTensors())
+        module = module._modules[part]
+    return module
 
 
 def plan_pipeline(
