@@ -7,6 +7,7 @@
         --parallel.cp 2     # mesh (dp=2, cp=2): the sequence split over cp
     torchrun --nproc_per_node 4 examples/train.py --config examples/llama_tiny.toml \
         --parallel.pp 2     # mesh (pp=2, dp=2): a pipeline of 2 stages (schedule chosen)
+                            # (--parallel.pp 0: the pipeline's mesh chosen too)
 
 The model (autoshard.models.Llama) is built on the meta device, planned by AutoParallel
 under the configured preset on a CPU (gloo) or CUDA (nccl) mesh, then materialised and
@@ -96,8 +97,9 @@ def llama_config(cfg: dict):
 
 
 def build_pipeline(cfg: dict, mesh, device: torch.device):
-    """The pipeline on mesh (pp, dp): stages planned by autoshard, the schedule and
-    microbatches chosen by pricing unless configured (docs/pipeline.md)."""
+    """The pipeline on mesh (pp, dp), or on the (pp, dp) the planner chooses for
+    ``mesh="auto"``: stages planned by autoshard, the schedule and microbatches chosen by
+    pricing unless configured (docs/pipeline.md)."""
     from autoshard.models import Llama
     from autoshard.pipeline import plan_pipeline
     from autoshard.planning.planner import default_hardware
@@ -107,7 +109,7 @@ def build_pipeline(cfg: dict, mesh, device: torch.device):
     with torch.device("meta"):
         meta_model = Llama(llama_cfg)
     sample = tuple(torch.empty(t["batch_size"], t["seq_len"], dtype=torch.long) for _ in "xy")
-    hardware = p["hardware"] or default_hardware(mesh)
+    given = {"hardware": p["hardware"]} if p["hardware"] else {}
     pipe = plan_pipeline(
         meta_model,
         mesh,
@@ -116,8 +118,10 @@ def build_pipeline(cfg: dict, mesh, device: torch.device):
         schedule=None if p["pp_schedule"] == "auto" else p["pp_schedule"],
         n_microbatches=p["pp_microbatches"] or None,
         time_limit_s=p["plan_time_limit"],
-        hardware=hardware,
+        device_type=device.type if mesh == "auto" else None,
+        **given,
     )
+    hardware = p["hardware"] or default_hardware(pipe.mesh)
     if pipe.choice is not None:
         log.info("pipeline: %s", pipe.choice.report(5))
     pipe.to_empty(device=device)
@@ -344,17 +348,21 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(1)  # ranks share the machine's cores
     p, t, c = cfg["parallel"], cfg["training"], cfg["checkpoint"]
     shape, names = mesh_layout(p, world)
-    if math.prod(shape) != world:
+    if shape is None:  # parallel.pp = 0: the planner chooses the pipeline's (pp, dp)
+        mesh = "auto"
+    elif math.prod(shape) != world:
         raise ConfigError(
             f"parallel.mesh {list(shape)} has {math.prod(shape)} ranks, "
             f"torchrun started {world}"
         )
-    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+    else:
+        mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
     log.info("config: %s", cfg)
 
     pipelined = PP_DIM in (names or ())
     if pipelined:
         pipe, n_params, hardware = build_pipeline(cfg, mesh, device)
+        mesh, shape = pipe.mesh, tuple(pipe.mesh.shape)
         model = pipe.as_module()  # the stages' tensors under the model's names
         forward_backward = pipeline_forward_backward(pipe, device)
     else:

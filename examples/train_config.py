@@ -35,8 +35,9 @@ DEFAULTS: dict[str, dict] = {
     # parallel.cp > 1 adds a context-parallel mesh dim "cp" of that size (last): the sequence
     # split over it, in load-balanced head-tail order unless cp_load_balance is false
     # (training.seq_len must then divide by 2 x cp; docs/context_parallel.md).
-    # parallel.pp > 1 trains a pipeline (docs/pipeline.md) on the mesh (pp, dp = ranks / pp):
-    # the model's layers cut into stages, each planned by autoshard on its dp ranks;
+    # parallel.pp > 1 trains a pipeline (docs/pipeline.md) on the mesh (pp, dp = ranks / pp),
+    # 0 on the (pp, dp) the planner chooses: the model's layers cut into stages, each
+    # planned by autoshard on its dp ranks;
     # pp_schedule "auto" | "GPipe" | "1F1B" | "Interleaved1F1B" and pp_microbatches (0: auto)
     # are chosen by pricing where left to the planner
     "parallel": {
@@ -141,27 +142,34 @@ CP_DIM = "cp"
 PP_DIM = "pp"
 
 
-def _pipeline_layout(parallel: dict, world: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def _pipeline_layout(parallel: dict, world: int) -> tuple[tuple[int, ...] | None, tuple[str, ...]]:
     pp = parallel["pp"]
     if parallel["cp"] > 1 or parallel["mesh"]:
         raise ConfigError(
             f"parallel.pp = {pp} with parallel.cp or parallel.mesh: a pipeline's mesh is "
             "(pp, dp = ranks / pp); stage meshes of more dims are not supported yet"
         )
+    if pp == 0:  # the planner chooses (pp, dp)
+        return None, (PP_DIM, "dp")
     if world % pp:
         raise ConfigError(f"parallel.pp = {pp} does not divide the {world} ranks")
     return (pp, world // pp), (PP_DIM, "dp")
 
 
-def mesh_layout(parallel: dict, world: int) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
+def mesh_layout(
+    parallel: dict, world: int
+) -> tuple[tuple[int, ...] | None, tuple[str, ...] | None]:
     """The mesh shape and dim names of the ``parallel`` settings on ``world`` ranks:
     ``mesh`` (or one dim over all ranks) with ``dim_names``, and with ``cp`` > 1 a last dim
     "cp" of that size taken out of the ranks (``mesh``, when given, is the other dims); with
-    ``pp`` > 1 the pipeline's (pp, dp)."""
+    ``pp`` > 1 the pipeline's (pp, dp); with ``pp`` 0 None for the shape (the planner
+    chooses the pipeline's)."""
     cp, names = parallel["cp"], tuple(parallel["dim_names"])
-    if parallel["pp"] < 1:
-        raise ConfigError(f"parallel.pp = {parallel['pp']}: the pipeline size must be >= 1")
-    if parallel["pp"] > 1:
+    if parallel["pp"] < 0:
+        raise ConfigError(
+            f"parallel.pp = {parallel['pp']}: the pipeline size must be >= 1 (0: chosen)"
+        )
+    if parallel["pp"] != 1:
         return _pipeline_layout(parallel, world)
     if cp < 1:
         raise ConfigError(f"parallel.cp = {cp}: the context-parallel size must be >= 1")

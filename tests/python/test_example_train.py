@@ -107,6 +107,7 @@ def test_mesh_layout_of_a_pipeline():
 
     p = dict(DEFAULTS["parallel"])
     assert mesh_layout({**p, "pp": 2}, 4) == ((2, 2), ("pp", "dp"))
+    assert mesh_layout({**p, "pp": 0}, 4) == (None, ("pp", "dp"))  # chosen
     with pytest.raises(ConfigError, match="parallel.pp = 3 does not divide the 4 ranks"):
         mesh_layout({**p, "pp": 3}, 4)
     with pytest.raises(ConfigError, match="with parallel.cp or parallel.mesh"):
@@ -116,7 +117,8 @@ def test_mesh_layout_of_a_pipeline():
 def test_train_with_pp_matches_data_parallel_and_resumes(tmp_path):
     """--parallel.pp 2 on 2 ranks (mesh pp=2 x dp=1: two stages, the schedule and
     microbatches chosen) trains to the losses of data parallelism (dp=2), checkpoints under
-    the model's names and resumes where its checkpoint left off."""
+    the model's names, and a run with the mesh chosen (--parallel.pp 0: pp=2 x dp=1 on two
+    ranks) resumes where that checkpoint left off."""
     dp = _losses(_train(tmp_path / "dp", 2, "--checkpoint.interval", "0"))
     folder = tmp_path / "pp"
     first = _train(folder, 4, "--parallel.pp", "2")
@@ -126,8 +128,9 @@ def test_train_with_pp_matches_data_parallel_and_resumes(tmp_path):
     for step in (1, 2):
         assert pp[step] == pytest.approx(dp[step], rel=1e-4, abs=1e-4)
     shutil.rmtree(folder / "step-4")
-    second = _train(folder, 4, "--parallel.pp", "2")
+    second = _train(folder, 4, "--parallel.pp", "0")
     assert "checkpoint: resumed from step 2" in second, second[-3000:]
+    assert "chosen pp=2 dp=1" in second and "on mesh [2, 1] ['pp', 'dp']" in second
     after = _losses(second)
     assert sorted(after) == [3, 4]
     for step in (3, 4):
