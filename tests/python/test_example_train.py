@@ -88,12 +88,17 @@ def test_mesh_layout_adds_the_cp_dim():
         mesh_layout({**p, "dim_names": ["cp"]}, 4)
 
 
-def test_train_with_cp_matches_data_parallel(tmp_path):
+@pytest.fixture(scope="module")
+def dp_losses(tmp_path_factory) -> dict[int, float]:
+    """Plain data parallelism's (dp=2) first two losses: what cp and pp runs must match."""
+    return _losses(_train(tmp_path_factory.mktemp("dp"), 2, "--checkpoint.interval", "0"))
+
+
+def test_train_with_cp_matches_data_parallel(tmp_path, dp_losses):
     """--parallel.cp 2 on 2 ranks (mesh dp=1 x cp=2: each rank half of every sequence, in
     head-tail order) trains to the losses of plain data parallelism (dp=2)."""
-    off = ("--checkpoint.interval", "0")
-    dp = _losses(_train(tmp_path / "dp", 2, *off))
-    out = _train(tmp_path / "cp", 2, *off, "--parallel.cp", "2")
+    dp = dp_losses
+    out = _train(tmp_path / "cp", 2, "--checkpoint.interval", "0", "--parallel.cp", "2")
     assert "on mesh [1, 2] ['dp', 'cp']" in out, out[-3000:]
     cp = _losses(out)
     assert sorted(cp) == sorted(dp) == [1, 2]
@@ -114,12 +119,12 @@ def test_mesh_layout_of_a_pipeline():
         mesh_layout({**p, "pp": 2, "cp": 2}, 4)
 
 
-def test_train_with_pp_matches_data_parallel_and_resumes(tmp_path):
+def test_train_with_pp_matches_data_parallel_and_resumes(tmp_path, dp_losses):
     """--parallel.pp 2 on 2 ranks (mesh pp=2 x dp=1: two stages, the schedule and
     microbatches chosen) trains to the losses of data parallelism (dp=2), checkpoints under
     the model's names, and a run with the mesh chosen (--parallel.pp 0: pp=2 x dp=1 on two
     ranks) resumes where that checkpoint left off."""
-    dp = _losses(_train(tmp_path / "dp", 2, "--checkpoint.interval", "0"))
+    dp = dp_losses
     folder = tmp_path / "pp"
     first = _train(folder, 4, "--parallel.pp", "2")
     assert "on mesh [2, 1] ['pp', 'dp']" in first and "candidates priced" in first, first[-3000:]
