@@ -28,6 +28,7 @@ manifest entries, so that `bench/derived.py` scores them and keeps their referen
     python3 bench/derived.py --only mesh3d,fwd --time-scale 0.25 --extra=--threads --extra=2
     python3 bench/derived_dense.py --only mesh3d --diagnostic --pinned  # the ablations
     python3 bench/derived_dense.py --stats FILE...     # structure: slack, pinned, matrices
+    python3 bench/derived_dense.py --lp FILE... [--lp-rows]  # the local-polytope LP (scipy)
 
 Seeded: the same files on every run; generated files are never committed.
 """
@@ -62,6 +63,9 @@ SYNTHETIC = [
     ("mesh3d-2x4x4-nomem", (2, 4, 4), (1.0, 4.0, 4.0), None, 7, 100, 0.5),
     # a 300-node connected part of B's graph, small enough for the MILP to prove
     ("mesh3d-2x4x4-sub300", (2, 4, 4), (1.0, 4.0, 4.0), 0.5, 11, 100, 0.5, 300),
+    # the same on 4x4x4, whose gap is the pairwise part's (transposes), not the limit's rows:
+    # small enough for an exact reference, and to compare the search's bound with the LP's
+    ("mesh3d-4x4x4-sub300", (4, 4, 4), (1.0, 4.0, 4.0), 0.5, 12, 100, 0.5, 300),
 ]
 # Diagnostic variants (issue 46's measurements; docs/solver_dense.md), written only when named
 # in --only or with --diagnostic: one factor of the model changed at a time. A tightness
@@ -373,6 +377,93 @@ def structure(p):
     )
 
 
+def local_lp(p, rows=False, time_limit=300.0):
+    """The local-polytope LP of a problem (node and edge marginals; with `rows`, one memory
+    row per maximal live set), solved by scipy's HiGHS: the value the search's TRW-S bound
+    can reach at best without the reduction. Returns (value or None, message, a count of the
+    fractional nodes by (support size, largest share))."""
+    import numpy as np  # only this diagnostic needs numpy and scipy
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
+    costs, usages = p["nodes"]["costs"], p["nodes"]["usages"]
+    col, c = {}, []
+    for i, r in enumerate(costs):
+        for s, x in enumerate(r):
+            if x < INFEASIBLE:
+                col[i, s] = len(c)
+                c.append(float(x))
+    ri, rj, rv, rhs = [], [], [], []
+    for i, r in enumerate(costs):  # one strategy per node
+        for s in range(len(r)):
+            if (i, s) in col:
+                ri.append(len(rhs))
+                rj.append(col[i, s])
+                rv.append(1.0)
+        rhs.append(1.0)
+    for (u, v), m in zip(p["edges"]["nodes"], p["edges"]["costs"]):
+        su, sv, first = len(costs[u]), len(costs[v]), len(rhs)
+        for a in range(su):  # the edge's marginals sum to its ends' choices
+            for b in range(sv):
+                x = m[a * sv + b]
+                if (u, a) in col and (v, b) in col and x < INFEASIBLE:
+                    ri += [first + a, first + su + b]
+                    rj += [len(c), len(c)]
+                    rv += [1.0, 1.0]
+                    c.append(float(x))
+        for k, node, n in ((first, u, su), (first + su, v, sv)):
+            for s in range(n):
+                if (node, s) in col:
+                    ri.append(k + s)
+                    rj.append(col[node, s])
+                    rv.append(-1.0)
+        rhs += [0.0] * (su + sv)
+    a_eq = sp.csr_matrix((rv, (ri, rj)), shape=(len(rhs), len(c)))
+    a_ub = b_ub = None
+    if rows and p["usage_limit"] is not None and p["usage_limit"] >= 0:
+        iv = p["nodes"]["intervals"]
+        live = [[] for _ in range(max(b for _, b in iv))]
+        for i, (a, b) in enumerate(iv):
+            for t in range(a, b):
+                live[t].append(i)
+        maximal = []
+        for group in sorted({tuple(g) for g in live if g}, key=len, reverse=True):
+            if not any(set(group) <= m for m in maximal):
+                maximal.append(set(group))
+        ui, uj, uv, ub = [], [], [], []
+        for k, group in enumerate(maximal):  # usage above each node's least
+            base = 0
+            for i in group:
+                least = min(usages[i][s] for s in range(len(costs[i])) if (i, s) in col)
+                base += least
+                for s in range(len(costs[i])):
+                    if (i, s) in col and usages[i][s] > least:
+                        ui.append(k)
+                        uj.append(col[i, s])
+                        uv.append(float(usages[i][s] - least))
+            ub.append(float(p["usage_limit"] - base))
+        a_ub, b_ub = sp.csr_matrix((uv, (ui, uj)), shape=(len(ub), len(c))), np.array(ub)
+    res = linprog(
+        np.array(c),
+        A_ub=a_ub,
+        b_ub=b_ub,
+        A_eq=a_eq,
+        b_eq=np.array(rhs),
+        bounds=(0, None),
+        method="highs",
+        options={"time_limit": time_limit},
+    )
+    if res.status != 0:
+        return None, res.message, {}
+    shape = {}
+    for i, r in enumerate(costs):
+        share = sorted((res.x[col[i, s]] for s in range(len(r)) if (i, s) in col), reverse=True)
+        if share[0] < 0.999:
+            key = (int(sum(x > 1e-6 for x in share)), round(float(share[0]), 2))
+            shape[key] = shape.get(key, 0) + 1
+    return float(res.fun), res.message, shape
+
+
 def entry(p, family, seed, limit, note):
     return {
         "source": family.split("-")[0],
@@ -446,7 +537,17 @@ def main(argv=None):
         "--pinned", action="store_true", help="also NAME-pinned: memory-pinned, limit lifted"
     )
     ap.add_argument("--stats", nargs="*", help="print the structure of these problem files")
+    ap.add_argument("--lp", nargs="*", help="solve these problems' local-polytope LP (scipy)")
+    ap.add_argument("--lp-rows", action="store_true", help="--lp: with the memory rows")
     args = ap.parse_args(argv)
+    if args.lp is not None:
+        for f in args.lp:
+            value, message, shape = local_lp(load(f), args.lp_rows)
+            top = sorted(shape.items(), key=lambda kv: -kv[1])[:4]
+            print(
+                f"{Path(f).name}: LP {value} ({message}); fractional nodes by (support, max): {top}"
+            )
+        return 0
     if args.stats is not None:
         for f in args.stats:
             print(f"{Path(f).name}: {structure(load(f))}", flush=True)

@@ -72,3 +72,58 @@ def test_kept_base_plan_must_fit_its_source(tmp_path):
         keep(bad)
         with pytest.raises(SystemExit, match="--fresh-base"):
             derive_instances.base_plan(None, "T", src, tmp_path, TINY, base_dir)
+
+
+def _ring(n):
+    """A ring of n nodes with a chord, overlapping live intervals: a source for the dense
+    generator (bench/derived_dense.py) that needs no public instance."""
+    edges = [[i, (i + 1) % n] for i in range(n)] + [[0, n // 2]]
+    return {
+        "nodes": {
+            "intervals": [[i, i + 3] for i in range(n)],
+            "costs": [[1, 2] for _ in range(n)],
+            "usages": [[1, 1] for _ in range(n)],
+        },
+        "edges": {"nodes": edges, "costs": [[0, 1, 1, 0] for _ in edges]},
+        "usage_limit": 10,
+    }
+
+
+@pytest.mark.parametrize("mesh,sub", [((2, 4, 4), None), ((4, 4, 4), 6)])
+def test_dense_generator_writes_well_formed_problems(tmp_path, mesh, sub):
+    import derived_dense
+
+    src = tmp_path / "ring.json.gz"
+    derive_instances.save(_ring(12), src)
+    q = derived_dense.synthetic(src, mesh, (1.0, 4.0, 4.0), 0.5, 3, 100, 0.5, sub)
+    costs, usages = q["nodes"]["costs"], q["nodes"]["usages"]
+    assert len(costs) == (sub or 12) == len(usages) == len(q["nodes"]["intervals"])
+    assert all(1 < len(r) <= derived_dense.MAX_STRATEGIES for r in costs)
+    for (u, v), m in zip(q["edges"]["nodes"], q["edges"]["costs"]):
+        assert len(m) == len(costs[u]) * len(costs[v])
+    # the limit is the least-usage peak (tightness has no room in this model), so the
+    # smallest layouts fit and pinning leaves each node at least one strategy
+    least = [min(range(len(u)), key=lambda s: u[s]) for u in usages]
+    assert derive_instances.peak_usage(q, least) <= q["usage_limit"]
+    pq, removed = derived_dense.pinned(q)
+    assert removed >= 0
+    assert all(min(r) < derived_dense.INFEASIBLE for r in pq["nodes"]["costs"])
+    # seeded: the same problem again
+    assert derived_dense.synthetic(src, mesh, (1.0, 4.0, 4.0), 0.5, 3, 100, 0.5, sub) == q
+
+
+def test_local_lp_pays_nothing_on_a_frustrated_triangle():
+    # Three nodes, two labels, every edge free only where its ends differ: no plan avoids
+    # paying one edge (an odd cycle), but the local polytope mixes each node 50/50 and pays
+    # nothing, the half-integral shape the LP takes on the mesh3d-4x4x4 problems.
+    pytest.importorskip("scipy")
+    import derived_dense
+
+    p = {
+        "nodes": {"intervals": [[0, 1]] * 3, "costs": [[0, 0]] * 3, "usages": [[1, 1]] * 3},
+        "edges": {"nodes": [[0, 1], [1, 2], [0, 2]], "costs": [[1, 0, 0, 1]] * 3},
+        "usage_limit": 3,
+    }
+    value, _, shape = derived_dense.local_lp(p, rows=True)
+    assert value == pytest.approx(0.0, abs=1e-9)
+    assert shape == {(2, 0.5): 3}
