@@ -21,15 +21,16 @@
 // in the backward grad_k / grad_v are Partial(sum) (each rank's queries' share), which the
 // redistribution reduce-scatters back to the sequence shard. A mask follows q's sequence dim
 // where it has the full size, else Replicate. A causal call is not a causal call on the local
-// shards (SDPA's is_causal aligns the mask top-left): the runtime replaces it by an explicit
-// mask offset by the rank's first query position. `accept` requires an even split of the query
-// sequence (the offset is coordinate x local length).
+// shards (SDPA's is_causal aligns the mask top-left): the runtime runs it from the positions the
+// rank's queries hold (block kernels over position chunks, ops/context_parallel.py and
+// ops/attention_blocks.py). `accept` requires an even split of the query sequence (the offset
+// is coordinate x local length).
 // FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes. Causal
-// attention is priced dense in every row. In the sequence row that is also the slowest rank's
-// work: without the load-balanced split (docs/context_parallel.md) causal work is uneven (rank r
-// of n owns (2r+1)/n^2 of the causal pairs, the last rank (2n-1)/n^2), and the slowest rank sets
-// the step's time; the explicit-mask kernel computes its whole dense block [Sq/n, Skv] on every
-// rank, so 4*B*H*(Sq/n)*Skv*D is what the last (slowest) rank does.
+// attention is priced dense in every row, although causal kernels (and the block kernels of the
+// sequence row) compute about half of it: the rows compare fairly, the figure is high. Without
+// the load-balanced split (docs/context_parallel.md) the sequence row's causal work is uneven
+// (rank r of n owns (2r+1)/n^2 of the causal pairs, the last rank (2n-1)/n^2), and the slowest
+// rank sets the step's time.
 // Note for the runtime: DTensor 2.13 has no rule for _scaled_dot_product_flash_attention_for_cpu
 // (+_backward), and its CUDA kernels' strategies differ from these rows (the bias above), so
 // every kernel here runs on local shards in these rows (runtime._LOCAL_OPS: to_local, call,
