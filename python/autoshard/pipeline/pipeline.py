@@ -70,15 +70,12 @@ class Pipeline:
         self.schedule.step(*args, target=target, losses=losses, return_outputs=False, labels=target)
 
     def parameters(self) -> Iterator[nn.Parameter]:
-        for s in self.stages:
-            yield from s.parallel.parameters()
+        yield from self.as_module().parameters()
 
     def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """This rank's parameters under the model's names: DTensors on the stage meshes, plain
         tensors for a one-rank stage that runs as written (stage_runtime.runs_as_written)."""
-        for s in self.stages:
-            for name, p in s.parallel.named_parameters():
-                yield s.split.full_name(name), p
+        yield from self.as_module().named_parameters(remove_duplicate=False)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """This rank's parameters and buffers under the model's names, as
@@ -86,11 +83,7 @@ class Pipeline:
         writes each tensor once whatever the split, and ``dcp.load(sd, ...)`` with
         ``sd = pipe.state_dict()`` loads a checkpoint of any split (or of the unsplit
         model's names) into this pipeline's tensors in place."""
-        out: dict[str, torch.Tensor] = {}
-        for s in self.stages:
-            for name, t in [*s.parallel.named_parameters(), *s.parallel.named_buffers()]:
-                out[s.split.full_name(name)] = t
-        return out
+        return dict(self.as_module().state_dict(keep_vars=True))
 
     def as_module(self) -> nn.Module:
         """This rank's parameters and buffers as one module under the model's names: what an
@@ -119,10 +112,8 @@ class Pipeline:
 
     def load_full_state_dict(self, state_dict: dict) -> None:
         """Load the model's full tensors (its ``state_dict``) into this rank's stages."""
-        for s in self.stages:
-            names = [n for n, _ in s.parallel.named_parameters()]
-            names += [n for n, _ in s.parallel.named_buffers()]
-            load_full_state_dict(s.parallel, {n: state_dict[s.split.full_name(n)] for n in names})
+        mine = self.state_dict()
+        load_full_state_dict(self.as_module(), {n: state_dict[n] for n in mine})
 
 
 class _NamedTensors(nn.Module):
