@@ -523,11 +523,11 @@ def validate_node(
                     # causal attention on a block of queries: the runtime's local call
                     q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
                     seq = global_in[refs[q_at].name].shape[context_parallel.SEQ_DIM]
-                    start = lambda k, c=c: context_parallel.query_offset(
-                        strategy["inputs"][k], mesh, lambda d: c[d], seq
+                    q_start, k_start = context_parallel.shard_starts(
+                        op, strategy["inputs"], mesh, lambda d, c=c: c[d], seq
                     )
                     result = context_parallel.causal_local_call(
-                        op, args, kwargs, seq, None, start(q_at), start(q_at + 1), node.target
+                        op, args, kwargs, seq, None, q_start, k_start, node.target
                     )
                 else:
                     result = node.target(*args, **kwargs)

@@ -177,8 +177,14 @@ def rank_chunks(seq: int, n: int, rank: int, load_balanced: bool) -> list[Chunk]
 
 
 def gathered_chunks(seq: int, n: int, load_balanced: bool) -> list[Chunk]:
-    """The chunks of the keys all-gathered over the ``n`` ranks (rank order)."""
+    """The chunks of the keys all-gathered over the ``n`` ranks (rank order): with
+    ``load_balanced``, the storage order of a head-tail sequence (trace/load_balance.py)."""
     return [c for rank in range(n) for c in rank_chunks(seq, n, rank, load_balanced)]
+
+
+def chunk_positions(chunks: Sequence[Chunk], dtype=torch.int64, device=None) -> torch.Tensor:
+    """The global position of each stored element of a sequence stored as ``chunks``."""
+    return torch.cat([torch.arange(p, p + n, dtype=dtype, device=device) for p, n in chunks])
 
 
 def _rows(x: torch.Tensor, start: int, stop: int) -> torch.Tensor:

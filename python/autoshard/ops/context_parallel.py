@@ -60,6 +60,21 @@ def query_offset(
     return offset
 
 
+def shard_starts(
+    op: str, input_layouts: Sequence[Any], mesh_shape: Sequence[int], coordinate, seq: int
+) -> tuple[Any, Any]:
+    """Where this rank's shards of q and k start in the stored sequence of ``seq``: their
+    layouts (the plan's, one list of placement strings per tensor input) split evenly mesh
+    dim by mesh dim, ``coordinate(d)`` the rank's index on mesh dim ``d``."""
+    q_at = CAUSAL_SEQUENCE_OPS[op][0]
+
+    def start(k: int):
+        layout = input_layouts[k] if k < len(input_layouts) else None
+        return query_offset(layout, mesh_shape, coordinate, seq)
+
+    return start(q_at), start(q_at + 1)
+
+
 def is_causal_call(op: str, args: Sequence[Any]) -> bool:
     spec = CAUSAL_SEQUENCE_OPS.get(op)
     return spec is not None and len(args) > spec[1] and bool(args[spec[1]])
@@ -107,10 +122,6 @@ def chunks_of_range(
     return out
 
 
-def _positions(chunks: Sequence[attention_blocks.Chunk], device) -> torch.Tensor:
-    return torch.cat([torch.arange(p, p + n, device=device) for p, n in chunks])
-
-
 def causal_local_call(
     op: str,
     args: Sequence[Any],
@@ -136,10 +147,14 @@ def causal_local_call(
         k_chunks = chunks_of_range(stored, k_start, k.shape[SEQ_DIM])
         return _block_call(op, args, kwargs, q_chunks, k_chunks)
     if concrete:
-        q_pos = _positions(chunks_of_range(stored, q_start, q.shape[SEQ_DIM]), q.device)
-        k_pos = _positions(chunks_of_range(stored, k_start, k.shape[SEQ_DIM]), q.device)
+        q_pos = attention_blocks.chunk_positions(
+            chunks_of_range(stored, q_start, q.shape[SEQ_DIM]), device=q.device
+        )
+        k_pos = attention_blocks.chunk_positions(
+            chunks_of_range(stored, k_start, k.shape[SEQ_DIM]), device=q.device
+        )
     else:  # one program for every rank: the starts are symbols
-        every = _positions(stored, q.device)
+        every = attention_blocks.chunk_positions(stored, device=q.device)
         q_pos = every.narrow(0, q_start, q.shape[SEQ_DIM])
         k_pos = every.narrow(0, k_start, k.shape[SEQ_DIM])
     args, kwargs = causal_positions_call(op, args, kwargs, q_pos, k_pos)

@@ -486,16 +486,11 @@ class StepRunner:
         q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
         refs = tensor_refs(node.args, node.kwargs)
         seq = int(refs[q_at].meta["val"].shape[context_parallel.SEQ_DIM])
-        layouts = entry.get("inputs") or ()
-
-        def start(k: int):  # where this rank's shard of tensor input k starts, in storage
-            layout = layouts[k] if k < len(layouts) else None
-            return context_parallel.query_offset(
-                layout, self.mesh.shape, self.mesh._sym_get_coordinate, seq
-            )
-
+        q_start, k_start = context_parallel.shard_starts(
+            op, entry.get("inputs") or (), self.mesh.shape, self.mesh._sym_get_coordinate, seq
+        )
         return context_parallel.causal_local_call(
-            op, args, kwargs, seq, balanced, start(q_at), start(q_at + 1), local_impl(node.target)
+            op, args, kwargs, seq, balanced, q_start, k_start, local_impl(node.target)
         )
 
     def _run_local(self, node: fx.Node, entry: dict, args, kwargs):

@@ -27,6 +27,7 @@ permuted sequence would make their top-left causal mask silently wrong.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from autoshard.ops import context_parallel
+from autoshard.ops import attention_blocks, context_parallel
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -52,32 +53,25 @@ class LoadBalanceError(ValueError):
     """The load-balanced split cannot be applied to this sequence or model."""
 
 
-def storage_chunks(n: int) -> list[int]:
-    """The natural chunk index held at each storage chunk: rank r's head r, then its tail
-    2n-1-r, rank by rank."""
-    return [c for r in range(n) for c in (r, 2 * n - 1 - r)]
-
-
-def _chunked_arange(starts: list[int], chunk: int, dtype, device) -> torch.Tensor:
-    # built from per-chunk aranges (none of them arange(0, seq)), so the decomposition of
-    # arange(seq) below does not apply to it
-    return torch.cat([torch.arange(s, s + chunk, dtype=dtype, device=device) for s in starts])
-
-
 def head_tail_positions(seq: int, n: int, dtype=torch.int64, device=None) -> torch.Tensor:
     """The global position of each storage index of a sequence of ``seq`` in head-tail order
-    for ``n`` ranks (the permutation applied to the inputs)."""
-    chunk = seq // (2 * n)
-    return _chunked_arange([c * chunk for c in storage_chunks(n)], chunk, dtype, device)
+    for ``n`` ranks (the permutation applied to the inputs; the order itself is
+    ops/attention_blocks.gathered_chunks, which the runtime's local calls read too). Built
+    from per-chunk aranges, none of them arange(0, seq), so the decomposition of
+    arange(seq) below does not apply to it."""
+    chunks = attention_blocks.gathered_chunks(seq, n, load_balanced=True)
+    return attention_blocks.chunk_positions(chunks, dtype=dtype, device=device)
 
 
 def natural_order_index(seq: int, n: int, device=None) -> torch.Tensor:
     """The storage index of each global position (the inverse permutation): index_select
     by it puts a head-tail tensor back in natural order."""
-    chunk = seq // (2 * n)
-    where = {c: s for s, c in enumerate(storage_chunks(n))}
-    starts = [where[c] * chunk for c in range(2 * n)]
-    return _chunked_arange(starts, chunk, torch.int64, device)
+    chunks = attention_blocks.gathered_chunks(seq, n, load_balanced=True)
+    stored_at = itertools.accumulate((length for _, length in chunks), initial=0)
+    by_position = sorted(zip(chunks, stored_at))  # ((position, length), storage start)
+    return attention_blocks.chunk_positions(
+        [(start, length) for (_, length), start in by_position], device=device
+    )
 
 
 def causal_pairs_per_rank(positions: torch.Tensor, n: int) -> list[int]:
