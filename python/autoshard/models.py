@@ -3,7 +3,8 @@ convolutional net with BatchNorm.
 
 Every model's ``forward`` returns a scalar training loss, so one traced step holds the whole
 forward and backward pass. Attention is written with plain matmul + softmax (``attention=
-"manual"``, default) or with ``F.scaled_dot_product_attention`` (``attention="sdpa"``).
+"manual"``, default), with ``F.scaled_dot_product_attention`` (``attention="sdpa"``) or with
+FlexAttention and a caller's BlockMask (``attention="flex"``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import flex_attention
 
 
 class MLP(nn.Module):
@@ -55,7 +57,9 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
     max_seq_len: int = 16
-    attention: str = "manual"  # "manual" (matmul + softmax) or "sdpa"
+    # "manual" (matmul + softmax), "sdpa" (causal) or "flex" (FlexAttention with the
+    # BlockMask passed to forward: causal, documents, ...)
+    attention: str = "manual"
 
 
 def llama3_8b_config(n_layers: int = 32, seq_len: int = 2048) -> LlamaConfig:
@@ -120,7 +124,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * self.head_dim, cfg.dim, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, block_mask=None):
         b, s, _ = x.shape
         q = self.wq(x).view(b, s, self.n_heads, self.head_dim)
         k = self.wk(x).view(b, s, self.n_kv_heads, self.head_dim)
@@ -134,6 +138,8 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.attention == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.attention == "flex":
+            o = flex_attention(q, k, v, block_mask=block_mask)
         else:
             scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
             mask = torch.triu(torch.full((s, s), float("-inf"), device=x.device), diagonal=1)
@@ -161,15 +167,16 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x, cos, sin):
-        h = x + self.attention(self.attention_norm(x), cos, sin)
+    def forward(self, x, cos, sin, block_mask=None):
+        h = x + self.attention(self.attention_norm(x), cos, sin, block_mask)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
 class Llama(nn.Module):
     """Decoder-only Llama-style transformer; ``forward(tokens, labels)`` returns the mean
     next-token cross-entropy loss. The rotary tables are computed inside forward (no buffers),
-    so the model has parameters only."""
+    so the model has parameters only. With ``attention="flex"`` forward takes the attention's
+    BlockMask too (``forward(tokens, labels, block_mask)``), as torchtitan's models do."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -179,14 +186,19 @@ class Llama(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor, block_mask=None) -> torch.Tensor:
+        if (block_mask is None) == (self.cfg.attention == "flex"):
+            raise ValueError(
+                "Llama: pass a block_mask exactly when attention='flex' (got attention="
+                f"{self.cfg.attention!r}, block_mask {'None' if block_mask is None else 'given'})"
+            )
         b, s = tokens.shape
         cos, sin = rope_tables(
             self.cfg.dim // self.cfg.n_heads, s, self.cfg.rope_theta, device=tokens.device
         )
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
-            h = layer(h, cos, sin)
+            h = layer(h, cos, sin, block_mask)
         logits = self.output(self.norm(h))
         return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(b * s))
 

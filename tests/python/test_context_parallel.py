@@ -48,7 +48,7 @@ def test_blocks_of_queries_match_the_unsharded_causal_kernel(with_mask):
     for r in range(n):
         rows = slice(r * length, (r + 1) * length)
         offset = cp.query_offset(["S(2)"], [n], lambda d: r, 16)
-        local = lambda op, args: cp.causal_local_call(  # noqa: E731
+        local = lambda op, args: cp.local_call_at_positions(  # noqa: E731
             str(op), args, kwargs, 16, None, offset, 0, op
         )
         o, l = local(FWD_OP, (q[:, :, rows], k, v, 0.0, True))
@@ -99,7 +99,7 @@ def _run_by_positions(gm, balanced: int, seq: int, *inputs):
         def call_function(self, target, args, kwargs):
             op = str(target)
             if cp.needs_local_call(op, args, None, balanced):
-                return cp.causal_local_call(op, args, kwargs, seq, balanced, 0, 0, target)
+                return cp.local_call_at_positions(op, args, kwargs, seq, balanced, 0, 0, target)
             return super().call_function(target, args, kwargs)
 
     return ByPositions(gm).run(*inputs)

@@ -90,11 +90,15 @@ def test_mask_follows_the_batch_row_or_stays_replicated_where_it_broadcasts(mask
         for st in strategies[node["name"]]:
             q, masks = st["inputs"][0][0], [m[0] for m in st["inputs"][n_activations:]]
             rows[q] = masks
-            activations = {a[0] for a in st["inputs"][:n_activations]}
-            assert activations == {q}, st  # q, k, v (and out, lse, grad_out) together
-        assert sorted(rows) == ["R", "S(0)", "S(1)"], rows  # batch and head rows
+            activations = [a[0] for a in st["inputs"][:n_activations]]
+            if q == "S(2)":  # the sequence row: k and v gathered whole, the rest split
+                assert activations[1:3] == ["R", "R"], st
+                del activations[1:3]
+            assert set(activations) == {q}, st  # q, k, v (and out, lse, grad_out) together
+        assert sorted(rows) == ["R", "S(0)", "S(1)", "S(2)"], rows  # batch, heads, sequence
         assert rows["S(0)"] == (["S(0)"] if mask_batch == B else ["R"]) * 8, rows
         assert rows["S(1)"] == ["R"] * 8, rows  # the mask broadcasts over the heads
+        assert rows["S(2)"] == ["R"] * 8, rows  # read whole, by position
 
 
 def _same_document(doc, b, h, q_idx, kv_idx):

@@ -18,10 +18,18 @@
 //   every other buffer is read whole (R). (The graph JSON does not hold the mods themselves, so
 //   a buffer is matched by its size; a mod that indexes a batch-sized dim other than dim 0 by
 //   `b` is outside these rows.)
-// No Partial rows (a score_mod buffer's gradient, which would sum over ranks, is refused by
-// the trace) and no sequence rows (those need ring attention or K/V gathers). A k/v that
-// broadcasts over the batch (size 1, q's larger) gets dk/dv summed over the batch: no batch row.
-// `accept`: with GQA both head counts divide by the head shard count; no empty block.
+// No Partial rows beyond the sequence row's (a score_mod buffer's gradient, which would sum
+// over ranks, is refused by the trace). A k/v that broadcasts over the batch (size 1, q's
+// larger) gets dk/dv summed over the batch: no batch row.
+// The sequence row (context parallelism, the all-gather-K/V recipe, as attention.cpp's): q and
+// every other activation shard dim 2 (out, logsumexp, grad_out: the rank's queries), k and v
+// Replicate (gathered whole); the backward's dk / dv are Partial(sum), this rank's queries'
+// contributions. The mods see the rank's LOCAL query index, so the runtime calls them at the
+// global positions its shard holds (ops/context_parallel.py, flex_attention.call_at_positions);
+// the block mask's tensors and the mods' buffers are read whole (Replicate): they are indexed by
+// position, and the runtime rebuilds the local block structure where a kernel reads it (GPU).
+// `accept`: with GQA both head counts divide by the head shard count; no empty block; an even
+// split of the query sequence (the positions of shard r start at r x local length).
 // FLOPs: the dense 4*B*H*Sq*Skv*D (backward 2.5x) on local shapes; the block mask's sparsity
 // (a causal mask skips about half the blocks on a GPU) is data, not in the graph.
 // Every one of these runs on local shards in these rows (runtime: ops/local_run.py LOCAL_OPS).
@@ -69,6 +77,24 @@ Placement buffer_placement(const TensorMeta& q, const TensorMeta& buf, int dim) 
   return R();
 }
 
+// The sequence row (the header): q, the other activations and the statistics shard their
+// sequence dim 2, k and v (inputs 1, 2) are gathered whole, mask tensors and buffers are read
+// whole; the backward's dk / dv (outputs 1, 2) are Partial sums.
+ShardingRow flex_sequence_row(const RuleContext& ctx, const FlexSpec& spec, const InputRanges& ranges) {
+  const bool backward = spec.block_mask_arg != 4;
+  ShardingRow r = replicate_row(ctx);
+  for (int i = 0; i < ranges.mask_begin; ++i)
+    r.inputs[i] = (i == 1 || i == 2 || ctx.inputs[i].rank() < 3) ? R() : S(2);
+  for (size_t o = 0; o < ctx.outputs.size(); ++o) {
+    if (!ctx.outputs[o]) continue;
+    if (backward && (o == 1 || o == 2))
+      r.outputs[o] = P();
+    else
+      r.outputs[o] = ctx.outputs[o]->rank() >= 3 ? S(2) : R();
+  }
+  return r;
+}
+
 std::vector<ShardingRow> flex_rows(const RuleContext& ctx, const FlexSpec& spec) {
   const TensorMeta& q = input_meta(ctx, 0);
   const TensorMeta& k = input_meta(ctx, 1);
@@ -91,6 +117,7 @@ std::vector<ShardingRow> flex_rows(const RuleContext& ctx, const FlexSpec& spec)
       if (ctx.outputs[o]) r.outputs[o] = ctx.outputs[o]->rank() >= 3 ? S(dim) : R();
     rows.push_back(r);
   }
+  rows.push_back(flex_sequence_row(ctx, spec, ranges));
   return dedup_rows(std::move(rows));
 }
 
@@ -98,6 +125,8 @@ bool flex_accept(const RuleContext& ctx, const FlexSpec& spec, const std::vector
   for (size_t i = 0; i < ctx.inputs.size(); ++i)
     if (has_empty_shard(ctx.mesh, inputs.at(i), ctx.inputs[i])) return false;
   const InputRanges ranges = input_ranges(ctx, spec);
+  const TensorMeta& q = ctx.inputs.at(0);
+  if (q.rank() == 4 && !divides(q.shape[2], shards_on_dim(ctx.mesh, inputs.at(0), 2))) return false;
   std::set<int64_t> heads;
   for (int i = 0; i < ranges.mask_begin; ++i)
     if (ctx.inputs[i].rank() == 4) heads.insert(ctx.inputs[i].shape[1]);

@@ -519,14 +519,14 @@ def validate_node(
                 if ref0 is not None and out_layouts and out_layouts[0] is not None:
                     out_shape = local_shape(ref0.shape, out_layouts[0], mesh, c)
                 args = _localise_sizes(op, tuple(args), out_shape)
-                if context_parallel.needs_offset(op, args, strategy["inputs"]):
-                    # causal attention on a block of queries: the runtime's local call
-                    q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
+                if context_parallel.needs_local_call(op, args, strategy["inputs"], None):
+                    # attention on a block of queries: the runtime's local call
+                    q_at = context_parallel.q_input(op)
                     seq = global_in[refs[q_at].name].shape[context_parallel.SEQ_DIM]
                     q_start, k_start = context_parallel.shard_starts(
                         op, strategy["inputs"], mesh, lambda d, c=c: c[d], seq
                     )
-                    result = context_parallel.causal_local_call(
+                    result = context_parallel.local_call_at_positions(
                         op, args, kwargs, seq, None, q_start, k_start, node.target
                     )
                 else:

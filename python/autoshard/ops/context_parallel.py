@@ -9,7 +9,7 @@ positions. In a step traced in the load-balanced head-tail order (trace/load_bal
 causal call means causal over the head-tail *positions* of the stored sequence, whether its
 queries are sharded or not.
 
-``causal_local_call`` runs such a call from the positions the rank's shards hold: the storage
+``local_call_at_positions`` runs such a call from the positions the rank's shards hold: the storage
 offset of q's shard (``query_offset``: the plan's layout of q and the rank's mesh coordinate)
 and the storage order give *chunks* of consecutive positions, and block-causal kernels
 (ops/attention_blocks.py) attend each query chunk to the keys before it and to its diagonal,
@@ -17,8 +17,14 @@ skipping the pairs a causal mask hides and allocating no mask. A call the kernel
 take (a mask of its own, dropout) or a symbolic coordinate (one program traced for every
 rank, ``compile_on_one_rank``) gets the explicit additive mask instead (0 where key position
 <= query position, -inf elsewhere, added to the call's own mask; ``causal_positions_call``):
-the same function. The reference interpreter (and so the program lowered from it) and the
-numeric rule validator (_testing/validate.py) call the same function.
+the same function. FlexAttention calls (cpp/src/rules/flex_attention.cpp's sequence row) take the same path for
+another reason: their ``score_mod`` / ``mask_mod`` read the query and key indices, which on a
+shard (or in head-tail order) are not the positions. ``local_call_at_positions`` calls them at
+the positions the rank's shards hold (flex_attention.FlexAttentionCall.call_at_positions), with
+a contiguous split as with the head-tail order, and whatever the mask (causal, documents).
+
+The reference interpreter (and so the program lowered from it) and the numeric rule validator
+(_testing/validate.py) call the same function.
 """
 
 from __future__ import annotations
@@ -34,11 +40,18 @@ CAUSAL_SEQUENCE_OPS = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default": (0, 4),
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": (1, 7),
 }
+# FlexAttention's higher-order ops (flex_attention.FlexAttentionCall): q is tensor input 0
+FLEX_ATTENTION_OPS = ("higher_order.flex_attention", "higher_order.flex_attention_backward")
 SEQ_DIM = 2  # q is [B, H, S, D]
 CAUSAL_SEQUENCE_OPS_BY_OVERLOAD = (
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
 )
+
+
+def q_input(op: str) -> int:
+    """The index of q among ``op``'s tensor inputs (k is the next one)."""
+    return 0 if op in FLEX_ATTENTION_OPS else CAUSAL_SEQUENCE_OPS[op][0]
 
 
 def _sharded_mesh_dims(layout: Sequence[str] | None) -> list[int]:
@@ -66,7 +79,7 @@ def shard_starts(
     """Where this rank's shards of q and k start in the stored sequence of ``seq``: their
     layouts (the plan's, one list of placement strings per tensor input) split evenly mesh
     dim by mesh dim, ``coordinate(d)`` the rank's index on mesh dim ``d``."""
-    q_at = CAUSAL_SEQUENCE_OPS[op][0]
+    q_at = q_input(op)
 
     def start(k: int):
         layout = input_layouts[k] if k < len(input_layouts) else None
@@ -92,9 +105,14 @@ def needs_offset(op: str, args: Sequence[Any], input_layouts: Sequence[Any] | No
 def needs_local_call(
     op: str, args: Sequence[Any], input_layouts: Sequence[Any] | None, balanced: int | None
 ) -> bool:
-    """Whether the local run of ``op`` goes through :func:`causal_local_call`: a causal call
-    whose queries are sequence-sharded, or any causal call of a step traced in head-tail
-    order for ``balanced`` ranks (its storage order is not its positions)."""
+    """Whether the local run of ``op`` goes through :func:`local_call_at_positions`: a causal
+    call (or any FlexAttention call) whose queries are sequence-sharded, or any causal (or
+    FlexAttention) call of a step traced in head-tail order for ``balanced`` ranks (its
+    storage order is not its positions)."""
+    if op in FLEX_ATTENTION_OPS:
+        return bool(balanced) or bool(
+            input_layouts is not None and _sharded_mesh_dims(input_layouts[0])
+        )
     if balanced:
         return is_causal_call(op, args)
     return needs_offset(op, args, input_layouts)
@@ -122,7 +140,7 @@ def chunks_of_range(
     return out
 
 
-def causal_local_call(
+def local_call_at_positions(
     op: str,
     args: Sequence[Any],
     kwargs: dict,
@@ -132,33 +150,39 @@ def causal_local_call(
     k_start,
     call: Callable,
 ) -> Any:
-    """Run a causal ``op`` call on local shards: q holds storage elements ``q_start ..`` and
-    k ``k_start ..`` of a sequence of ``seq`` stored in natural order, or head-tail order for
-    ``balanced`` ranks. Block-causal kernels when the starts are ints and the call has no
-    mask or dropout of its own; otherwise ``call`` (the op's local implementation) with the
-    explicit positions mask, the same function."""
-    q_at, causal_at = CAUSAL_SEQUENCE_OPS[op]
+    """Run ``op`` on local shards at their positions: q holds storage elements ``q_start ..``
+    and k ``k_start ..`` of a sequence of ``seq`` stored in natural order, or head-tail order
+    for ``balanced`` ranks. A FlexAttention call (``call``, its FlexAttentionCall) calls its
+    mods at those positions. A causal call: block-causal kernels when the starts are ints and
+    the call has no mask or dropout of its own; otherwise ``call`` (the op's local
+    implementation) with the explicit positions mask, the same function."""
+    q_at = q_input(op)
     q, k = args[q_at], args[q_at + 1]
     stored = storage_chunks(seq, balanced)
-    dropout_p = args[causal_at - 1] if len(args) >= causal_at else 0.0
     concrete = isinstance(q_start, int) and isinstance(k_start, int)
-    if concrete and kwargs.get("attn_mask") is None and not dropout_p:
-        q_chunks = chunks_of_range(stored, q_start, q.shape[SEQ_DIM])
-        k_chunks = chunks_of_range(stored, k_start, k.shape[SEQ_DIM])
-        return _block_call(op, args, kwargs, q_chunks, k_chunks)
-    if concrete:
-        q_pos = attention_blocks.chunk_positions(
-            chunks_of_range(stored, q_start, q.shape[SEQ_DIM]), device=q.device
-        )
-        k_pos = attention_blocks.chunk_positions(
-            chunks_of_range(stored, k_start, k.shape[SEQ_DIM]), device=q.device
-        )
-    else:  # one program for every rank: the starts are symbols
-        every = attention_blocks.chunk_positions(stored, device=q.device)
-        q_pos = every.narrow(0, q_start, q.shape[SEQ_DIM])
-        k_pos = every.narrow(0, k_start, k.shape[SEQ_DIM])
+    if op not in FLEX_ATTENTION_OPS:
+        causal_at = CAUSAL_SEQUENCE_OPS[op][1]
+        dropout_p = args[causal_at - 1] if len(args) >= causal_at else 0.0
+        if concrete and kwargs.get("attn_mask") is None and not dropout_p:
+            q_chunks = chunks_of_range(stored, q_start, q.shape[SEQ_DIM])
+            k_chunks = chunks_of_range(stored, k_start, k.shape[SEQ_DIM])
+            return _block_call(op, args, kwargs, q_chunks, k_chunks)
+    q_pos = _positions(stored, q_start, q.shape[SEQ_DIM], q.device)
+    k_pos = _positions(stored, k_start, k.shape[SEQ_DIM], q.device)
+    if op in FLEX_ATTENTION_OPS:
+        return call.call_at_positions(tuple(args), q_pos, k_pos)
     args, kwargs = causal_positions_call(op, args, kwargs, q_pos, k_pos)
     return call(*args, **kwargs)
+
+
+def _positions(stored: Sequence[attention_blocks.Chunk], start, length: int, device):
+    """The positions of storage elements ``start .. start + length`` of a sequence stored as
+    ``stored``, as a tensor; ``start`` an int, or a symbol (one program for every rank)."""
+    if isinstance(start, int):
+        return attention_blocks.chunk_positions(
+            chunks_of_range(stored, start, length), device=device
+        )
+    return attention_blocks.chunk_positions(stored, device=device).narrow(0, start, length)
 
 
 def _block_call(op: str, args: Sequence[Any], kwargs: dict, q_chunks, k_chunks) -> Any:

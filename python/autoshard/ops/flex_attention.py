@@ -56,6 +56,9 @@ _GRAPH_ARGS = {_FORWARD: {3: "score_mod"}, _BACKWARD: {7: "fw_graph", 8: "joint_
 _BLOCK_MASK_ARG = {_FORWARD: 4, _BACKWARD: 9}
 _KERNEL_OPTIONS_ARG = {_FORWARD: 6, _BACKWARD: 11}
 _MASK_MOD = "mask_mod"  # the last entry of the block mask tuple
+_SCORE_BUFFERS_ARG = {_FORWARD: 7, _BACKWARD: 12}
+_MASK_BUFFERS_ARG = {_FORWARD: 8, _BACKWARD: 13}
+_SCORE_GRAPHS = {_FORWARD: (3,), _BACKWARD: (7, 8)}  # score_mod; fw_graph, joint_graph
 
 
 def register_block_mask_pytree() -> None:
@@ -227,6 +230,28 @@ class FlexAttentionCall:
         hop = getattr(torch.ops.higher_order, self.hop_name)
         return hop(*self.hop_args(args))
 
+    def call_at_positions(
+        self, args: tuple, q_pos: torch.Tensor, k_pos: torch.Tensor, rebuild_blocks=None
+    ) -> Any:
+        """The call with its queries at global positions ``q_pos`` and its keys at
+        ``k_pos`` (one per local index, any order): the mods see those positions as
+        ``q_idx`` / ``kv_idx`` (a shard of a sequence-split call, or the head-tail order).
+        ``rebuild_blocks`` (default: off the CPU, whose dense math reads ``mask_mod`` only)
+        recomputes the block mask's tensors for these positions, which the GPU kernels read
+        to skip blocks."""
+        full = at_positions(self.hop_name, self.hop_args(args), q_pos, k_pos)
+        q, k = full[0], full[1]
+        if rebuild_blocks is None:
+            rebuild_blocks = q.device.type != "cpu"
+        if rebuild_blocks:
+            mask_at = _BLOCK_MASK_ARG[self.hop_name]
+            buffers = full[_MASK_BUFFERS_ARG[self.hop_name]]
+            full[mask_at] = local_block_mask(full[mask_at], buffers, q, k)
+        out = getattr(torch.ops.higher_order, self.hop_name)(*full)
+        if self.hop_name == _BACKWARD:  # no gradients for the positions
+            out = (*out[:3], list(out[3])[: len(args[_SCORE_BUFFERS_ARG[_BACKWARD]])])
+        return out
+
     def hop_args(self, args: tuple) -> list:
         """The HOP's arguments from the node's: role names back to graphs, options back."""
         full = list(args)
@@ -295,3 +320,73 @@ def _check_no_buffer_gradients(node: fx.Node, name: str) -> None:
                 f"(node {node.name}) is not supported yet: pass them without requires_grad, "
                 "or compute the bias outside the score_mod"
             )
+
+
+# ---- the mods at global positions (context parallelism) ------------------------------------
+# The kernels call score_mod(score, b, h, q_idx, kv_idx, *buffers), the joint graph (score, b,
+# h, q_idx, kv_idx, grad, *buffers) and mask_mod(b, h, q_idx, kv_idx, *buffers) with the LOCAL
+# indices of the call's q and k. The wrappers below take two more buffers, the positions of
+# the local queries and keys, and call the model's mods at those positions; passing them as
+# buffers (not closure constants) keeps them inputs of the sub-graphs make_fx records.
+
+
+def _score_at_positions(score_mod, n_own: int):
+    def score_at_positions(score, b, h, q_idx, kv_idx, *buffers):
+        q_pos, k_pos = buffers[n_own:]
+        return score_mod(score, b, h, q_pos[q_idx], k_pos[kv_idx], *buffers[:n_own])
+
+    return score_at_positions
+
+
+def _joint_at_positions(joint_graph, n_own: int):
+    def joint_at_positions(score, b, h, q_idx, kv_idx, grad, *buffers):
+        q_pos, k_pos = buffers[n_own:]
+        grads = joint_graph(score, b, h, q_pos[q_idx], k_pos[kv_idx], grad, *buffers[:n_own])
+        return [*grads, None, None]  # the positions get no gradient (a list, as the vmap expects)
+
+    return joint_at_positions
+
+
+def _mask_at_positions(mask_mod, n_own: int):
+    def mask_at_positions(b, h, q_idx, kv_idx, *buffers):
+        q_pos, k_pos = buffers[n_own:]
+        return mask_mod(b, h, q_pos[q_idx], k_pos[kv_idx], *buffers[:n_own])
+
+    return mask_at_positions
+
+
+def at_positions(hop_name: str, full: list, q_pos: torch.Tensor, k_pos: torch.Tensor) -> list:
+    """The HOP's arguments ``full`` with its mods called at positions ``q_pos`` / ``k_pos``
+    (the positions appended to both buffer tuples)."""
+    full = list(full)
+    score_at, mask_buffers_at = _SCORE_BUFFERS_ARG[hop_name], _MASK_BUFFERS_ARG[hop_name]
+    n_score, n_mask = len(full[score_at]), len(full[mask_buffers_at])
+    wrap = {3: _score_at_positions, 7: _score_at_positions, 8: _joint_at_positions}
+    for pos in _SCORE_GRAPHS[hop_name]:
+        full[pos] = wrap[pos](full[pos], n_score)
+    mask_at = _BLOCK_MASK_ARG[hop_name]
+    mask_mod = _mask_at_positions(full[mask_at][-1], n_mask)
+    full[mask_at] = (*full[mask_at][:-1], mask_mod)
+    full[score_at] = (*full[score_at], q_pos, k_pos)
+    full[mask_buffers_at] = (*full[mask_buffers_at], q_pos, k_pos)
+    return full
+
+
+def local_block_mask(block_mask: tuple, buffers: tuple, q: torch.Tensor, k: torch.Tensor):
+    """``block_mask`` (the HOP's tuple, its ``mask_mod`` taking ``buffers``) with its block
+    tensors computed again for a call on ``q`` and ``k``: the blocks of the local queries
+    and keys that the mask keeps, at the mask's block sizes."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mask_mod = block_mask[-1]
+    q_block, kv_block = block_mask[-3], block_mask[-2]
+    rebuilt = create_block_mask(
+        lambda b, h, q_idx, kv_idx: mask_mod(b, h, q_idx, kv_idx, *buffers),
+        q.shape[0],
+        q.shape[1],
+        q.shape[2],
+        k.shape[2],
+        device=q.device,
+        BLOCK_SIZE=(q_block, kv_block),
+    )
+    return (*rebuilt.as_tuple()[:-1], mask_mod)

@@ -481,15 +481,15 @@ class StepRunner:
         order = getattr(self.step, "load_balance", None)
         return order.n if order is not None else None
 
-    def _causal_local_call(self, node: fx.Node, op: str, args, kwargs, entry: dict, balanced):
-        """A causal attention call on this rank's shards, by the positions they hold."""
-        q_at = context_parallel.CAUSAL_SEQUENCE_OPS[op][0]
+    def _local_call_at_positions(self, node: fx.Node, op: str, args, kwargs, entry: dict, balanced):
+        """An attention call on this rank's shards, by the positions they hold."""
+        q_at = context_parallel.q_input(op)
         refs = tensor_refs(node.args, node.kwargs)
         seq = int(refs[q_at].meta["val"].shape[context_parallel.SEQ_DIM])
         q_start, k_start = context_parallel.shard_starts(
             op, entry.get("inputs") or (), self.mesh.shape, self.mesh._sym_get_coordinate, seq
         )
-        return context_parallel.causal_local_call(
+        return context_parallel.local_call_at_positions(
             op, args, kwargs, seq, balanced, q_start, k_start, local_impl(node.target)
         )
 
@@ -529,9 +529,10 @@ class StepRunner:
         op = str(node.target)
         balanced = self.balanced_ranks
         if context_parallel.needs_local_call(op, args, entry.get("inputs"), balanced):
-            # causal attention on this rank's query positions (a block of a sharded
-            # sequence, or the head-tail order): block kernels (ops/context_parallel.py)
-            out = self._causal_local_call(node, op, args, kwargs, entry, balanced)
+            # attention on this rank's query positions (a block of a sharded sequence, or
+            # the head-tail order): block kernels, or FlexAttention's mods at those
+            # positions (ops/context_parallel.py)
+            out = self._local_call_at_positions(node, op, args, kwargs, entry, balanced)
         else:
             out = local_impl(node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]

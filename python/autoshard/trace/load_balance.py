@@ -14,10 +14,12 @@ model and every plan of it is exact by construction:
   even ``Shard(1)`` split of the permuted tensors is then the head-tail split;
 - the trace's decompositions (:meth:`LoadBalance.decompositions`) make the three things
   that read positions use the permuted ones: ``arange(seq)`` (the positions that rotary or
-  learned position tables are built from) returns the positions in head-tail order; a causal
+  learned position tables are built from) returns the positions in head-tail order; a
+  FlexAttention call means its mods called at the head-tail positions (its BlockMask input,
+  and the tables its mask_mod reads, stay in natural order); a causal
   CPU flash-attention call (forward and backward) stays causal and *means* ``key position <=
   query position`` over those positions: the runtime's local call runs it by the positions
-  each rank holds (ops/context_parallel.causal_local_call), so the graph is exact when run
+  each rank holds (ops/context_parallel.local_call_at_positions), so the graph is exact when run
   by autoshard's interpreter or program (not when run as plain ATen); ``triu`` / ``tril`` over a ``[seq, seq]`` tensor (a hand-built causal mask) compares
   positions instead of storage indices.
 
@@ -150,12 +152,18 @@ class LoadBalancedStep(nn.Module):
         return True
 
     def _reorder(self, tree, index_of):
+        from torch.nn.attention.flex_attention import BlockMask
+
         def one(x):
             if not self._carries_sequence(x):
                 return x
             return torch.index_select(x, SEQ_DIM, index_of(x.device))
 
-        return pytree.tree_map(one, tree)
+        # a BlockMask stays in natural order, with the tables its mask_mod reads (a
+        # document table [batch, seq]): FlexAttention calls its mods at the head-tail
+        # positions (ops/context_parallel.local_call_at_positions), not storage indices
+        block_mask = lambda x: isinstance(x, BlockMask)  # noqa: E731
+        return pytree.tree_map(lambda x: x if block_mask(x) else one(x), tree, is_leaf=block_mask)
 
     def forward(self, *args, **kwargs):
         args, kwargs = self._reorder(
@@ -185,7 +193,7 @@ def _arange_in_order(seq: int, n: int):
 def _causal_in_order(op, seq: int, n: int):
     """A causal attention call over the whole (permuted) sequence stays a causal call: in a
     step traced in head-tail order it means causal over the head-tail *positions*, which is
-    how the runtime runs it (ops/context_parallel.causal_local_call: block kernels over each
+    how the runtime runs it (ops/context_parallel.local_call_at_positions: block kernels over each
     rank's position chunks, no [seq, seq] mask). Calls over another length are refused."""
     name = str(op)
     q_at, causal_at = context_parallel.CAUSAL_SEQUENCE_OPS[name]

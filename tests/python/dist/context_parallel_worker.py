@@ -1,9 +1,12 @@
-"""torchrun worker: context parallelism. A Llama-style model (causal SDPA) planned with its
-tokens' sequence dim pinned to the ``cp`` mesh dim (load-balanced head-tail order unless the
+"""torchrun worker: context parallelism. A Llama-style model (causal SDPA, or FlexAttention with
+a causal document mask passed as a BlockMask input) planned with its tokens' sequence dim
+pinned to the ``cp`` mesh dim (load-balanced head-tail order unless the
 scenario's options turn it off), trained 3 SGD steps on every rank (gloo) and compared with
 the single-process model; reports the attention nodes' layouts, the collectives the lowered
 program issues for them, and the (query, key) pairs each rank's attention calls allow (its
-causal work), counted from the masks the local calls receive.
+causal work), counted from the masks the local calls receive (FlexAttention: the pairs its
+mask allows at the positions the rank's queries hold, what a block-sparse kernel computes; on
+CPU the dense math computes every pair).
 
 Usage: torchrun --standalone --nproc-per-node 4 context_parallel_worker.py CONFIG.json OUT_DIR
 """
@@ -27,11 +30,59 @@ from scenario_runner import (
     run_scenarios,
 )
 
-from autoshard import AutoParallel
+from autoshard import AutoParallel, dense_flex_attention_on_cpu
 from autoshard.models import Llama, LlamaConfig
+from autoshard.ops import attention_blocks
+from autoshard.ops import context_parallel as cp
 
 RTOL, ATOL = 1e-5, 1e-6
 _COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+ATTENTION = ("scaled_dot_product", "flex_attention")
+
+
+def _is_attention(name: str) -> bool:
+    return any(a in name for a in ATTENTION)
+
+
+def _documents(batch: int, seq: int, starts: list[int]) -> torch.Tensor:
+    """A packed-document table [batch, seq]: document i from position starts[i]."""
+    doc = torch.zeros(batch, seq, dtype=torch.int64)
+    for start in starts:
+        doc[:, start:] += 1
+    return doc
+
+
+def _document_mask(doc: torch.Tensor):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def causal_document(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+
+    batch, seq = doc.shape
+    return create_block_mask(causal_document, batch, None, seq, seq, device="cpu")
+
+
+def _document_pairs(doc, plan_entry, mesh, balanced, seq) -> int:
+    """The (query, key) pairs the causal document mask allows for this rank's queries of a
+    FlexAttention forward in ``plan_entry``'s layouts: the work of a block-sparse kernel."""
+    coordinate = mesh.get_coordinate()
+    q_start, _ = cp.shard_starts(
+        cp.FLEX_ATTENTION_OPS[0], plan_entry["inputs"], mesh.shape, coordinate.__getitem__, seq
+    )
+    stored = cp.storage_chunks(seq, balanced)
+    n_q = _local_rows(plan_entry["inputs"][0], mesh, seq)
+    q_pos = attention_blocks.chunk_positions(cp.chunks_of_range(stored, q_start, n_q))
+    k_pos = attention_blocks.chunk_positions(stored)
+    causal = k_pos[None] <= q_pos[:, None]
+    same = doc[:, q_pos][:, :, None] == doc[:, k_pos][:, None]
+    return int((causal & same).sum())
+
+
+def _local_rows(layout, mesh, seq) -> int:
+    for d, p in enumerate(layout):
+        if p == "S(2)":
+            seq //= mesh.shape[d]
+    return seq
 
 
 def _layout(mesh_dims: list[str], dim_of: dict[str, int]) -> tuple:
@@ -90,8 +141,13 @@ def run_one(sc: dict, rank: int) -> dict:
         vocab_size=64,
         ffn_dim=64,
         max_seq_len=seq,
-        attention="sdpa",
+        attention=sc.get("attention", "sdpa"),
     )
+    flex = cfg.attention == "flex"
+    doc = _documents(batch, seq, sc.get("documents", []))
+    # FlexAttention: a causal document mask, a BlockMask input as torchtitan passes it (the
+    # same documents every step; its mask_mod reads the table at the global positions)
+    extra = (_document_mask(doc),) if flex else ()
     torch.manual_seed(0)
     ref = Llama(cfg)
     with torch.device("meta"):
@@ -101,13 +157,15 @@ def run_one(sc: dict, rank: int) -> dict:
     t0 = time.perf_counter()
     with AutoParallel(
         model,
-        lambda: tuple(torch.zeros(batch, seq, dtype=torch.long) for _ in range(2)),
+        lambda: (*(torch.zeros(batch, seq, dtype=torch.long) for _ in range(2)), *extra),
         mesh,
         time_limit_s=20.0,
         strict=True,
         **sc.get("options", {}),
     ) as autop:
-        autop.add_input_constraints([layout, layout])
+        # the block mask's tensors (flattened after tokens and labels) left to the planner
+        free = [None] * (len(autop.step.input_nodes) - 2)
+        autop.add_input_constraints([layout, layout] + free)
         if sc.get("pin_attention", True):
             # the sequence row of every attention call (forward: out, backward: grad_q
             # Shard(2) on cp), so the run exercises it whatever the costs say for this
@@ -115,7 +173,7 @@ def run_one(sc: dict, rank: int) -> dict:
             seq_row = _layout(dims, {"dp": 0, "cp": 2})
             stream = _layout(dims, {"dp": 0, "cp": 1})
             for n in autop.gm.graph.nodes:
-                if "scaled_dot_product" in str(n.target):
+                if _is_attention(str(n.target)):
                     autop.add_node_constraint(n.name, seq_row)
                 # the residual stream ([B, S, dim] embedding and adds) too: the whole block
                 # follows the sequence split
@@ -136,13 +194,13 @@ def run_one(sc: dict, rank: int) -> dict:
     attention = {
         n: {"inputs": e.get("inputs"), "outputs": e.get("outputs")}
         for n, e in nodes.items()
-        if "scaled_dot_product" in n
+        if _is_attention(n)
     }
     # the layout q (a backward: grad_out and q) leaves its producer in: equal to the
     # attention's input layout means no redistribution (no gather) of q before attention
     for n in autop.gm.graph.nodes:
         if n.name in attention:
-            backward = "backward" in n.name
+            backward = "backward" in n.name and not flex  # flex: q is the first input
             producers = n.args[:2] if backward else n.args[:1]
             attention[n.name]["q_producers"] = [
                 (nodes.get(a.name) or {}).get("outputs", [None])[0] for a in producers
@@ -153,13 +211,14 @@ def run_one(sc: dict, rank: int) -> dict:
     g = torch.Generator().manual_seed(1)
     counter = AttentionPairs()
     for i in range(3):
-        inputs = tuple(torch.randint(0, 64, (batch, seq), generator=g) for _ in range(2))
-        if i == 0:  # this rank's attention work, from the local calls' masks
+        inputs = (*(torch.randint(0, 64, (batch, seq), generator=g) for _ in range(2)), *extra)
+        if i == 0 and not flex:  # this rank's attention work, from the local calls' masks
             with counter:
                 loss = parallel_step(parallel, opt, inputs)
         else:
             loss = parallel_step(parallel, opt, inputs)
-        ref_loss = reference_step(ref, ref_opt, inputs)
+        with dense_flex_attention_on_cpu():  # the same math as the parallel run's on CPU
+            ref_loss = reference_step(ref, ref_opt, inputs)
         steps.append(
             {
                 **compare_losses(loss, ref_loss, RTOL, ATOL),
@@ -172,8 +231,13 @@ def run_one(sc: dict, rank: int) -> dict:
         f"{pas}:{node}:{kind}"
         for pas, cs in (("fwd", fwd), ("bwd", bwd))
         for node, kind in cs
-        if "scaled_dot_product" in node
+        if _is_attention(node)
     )
+    if flex:  # the pairs the document mask allows this rank's queries (first forward call)
+        first = next(e for n, e in attention.items() if "backward" not in n)
+        order = autop.step.load_balance
+        balanced = order.n if order is not None else None
+        counter.pairs = _document_pairs(doc, first, mesh, balanced, seq)
     return {
         "name": sc["name"],
         "ok": True,
