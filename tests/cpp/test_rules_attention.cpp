@@ -10,7 +10,7 @@ TEST(RulesAttention, FlashCpuForwardBatchAndHeads) {
                      {{{2, 4, 16, 16}}, {{2, 4, 16}}});
   EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0)|S(0),S(0),S(0)", "S(1),S(1)|S(1),S(1),S(1)",
                                                        "S(2),S(2)|S(2),R,R"}));
-  EXPECT_DOUBLE_EQ(c->flops({{{2, 2, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}}, {}), 4.0 * 2 * 2 * 16 * 16 * 16);
+  EXPECT_DOUBLE_EQ(c->flops({{{2, 2, 16, 16}}, {{2, 2, 16, 16}}, {{2, 2, 16, 16}}}, {}), 0.5 * 4.0 * 2 * 2 * 16 * 16 * 16);
 }
 
 TEST(RulesAttention, GqaHeadShardingNeedsBothHeadCountsToDivide) {
@@ -38,8 +38,24 @@ TEST(RulesAttention, FlashCpuBackward) {
   EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(0),S(0),S(0)|S(0),S(0),S(0),S(0),S(0),S(0)",
                                                        "S(1),S(1),S(1)|S(1),S(1),S(1),S(1),S(1),S(1)",
                                                        "S(2),P(sum),P(sum)|S(2),S(2),R,R,S(2),S(2)"}));
+  // causal: the kernel skips the masked blocks, about half the dense work
   EXPECT_DOUBLE_EQ(c->flops({{{2, 4, 16, 16}}, {{2, 4, 16, 16}}, {{2, 2, 16, 16}}}, {}),
-                   2.5 * 4.0 * 2 * 4 * 16 * 16 * 16);
+                   0.5 * 2.5 * 4.0 * 2 * 4 * 16 * 16 * 16);
+}
+
+TEST(RulesAttention, CausalPricedAtHalfExceptTheMathKernel) {
+  const std::string fwd = "aten._scaled_dot_product_flash_attention_for_cpu.default";
+  const std::vector<TensorSpec> qkv = {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}};
+  const std::vector<TensorMeta> in = {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}};
+  const double dense = 4.0 * 2 * 4 * 16 * 16 * 8;
+  auto full = make_case(fwd, qkv, "[$0, $1, $2, 0.0, false]", {{{2, 4, 16, 8}}, {{2, 4, 16}}});
+  auto causal = make_case(fwd, qkv, "[$0, $1, $2, 0.0, true]", {{{2, 4, 16, 8}}, {{2, 4, 16}}});
+  EXPECT_DOUBLE_EQ(full->flops(in, {}), dense);
+  EXPECT_DOUBLE_EQ(causal->flops(in, {}), 0.5 * dense);
+  // the math kernel materialises the mask and computes every pair
+  auto math = make_case("aten._scaled_dot_product_attention_math.default", qkv, "[$0, $1, $2, null, 0.0, true]",
+                        {{{2, 4, 16, 8}}, {{2, 4, 16, 16}}});
+  EXPECT_DOUBLE_EQ(math->flops(in, {}), dense);
 }
 
 TEST(RulesAttention, EfficientAttentionBiasAndPhiloxTensors) {
@@ -138,8 +154,9 @@ TEST(RulesAttention, SequenceRowGathersKeysAndValues) {
   EXPECT_TRUE(row_set(c->rows()).count("S(2),S(2)|S(2),R,R"));
   Layout s = L({"S(2)"}), r = L({"R"});
   EXPECT_TRUE(c->accept({s, s}, {s, r, r}));
-  // the local compute: a quarter of the queries against every key (the slowest rank's dense block)
-  EXPECT_DOUBLE_EQ(c->flops({{{2, 4, 4, 8}}, {{2, 2, 16, 8}}, {{2, 2, 16, 8}}}, {}), 4.0 * 2 * 4 * 4 * 16 * 8);
+  // the local compute: a quarter of the queries against every key, causal: half of that block
+  // (each rank's share under the head-tail split, the average one under the contiguous split)
+  EXPECT_DOUBLE_EQ(c->flops({{{2, 4, 4, 8}}, {{2, 2, 16, 8}}, {{2, 2, 16, 8}}}, {}), 0.5 * 4.0 * 2 * 4 * 4 * 16 * 8);
   // 18 queries over 4 ranks: the causal offset (coordinate x local length) needs an even split
   auto u = make_case("aten._scaled_dot_product_flash_attention_for_cpu.default",
                      {{{2, 4, 18, 8}}, {{2, 4, 18, 8}}, {{2, 4, 18, 8}}}, "[$0, $1, $2, 0.0, true]",

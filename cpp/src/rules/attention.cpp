@@ -25,9 +25,10 @@
 // rank's queries hold (block kernels over position chunks, ops/context_parallel.py and
 // ops/attention_blocks.py). `accept` requires an even split of the query sequence (the offset
 // is coordinate x local length).
-// FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes. Causal
-// attention is priced dense in every row, although causal kernels (and the block kernels of the
-// sequence row) compute about half of it: the rows compare fairly, the figure is high. Without
+// FLOPs: forward 4*B*H*Sq*Skv*D (QK^T and PV), backward 2.5x that, on local shapes; half of
+// that for a causal call of a kernel that skips the masked blocks (flash, CPU flash,
+// efficient, cuDNN; the sequence row's block kernels compute the pairs at or before each query
+// too, ops/attention_blocks.py), dense for the math kernel, which materialises the mask. Without
 // the load-balanced split (docs/context_parallel.md) the sequence row's causal work is uneven
 // (rank r of n owns (2r+1)/n^2 of the causal pairs, the last rank (2n-1)/n^2), and the slowest
 // rank sets the step's time.
@@ -54,7 +55,13 @@ struct AttentionSpec {
   double flop_factor;                    // 1 forward, 2.5 backward
   int grad_bias_output = -1;             // output holding the bias gradient (bias-shaped)
   bool seq_row = false;                  // offers the sequence row (q sharded, k/v replicated)
+  int causal_arg = -1;                   // positional arg of is_causal, for kernels that skip masked blocks
 };
+
+AttentionSpec causal_at(AttentionSpec spec, int pos) {
+  spec.causal_arg = pos;
+  return spec;
+}
 
 std::set<int> bias_inputs(const RuleContext& ctx, const AttentionSpec& spec) {
   std::set<int> out;
@@ -179,8 +186,9 @@ OpRule attention_rule(AttentionSpec spec) {
   r.accept = [spec](const RuleContext& ctx, const std::vector<Layout>& outs, const std::vector<Layout>& ins) {
     return attention_accept(ctx, spec, outs, ins);
   };
-  r.flops = [spec](const RuleContext&, const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&) {
-    return attention_flops(in, spec);
+  r.flops = [spec](const RuleContext& ctx, const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&) {
+    const bool causal = spec.causal_arg >= 0 && bool_arg(ctx, spec.causal_arg, "is_causal", false);
+    return attention_flops(in, spec) * (causal ? 0.5 : 1.0);  // about half the pairs are masked
   };
   return r;
 }
@@ -190,28 +198,32 @@ OpRule attention_rule(AttentionSpec spec) {
 void register_attention_rules() {
   // _scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, *, attn_mask, scale)
   add_rule("aten._scaled_dot_product_flash_attention_for_cpu.default",
-           attention_rule({0, {}, {"attn_mask"}, 1.0, -1, true}));
+           attention_rule(causal_at({0, {}, {"attn_mask"}, 1.0, -1, true}, 4)));
   // ..._backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale)
   add_rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
-           attention_rule({1, {}, {"attn_mask"}, 2.5, -1, true}));
+           attention_rule(causal_at({1, {}, {"attn_mask"}, 2.5, -1, true}, 7)));
   // _scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, return_debug_mask, *, scale)
-  add_rule("aten._scaled_dot_product_flash_attention.default", attention_rule({0, {}, {}, 1.0}));
+  add_rule("aten._scaled_dot_product_flash_attention.default", attention_rule(causal_at({0, {}, {}, 1.0}, 4)));
   // ..._backward(grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
   //              is_causal, philox_seed, philox_offset, *, scale)
-  add_rule("aten._scaled_dot_product_flash_attention_backward.default", attention_rule({1, {}, {}, 2.5}));
+  add_rule("aten._scaled_dot_product_flash_attention_backward.default",
+           attention_rule(causal_at({1, {}, {}, 2.5}, 11)));
   // _scaled_dot_product_efficient_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
-  add_rule("aten._scaled_dot_product_efficient_attention.default", attention_rule({0, {3}, {"attn_bias"}, 1.0}));
+  add_rule("aten._scaled_dot_product_efficient_attention.default",
+           attention_rule(causal_at({0, {3}, {"attn_bias"}, 1.0}, 6)));
   // ..._backward(grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p,
   //              grad_input_mask, is_causal, *, scale)
   //              -> (grad_q, grad_k, grad_v, grad_bias)
   add_rule("aten._scaled_dot_product_efficient_attention_backward.default",
-           attention_rule({1, {4}, {"attn_bias"}, 2.5, 3}));
+           attention_rule(causal_at({1, {4}, {"attn_bias"}, 2.5, 3}, 11)));
   // _scaled_dot_product_cudnn_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal,
   //                                     return_debug_mask, *, scale)
-  add_rule("aten._scaled_dot_product_cudnn_attention.default", attention_rule({0, {3}, {"attn_bias"}, 1.0}));
+  add_rule("aten._scaled_dot_product_cudnn_attention.default",
+           attention_rule(causal_at({0, {3}, {"attn_bias"}, 1.0}, 6)));
   // ..._backward(grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q,
   //              cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale)
-  add_rule("aten._scaled_dot_product_cudnn_attention_backward.default", attention_rule({1, {8}, {"attn_bias"}, 2.5}));
+  add_rule("aten._scaled_dot_product_cudnn_attention_backward.default",
+           attention_rule(causal_at({1, {8}, {"attn_bias"}, 2.5}, 14)));
   // _scaled_dot_product_attention_math(q, k, v, attn_mask, dropout_p, is_causal, dropout_mask, *, scale,
   //                                    enable_gqa) -> (out, attn_weights)
   add_rule("aten._scaled_dot_product_attention_math.default",
