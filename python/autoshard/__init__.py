@@ -22,6 +22,7 @@ _LAZY = {
     "register_sharding": "ops.user_rules",
     "local_map": "ops.local_map",
     "dense_flex_attention_on_cpu": "ops.flex_attention",
+    "document_head_tail_order": "trace.load_balance",
 }
 
 __all__ = sorted(_LAZY)

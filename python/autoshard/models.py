@@ -104,8 +104,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     b, s, h, d = x.shape
     xr = x.reshape(b, s, h, d // 2, 2)
     x0, x1 = xr[..., 0], xr[..., 1]
-    c = cos.view(1, s, 1, d // 2)
-    sn = sin.view(1, s, 1, d // 2)
+    c = cos.view(-1, s, 1, d // 2)  # tables [s, d/2], or [b, s, d/2] at given positions
+    sn = sin.view(-1, s, 1, d // 2)
     out = torch.stack([x0 * c - x1 * sn, x0 * sn + x1 * c], dim=-1)
     # the float32 tables promote a bf16 x (mixed precision): back to x's dtype, so q and k
     # meet v's in attention (a no-op, and no graph node, for float32)
@@ -176,7 +176,10 @@ class Llama(nn.Module):
     """Decoder-only Llama-style transformer; ``forward(tokens, labels)`` returns the mean
     next-token cross-entropy loss. The rotary tables are computed inside forward (no buffers),
     so the model has parameters only. With ``attention="flex"`` forward takes the attention's
-    BlockMask too (``forward(tokens, labels, block_mask)``), as torchtitan's models do."""
+    BlockMask too (``forward(tokens, labels, block_mask)``), as torchtitan's models do; and
+    ``positions`` ([batch, seq], default ``0 .. seq - 1``), the position of each token for the
+    rotary embedding, for a sequence stored in another order (load_balance.
+    document_head_tail_order)."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -186,7 +189,9 @@ class Llama(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor, block_mask=None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, labels: torch.Tensor, block_mask=None, positions=None
+    ) -> torch.Tensor:
         if (block_mask is None) == (self.cfg.attention == "flex"):
             raise ValueError(
                 "Llama: pass a block_mask exactly when attention='flex' (got attention="
@@ -196,6 +201,8 @@ class Llama(nn.Module):
         cos, sin = rope_tables(
             self.cfg.dim // self.cfg.n_heads, s, self.cfg.rope_theta, device=tokens.device
         )
+        if positions is not None:  # each token's row of the tables: [b, s, d/2]
+            cos, sin = F.embedding(positions, cos), F.embedding(positions, sin)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h, cos, sin, block_mask)

@@ -228,3 +228,30 @@ def test_an_input_with_the_sequence_in_two_dims_is_refused():
         step(torch.zeros(1, 8, 8))
     x = torch.randn(1, 8, 4)
     assert torch.equal(step(x), x)  # a sequence output is put back in natural order
+
+
+def _document_pairs_per_rank(order: torch.Tensor, lengths: list[int], n: int) -> list[int]:
+    """The causal pairs within documents of each rank's queries, the sequence stored in
+    ``order`` (a position per storage index) and split evenly over ``n`` ranks."""
+    doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))[order]
+    allowed = (order.unsqueeze(0) <= order.unsqueeze(1)) & (doc.unsqueeze(0) == doc.unsqueeze(1))
+    return [int(rows.sum()) for rows in allowed.chunk(n, dim=0)]
+
+
+@pytest.mark.parametrize("lengths,n", [([96, 64, 96], 4), ([16, 240], 4), ([48, 24, 24], 3)])
+def test_the_per_document_order_balances_a_document_mask(lengths, n):
+    from autoshard.trace.load_balance import document_head_tail_order, head_tail_positions
+
+    order = document_head_tail_order(lengths, n)
+    assert sorted(order.tolist()) == list(range(sum(lengths)))  # a permutation
+    pairs = _document_pairs_per_rank(order, lengths, n)
+    assert max(pairs) == min(pairs), pairs  # every document split head-tail: equal work
+    whole = _document_pairs_per_rank(head_tail_positions(sum(lengths), n), lengths, n)
+    assert max(whole) > max(pairs)  # the whole sequence's head-tail order is uneven here
+
+
+def test_the_per_document_order_refuses_documents_it_cannot_split():
+    from autoshard.trace.load_balance import LoadBalanceError, document_head_tail_order
+
+    with pytest.raises(LoadBalanceError, match=r"\[100\].*multiple of 8"):
+        document_head_tail_order([160, 100], 4)

@@ -76,6 +76,35 @@ def natural_order_index(seq: int, n: int, device=None) -> torch.Tensor:
     )
 
 
+def document_head_tail_order(document_lengths, n: int, device=None) -> torch.Tensor:
+    """A storage order for packed documents on ``n`` context-parallel ranks: the position
+    each storage index holds, such that an even split of the reordered sequence gives rank r
+    the head chunk r and the tail chunk ``2n - 1 - r`` of every document (so each rank does
+    the same causal work within every document, which the one head-tail order of the whole
+    sequence does not do for a document mask).
+
+    The order depends on the batch's documents, so the trainer applies it, as with torch's
+    per-document load balancer: index the sequence inputs by it (tokens, labels, the document
+    table), pass it as the model's positions, build the BlockMask over storage indices
+    (its mask_mod reading the reordered tables), and plan with ``cp_load_balance=False`` (the
+    contiguous split of the reordered sequence). Every document length must divide by
+    ``2n``; pad documents to it."""
+    lengths = [int(x) for x in document_lengths]
+    odd = [x for x in lengths if x % (2 * n)]
+    if odd:
+        raise LoadBalanceError(
+            f"document_head_tail_order: document lengths {odd} do not divide into 2 x cp = "
+            f"{2 * n} chunks; pad each document to a multiple of {2 * n}"
+        )
+    starts = list(itertools.accumulate(lengths, initial=0))
+    chunks = []
+    for rank in range(n):
+        for start, length in zip(starts, lengths):
+            size = length // (2 * n)
+            chunks += [(start + rank * size, size), (start + (2 * n - 1 - rank) * size, size)]
+    return attention_blocks.chunk_positions(chunks, device=device)
+
+
 def causal_pairs_per_rank(positions: torch.Tensor, n: int) -> list[int]:
     """The allowed (query, key) pairs of each rank's causal mask, with the sequence stored
     in ``positions`` order and split evenly over ``n`` ranks (keys: the whole sequence)."""

@@ -13,6 +13,7 @@ Usage: torchrun --standalone --nproc-per-node 4 context_parallel_worker.py CONFI
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections import Counter
@@ -30,7 +31,7 @@ from scenario_runner import (
     run_scenarios,
 )
 
-from autoshard import AutoParallel, dense_flex_attention_on_cpu
+from autoshard import AutoParallel, dense_flex_attention_on_cpu, document_head_tail_order
 from autoshard.models import Llama, LlamaConfig
 from autoshard.ops import attention_blocks
 from autoshard.ops import context_parallel as cp
@@ -52,19 +53,48 @@ def _documents(batch: int, seq: int, starts: list[int]) -> torch.Tensor:
     return doc
 
 
-def _document_mask(doc: torch.Tensor):
+def _document_mask(doc: torch.Tensor, pos: torch.Tensor):
+    """Causal within documents: ``doc`` and ``pos`` are each token's document and position,
+    indexed as the mask's query / key indices (natural order, or the trainer's order)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     def causal_document(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+        return (pos[b, kv_idx] <= pos[b, q_idx]) & (doc[b, q_idx] == doc[b, kv_idx])
 
     batch, seq = doc.shape
     return create_block_mask(causal_document, batch, None, seq, seq, device="cpu")
 
 
-def _document_pairs(doc, plan_entry, mesh, balanced, seq) -> int:
+class FlexInputs:
+    """The BlockMask (and positions) a scenario's model takes beside tokens and labels. With
+    ``per_document`` the trainer reorders the sequence by document_head_tail_order (each
+    rank the head and tail chunks of every document) and passes the positions: the parallel
+    run gets the reordered inputs, the reference the natural ones."""
+
+    def __init__(self, sc: dict, batch: int, seq: int, n_cp: int):
+        starts = list(itertools.accumulate(sc.get("documents", []), initial=0))[:-1]
+        self.doc = _documents(batch, seq, starts[1:])
+        positions = torch.arange(seq).expand(batch, seq)
+        self.natural = (_document_mask(self.doc, positions),)
+        self.order = None
+        if sc.get("per_document"):
+            self.order = document_head_tail_order(sc["documents"], n_cp)
+            doc, pos = self.doc[:, self.order], positions[:, self.order]
+            self.parallel = (_document_mask(doc, pos), pos.contiguous())
+            self.mask_tables = doc, pos  # what the parallel run's mask indexes
+        else:
+            self.parallel = self.natural
+            self.mask_tables = self.doc, positions
+
+    def reorder(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.order is None else x[:, self.order].contiguous()
+
+
+def _document_pairs(tables, plan_entry, mesh, balanced, seq) -> int:
     """The (query, key) pairs the causal document mask allows for this rank's queries of a
-    FlexAttention forward in ``plan_entry``'s layouts: the work of a block-sparse kernel."""
+    FlexAttention forward in ``plan_entry``'s layouts: the work of a block-sparse kernel.
+    ``tables``: each mask index's document and position."""
+    doc, pos = tables
     coordinate = mesh.get_coordinate()
     q_start, _ = cp.shard_starts(
         cp.FLEX_ATTENTION_OPS[0], plan_entry["inputs"], mesh.shape, coordinate.__getitem__, seq
@@ -73,7 +103,7 @@ def _document_pairs(doc, plan_entry, mesh, balanced, seq) -> int:
     n_q = _local_rows(plan_entry["inputs"][0], mesh, seq)
     q_pos = attention_blocks.chunk_positions(cp.chunks_of_range(stored, q_start, n_q))
     k_pos = attention_blocks.chunk_positions(stored)
-    causal = k_pos[None] <= q_pos[:, None]
+    causal = pos[:, k_pos][:, None] <= pos[:, q_pos][:, :, None]
     same = doc[:, q_pos][:, :, None] == doc[:, k_pos][:, None]
     return int((causal & same).sum())
 
@@ -144,10 +174,11 @@ def run_one(sc: dict, rank: int) -> dict:
         attention=sc.get("attention", "sdpa"),
     )
     flex = cfg.attention == "flex"
-    doc = _documents(batch, seq, sc.get("documents", []))
     # FlexAttention: a causal document mask, a BlockMask input as torchtitan passes it (the
-    # same documents every step; its mask_mod reads the table at the global positions)
-    extra = (_document_mask(doc),) if flex else ()
+    # same documents every step; its mask_mod reads the table at the mask's indices)
+    n_cp = sc["mesh"][dims.index("cp")]
+    extra = FlexInputs(sc, batch, seq, n_cp) if flex else None
+    parallel_extra = extra.parallel if flex else ()
     torch.manual_seed(0)
     ref = Llama(cfg)
     with torch.device("meta"):
@@ -157,15 +188,16 @@ def run_one(sc: dict, rank: int) -> dict:
     t0 = time.perf_counter()
     with AutoParallel(
         model,
-        lambda: (*(torch.zeros(batch, seq, dtype=torch.long) for _ in range(2)), *extra),
+        lambda: (*(torch.zeros(batch, seq, dtype=torch.long) for _ in range(2)), *parallel_extra),
         mesh,
         time_limit_s=20.0,
         strict=True,
         **sc.get("options", {}),
     ) as autop:
-        # the block mask's tensors (flattened after tokens and labels) left to the planner
-        free = [None] * (len(autop.step.input_nodes) - 2)
-        autop.add_input_constraints([layout, layout] + free)
+        # the block mask's tensors (flattened after tokens and labels) left to the planner;
+        # positions (last, where given) split as the tokens
+        free = [None] * (len(autop.step.input_nodes) - 2 - len(parallel_extra[1:]))
+        autop.add_input_constraints([layout, layout] + free + [layout] * len(parallel_extra[1:]))
         if sc.get("pin_attention", True):
             # the sequence row of every attention call (forward: out, backward: grad_q
             # Shard(2) on cp), so the run exercises it whatever the costs say for this
@@ -211,14 +243,15 @@ def run_one(sc: dict, rank: int) -> dict:
     g = torch.Generator().manual_seed(1)
     counter = AttentionPairs()
     for i in range(3):
-        inputs = (*(torch.randint(0, 64, (batch, seq), generator=g) for _ in range(2)), *extra)
+        tokens = tuple(torch.randint(0, 64, (batch, seq), generator=g) for _ in range(2))
+        inputs = (*map(extra.reorder, tokens), *extra.parallel) if flex else tokens
         if i == 0 and not flex:  # this rank's attention work, from the local calls' masks
             with counter:
                 loss = parallel_step(parallel, opt, inputs)
         else:
             loss = parallel_step(parallel, opt, inputs)
         with dense_flex_attention_on_cpu():  # the same math as the parallel run's on CPU
-            ref_loss = reference_step(ref, ref_opt, inputs)
+            ref_loss = reference_step(ref, ref_opt, (*tokens, *(extra.natural if flex else ())))
         steps.append(
             {
                 **compare_losses(loss, ref_loss, RTOL, ATOL),
@@ -237,7 +270,7 @@ def run_one(sc: dict, rank: int) -> dict:
         first = next(e for n, e in attention.items() if "backward" not in n)
         order = autop.step.load_balance
         balanced = order.n if order is not None else None
-        counter.pairs = _document_pairs(doc, first, mesh, balanced, seq)
+        counter.pairs = _document_pairs(extra.mask_tables, first, mesh, balanced, seq)
     return {
         "name": sc["name"],
         "ok": True,
