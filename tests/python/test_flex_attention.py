@@ -211,3 +211,25 @@ def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh(mask):
     for name, entry in flex.items():
         q = entry["inputs"][0]
         assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
+
+
+def test_compile_is_refused_clearly_for_a_program_with_flex_attention():
+    """torch.compile does not take the per-rank program's FlexAttention calls (their buffers
+    are arguments; Dynamo wants the front end's closures): a clear refusal, not Dynamo's
+    "too many values to unpack"."""
+    from types import SimpleNamespace
+
+    import torch.fx as fx
+
+    from autoshard.program.execution import compile_program
+
+    def program_with(target) -> fx.GraphModule:
+        graph = fx.Graph()
+        x = graph.placeholder("x")
+        graph.output(graph.call_function(target, (x,)))
+        return fx.GraphModule({}, graph)
+
+    plain = program_with(torch.ops.aten.relu.default)
+    flex = program_with(torch.ops.higher_order.flex_attention)
+    with pytest.raises(NotImplementedError, match="compile=False"):
+        compile_program(SimpleNamespace(fwd=flex, bwd=plain))

@@ -18,9 +18,27 @@ from autoshard.program.local_program import LocalProgram, copy_graph_module
 from autoshard.program.passes.deferred_tail import DeferredValue, PendingTail
 
 
+def _check_compilable(program: LocalProgram) -> None:
+    """Refuses graphs torch.compile cannot take, naming the fix. FlexAttention: the program
+    calls its higher-order ops with their mod buffers as arguments (the tensors a mask reads,
+    the context-parallel positions), a form Dynamo does not accept ("too many values to
+    unpack" in torch 2.13; it takes the front end's call, with buffers as closures), and
+    inductor has no CPU FlexAttention backward."""
+    flex = {torch.ops.higher_order.flex_attention, torch.ops.higher_order.flex_attention_backward}
+    for gm in (program.fwd, program.bwd):
+        if any(n.op == "call_function" and n.target in flex for n in gm.graph.nodes):
+            raise NotImplementedError(
+                "autoshard: compile=True is not supported yet for models with FlexAttention "
+                "(torch.compile does not take the per-rank program's FlexAttention calls); "
+                "pass compile=False: the program then runs eagerly, FlexAttention as torch's "
+                "unfused implementation (the scores materialised), on GPU too"
+            )
+
+
 def compile_program(program: LocalProgram) -> LocalProgram:
     """Compile both graphs with inductor (CPU or GPU); the FX graphs stay for inspection.
     Static shapes: a step's local shapes are fixed by the plan."""
+    _check_compilable(program)
     # inductor orders nodes by their inputs alone and would wait for a collective as soon as
     # it could (the backward would start by waiting for the loss normaliser it divides by
     # at its end): waits go just before their first use, as in the program's schedule.
