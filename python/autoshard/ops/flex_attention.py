@@ -58,7 +58,8 @@ _KERNEL_OPTIONS_ARG = {_FORWARD: 6, _BACKWARD: 11}
 _MASK_MOD = "mask_mod"  # the last entry of the block mask tuple
 _SCORE_BUFFERS_ARG = {_FORWARD: 7, _BACKWARD: 12}
 _MASK_BUFFERS_ARG = {_FORWARD: 8, _BACKWARD: 13}
-_SCORE_GRAPHS = {_FORWARD: (3,), _BACKWARD: (7, 8)}  # score_mod; fw_graph, joint_graph
+# the positions of the graphs that take a score: score_mod; fw_graph and the joint graph (True)
+_SCORE_GRAPHS = {_FORWARD: {3: False}, _BACKWARD: {7: False, 8: True}}
 
 
 def register_block_mask_pytree() -> None:
@@ -361,9 +362,9 @@ def at_positions(hop_name: str, full: list, q_pos: torch.Tensor, k_pos: torch.Te
     full = list(full)
     score_at, mask_buffers_at = _SCORE_BUFFERS_ARG[hop_name], _MASK_BUFFERS_ARG[hop_name]
     n_score, n_mask = len(full[score_at]), len(full[mask_buffers_at])
-    wrap = {3: _score_at_positions, 7: _score_at_positions, 8: _joint_at_positions}
-    for pos in _SCORE_GRAPHS[hop_name]:
-        full[pos] = wrap[pos](full[pos], n_score)
+    for pos, joint in _SCORE_GRAPHS[hop_name].items():
+        wrapper = _joint_at_positions if joint else _score_at_positions
+        full[pos] = wrapper(full[pos], n_score)
     mask_at = _BLOCK_MASK_ARG[hop_name]
     mask_mod = _mask_at_positions(full[mask_at][-1], n_mask)
     full[mask_at] = (*full[mask_at][:-1], mask_mod)
