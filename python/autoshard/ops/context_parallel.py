@@ -9,19 +9,22 @@ positions. In a step traced in the load-balanced head-tail order (trace/load_bal
 causal call means causal over the head-tail *positions* of the stored sequence, whether its
 queries are sharded or not.
 
-``local_call_at_positions`` runs such a call from the positions the rank's shards hold: the storage
-offset of q's shard (``query_offset``: the plan's layout of q and the rank's mesh coordinate)
-and the storage order give *chunks* of consecutive positions, and block-causal kernels
+``local_call_at_positions`` runs such a call from the positions the rank's shards hold: the
+storage offset of q's shard (``query_offset``: the plan's layout of q and the rank's mesh
+coordinate) and the storage order give *chunks* of consecutive positions, and block-causal kernels
 (ops/attention_blocks.py) attend each query chunk to the keys before it and to its diagonal,
 skipping the pairs a causal mask hides and allocating no mask. A call the kernels do not
 take (a mask of its own, dropout) or a symbolic coordinate (one program traced for every
 rank, ``compile_on_one_rank``) gets the explicit additive mask instead (0 where key position
 <= query position, -inf elsewhere, added to the call's own mask; ``causal_positions_call``):
-the same function. FlexAttention calls (cpp/src/rules/flex_attention.cpp's sequence row) take the same path for
-another reason: their ``score_mod`` / ``mask_mod`` read the query and key indices, which on a
-shard (or in head-tail order) are not the positions. ``local_call_at_positions`` calls them at
-the positions the rank's shards hold (flex_attention.FlexAttentionCall.call_at_positions), with
-a contiguous split as with the head-tail order, and whatever the mask (causal, documents).
+the same function.
+
+FlexAttention calls (the sequence row of cpp/src/rules/flex_attention.cpp) take the same path
+for another reason: their ``score_mod`` / ``mask_mod`` read the query and key indices, which
+on a shard (or in head-tail order) are not the positions. ``local_call_at_positions`` calls
+them at the positions the rank's shards hold (flex_attention.FlexAttentionCall
+.call_at_positions), with a contiguous split as with the head-tail order, and whatever the
+mask (causal, documents).
 
 The reference interpreter (and so the program lowered from it) and the numeric rule validator
 (_testing/validate.py) call the same function.
