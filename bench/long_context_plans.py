@@ -35,6 +35,8 @@ import torch
 CANDIDATES = (
     ("dp8 x cp8", (8, 8), ("dp", "cp"), ("batch", "seq"), None),
     ("dp8 x cp8", (8, 8), ("dp", "cp"), ("batch", "seq"), "seq"),
+    # cp 16: what the planner picks where the cp dim is larger (32 heads after GQA's repeat)
+    ("dp4 x cp16", (4, 16), ("dp", "cp"), ("batch", "seq"), None),
     ("dp4 x cp16", (4, 16), ("dp", "cp"), ("batch", "seq"), "seq"),
     ("dp2 x cp32", (2, 32), ("dp", "cp"), ("batch", "seq"), "seq"),
     ("dp8 x tp8", (8, 8), ("dp", "tp"), ("batch", "rep"), "heads"),
@@ -152,15 +154,10 @@ def main(argv=None) -> int:
         ]
         return min(fitting, key=lambda nr: nr[1]["step_s"]) if fitting else None
 
-    chosen = min(
-        ((n, r) for n, pin, r in rows if pin is None and r["fits"]),
-        key=lambda nr: nr[1]["step_s"],
-        default=None,
-    )
-    if chosen:
-        print(
-            f"\nautoshard's choice on dp8 x cp8: attention q {chosen[1]['attention']}, {chosen[1]['step_s']:.2f} s"
-        )
+    print()
+    for n, pin, r in rows:
+        if pin is None:
+            print(f"autoshard's choice on {n}: attention q {r['attention']}, {r['step_s']:.2f} s")
     with_cp, without = best(True), best(False)
     for label, choice in (("with a sequence split", with_cp), ("without", without)):
         text = f"{choice[0]}, {choice[1]['step_s']:.2f} s" if choice else "none fits"
