@@ -23,6 +23,7 @@ _LAZY = {
     "local_map": "ops.local_map",
     "dense_flex_attention_on_cpu": "ops.flex_attention",
     "document_head_tail_order": "trace.load_balance",
+    "varlen_attention_on_cpu": "ops.varlen_attention",
 }
 
 __all__ = sorted(_LAZY)

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
+from torch.nn.attention.varlen import varlen_attn
 
 
 class MLP(nn.Module):
@@ -57,8 +58,8 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
     max_seq_len: int = 16
-    # "manual" (matmul + softmax), "sdpa" (causal) or "flex" (FlexAttention with the
-    # BlockMask passed to forward: causal, documents, ...)
+    # "manual" (matmul + softmax), "sdpa" (causal), "flex" (FlexAttention with the BlockMask
+    # passed to forward: causal, documents, ...) or "varlen" (causal within packed documents)
     attention: str = "manual"
 
 
@@ -124,7 +125,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * self.head_dim, cfg.dim, bias=False)
 
-    def forward(self, x, cos, sin, block_mask=None):
+    def forward(self, x, cos, sin, attention_masks=None):
         b, s, _ = x.shape
         q = self.wq(x).view(b, s, self.n_heads, self.head_dim)
         k = self.wk(x).view(b, s, self.n_kv_heads, self.head_dim)
@@ -139,7 +140,12 @@ class Attention(nn.Module):
         if self.attention == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif self.attention == "flex":
-            o = flex_attention(q, k, v, block_mask=block_mask)
+            o = flex_attention(q, k, v, block_mask=attention_masks)
+        elif self.attention == "varlen":  # documents packed into one token dim
+            cu_seqlens, max_len = attention_masks
+            q, k, v = (t.transpose(1, 2).reshape(b * s, -1, self.head_dim) for t in (q, k, v))
+            o = varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, window_size=(-1, 0))
+            o = o.view(b, s, -1, self.head_dim).transpose(1, 2)
         else:
             scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
             mask = torch.triu(torch.full((s, s), float("-inf"), device=x.device), diagonal=1)
@@ -167,8 +173,8 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x, cos, sin, block_mask=None):
-        h = x + self.attention(self.attention_norm(x), cos, sin, block_mask)
+    def forward(self, x, cos, sin, attention_masks=None):
+        h = x + self.attention(self.attention_norm(x), cos, sin, attention_masks)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -176,7 +182,10 @@ class Llama(nn.Module):
     """Decoder-only Llama-style transformer; ``forward(tokens, labels)`` returns the mean
     next-token cross-entropy loss. The rotary tables are computed inside forward (no buffers),
     so the model has parameters only. With ``attention="flex"`` forward takes the attention's
-    BlockMask too (``forward(tokens, labels, block_mask)``), as torchtitan's models do; and
+    BlockMask too (``forward(tokens, labels, attention_masks)``), as torchtitan's models do,
+    and with ``attention="varlen"`` the packed documents' ``(cu_seqlens, max_len)`` (causal
+    attention within each document, ``torch.nn.attention.varlen``; the batch and sequence
+    packed into one token dim, documents delimited by the int32 offsets ``cu_seqlens``); and
     ``positions`` ([batch, seq], default ``0 .. seq - 1``), the position of each token for the
     rotary embedding, for a sequence stored in another order (load_balance.
     document_head_tail_order)."""
@@ -190,12 +199,13 @@ class Llama(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
     def forward(
-        self, tokens: torch.Tensor, labels: torch.Tensor, block_mask=None, positions=None
+        self, tokens: torch.Tensor, labels: torch.Tensor, attention_masks=None, positions=None
     ) -> torch.Tensor:
-        if (block_mask is None) == (self.cfg.attention == "flex"):
+        if (attention_masks is None) == (self.cfg.attention in ("flex", "varlen")):
             raise ValueError(
-                "Llama: pass a block_mask exactly when attention='flex' (got attention="
-                f"{self.cfg.attention!r}, block_mask {'None' if block_mask is None else 'given'})"
+                "Llama: pass attention_masks exactly when attention is 'flex' (a BlockMask) or "
+                f"'varlen' ((cu_seqlens, max_len)); got attention={self.cfg.attention!r}, "
+                f"attention_masks {'None' if attention_masks is None else 'given'}"
             )
         b, s = tokens.shape
         cos, sin = rope_tables(
@@ -205,7 +215,7 @@ class Llama(nn.Module):
             cos, sin = F.embedding(positions, cos), F.embedding(positions, sin)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
-            h = layer(h, cos, sin, block_mask)
+            h = layer(h, cos, sin, attention_masks)
         logits = self.output(self.norm(h))
         return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(b * s))
 

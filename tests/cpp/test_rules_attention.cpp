@@ -43,6 +43,22 @@ TEST(RulesAttention, FlashCpuBackward) {
                    0.5 * 2.5 * 4.0 * 2 * 4 * 16 * 16 * 16);
 }
 
+TEST(RulesAttention, VarlenSplitsHeadsAndPricesTheMeanDocument) {
+  // 40 packed tokens in 2 documents, 4 query heads over 2 KV heads (GQA)
+  const std::vector<TensorSpec> in = {{{40, 4, 8}}, {{40, 2, 8}}, {{40, 2, 8}}, {{3}, "int32"}, {{3}, "int32"}};
+  const std::vector<TensorSpec> out = {{{40, 4, 8}}, {{4, 40}}, {{2}, "uint64"}};
+  auto c = make_case("torch_attn._varlen_attn.default", in, "[$0, $1, $2, $3, $4, 25, 25, true, null, [-1, 0]]",
+                     out, "{}", {2});
+  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(1),S(0),R|S(1),S(1),S(1),R,R"}));
+  Layout h = L({"S(1)"}), r = L({"R"});
+  EXPECT_TRUE(c->accept({h, L({"S(0)"}), r}, {h, h, h, r, r}));
+  auto four = make_case("torch_attn._varlen_attn.default", in, "[$0, $1, $2, $3, $4, 25, 25, true, null, [-1, 0]]",
+                        out, "{}", {4});
+  EXPECT_FALSE(four->accept({h, L({"S(0)"}), r}, {h, h, h, r, r}));  // 2 KV heads over 4 ranks
+  // causal, 2 documents of 20 tokens on average: half of 4 * 40 * 20 * 4 * 8
+  EXPECT_DOUBLE_EQ(c->flops({{{40, 4, 8}}, {{40, 2, 8}}, {{40, 2, 8}}, {{3}}, {{3}}}, {}), 0.5 * 4.0 * 40 * 20 * 4 * 8);
+}
+
 TEST(RulesAttention, CausalPricedAtHalfExceptTheMathKernel) {
   const std::string fwd = "aten._scaled_dot_product_flash_attention_for_cpu.default";
   const std::vector<TensorSpec> qkv = {{{2, 4, 16, 8}}, {{2, 4, 16, 8}}, {{2, 4, 16, 8}}};

@@ -110,6 +110,18 @@ def ok_on_every_rank(results: list[list[dict]], name: str) -> list[dict]:
     return out
 
 
+def trained_like_reference(results: list[list[dict]], name: str) -> list[dict]:
+    """Scenario ``name``'s result on each rank, failing unless every rank completed it with
+    each step's loss and parameters close to the single-process reference's (the workers'
+    ``steps``, scenario_runner.compare_losses / compare_parameters)."""
+    out = ok_on_every_rank(results, name)
+    for rank, r in enumerate(out):
+        for i, s in enumerate(r["steps"]):
+            assert s["loss_close"], f"rank {rank} step {i}: loss {s['loss']} vs {s['ref_loss']}"
+            assert s["params_close"], f"rank {rank} step {i}: {s['worst']} {s['max_param_err']}"
+    return out
+
+
 @pytest.fixture(scope="module")
 def mesh1():
     """A one-rank gloo process group and its (1,) CPU mesh, for the tests of one module."""

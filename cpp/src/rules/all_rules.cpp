@@ -17,6 +17,7 @@ void register_loss_rules();
 void register_embedding_rules();
 void register_attention_rules();
 void register_flex_attention_rules();
+void register_varlen_attention_rules();
 void register_factory_rules();
 void register_indexing_rules();
 void register_convolution_rules();
@@ -37,6 +38,7 @@ void register_all_rules() {
     register_embedding_rules();
     register_attention_rules();
     register_flex_attention_rules();
+    register_varlen_attention_rules();
     register_factory_rules();
     register_indexing_rules();
     register_convolution_rules();

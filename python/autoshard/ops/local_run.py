@@ -31,6 +31,8 @@ LOCAL_OPS = {
     "aten._scaled_dot_product_efficient_attention_backward.default",
     "aten._scaled_dot_product_cudnn_attention.default",
     "aten._scaled_dot_product_cudnn_attention_backward.default",
+    "torch_attn._varlen_attn.default",  # ops/varlen_attention.py: per head
+    "torch_attn._varlen_attn_backward.default",
     "aten.convolution.default",
     "aten.convolution_backward.default",
     "aten._grouped_mm.default",

@@ -66,6 +66,10 @@ def _meta_entry(v: Any) -> Any:
     return None
 
 
+def _holds_tensor(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
 def output_metas(node: fx.Node) -> list:
     val = node.meta.get("val")
     if isinstance(val, (list, tuple)):
@@ -101,6 +105,8 @@ def graph_dict(step: TracedStep, free_outputs: Collection[int] = (), mesh=None) 
     ruled: dict = {}  # op -> whether a user sharding rule is registered for it
     nodes = []
     for n in gm.graph.nodes:
+        if n.op == "placeholder" and not n.users and not _holds_tensor(n):
+            continue  # a Python number the trace baked in (varlen's max_q): nothing to lay out
         if n.op == "placeholder":
             entry: dict[str, Any] = {"name": n.name, "op": "placeholder"}
             if n.name in step.param_fqns:

@@ -97,3 +97,21 @@ def compare_losses(loss, ref_loss, rtol: float, atol: float) -> dict:
         "ref_loss": want,
         "loss_close": math.isclose(got, want, rel_tol=rtol, abs_tol=atol),
     }
+
+
+def sgd_steps_like_reference(parallel, ref, step_inputs, rtol: float, atol: float) -> list:
+    """SGD steps (lr 0.1) of the parallel module and of the single-process reference, one per
+    entry of ``step_inputs`` (global inputs); each step's loss and parameter comparison."""
+    opt = torch.optim.SGD(parallel.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    steps = []
+    for inputs in step_inputs:
+        loss = parallel_step(parallel, opt, inputs)
+        ref_loss = reference_step(ref, ref_opt, inputs)
+        steps.append(
+            {
+                **compare_losses(loss, ref_loss, rtol, atol),
+                **compare_parameters(parallel, ref, rtol, atol),
+            }
+        )
+    return steps

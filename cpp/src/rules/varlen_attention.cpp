@@ -1,0 +1,93 @@
+// Variable-length attention (torch.nn.attention.varlen.varlen_attn, torchtitan's "varlen"
+// backend): packed documents, one token dim, document boundaries in cumulative offsets.
+//   torch_attn._varlen_attn(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, scale,
+//                           window_size, enable_gqa, seqused_k, block_table, num_splits)
+//     -> (out [T, Hq, D], logsumexp [Hq, T], rng_state [2])
+//   torch_attn._varlen_attn_backward(grad_out, q, k, v, out, logsumexp, cu_seq_q, cu_seq_k, max_q,
+//                                    max_k, is_causal, rng_state, scale, window_size)
+//     -> (grad_q, grad_k, grad_v)
+// Attention is independent per head: one row, every [T, H, D] tensor sharded on its head dim 1
+// and the logsumexp ([H, T]) on dim 0; the offsets, the rng state and the paging tables are read
+// whole (Replicate). The token dim has no row: a shard of it would cut documents, whose offsets
+// the kernel reads globally. `accept`: with GQA both head counts divide by the head shard count
+// (rank r's query heads use exactly the KV heads it holds); no empty block.
+// FLOPs: 4 * T * (T / N) * Hq * D (QK^T and PV for N documents of the mean length T / N; the
+// lengths are data), half of that when causal; the backward 2.5x. Both run on local shards
+// (ops/local_run.py): the kernels take any head count.
+#include <set>
+
+#include "autoshard/rule_helpers.h"
+
+namespace autoshard {
+namespace {
+
+using namespace rule;
+
+struct VarlenSpec {
+  int activations;      // the leading [T, H, D] tensor inputs (q, k, v; backward: with grad_out, out)
+  int lse_input;        // tensor-input index of the logsumexp, -1 when the op reads none
+  int causal_arg;       // positional index of is_causal
+  int cu_seq_arg;       // positional index of cu_seq_q
+  double flop_factor;   // 1 forward, 2.5 backward
+};
+
+std::vector<ShardingRow> varlen_rows(const RuleContext& ctx, const VarlenSpec& spec) {
+  ShardingRow r = replicate_row(ctx);
+  for (int i = 0; i < spec.activations; ++i) {
+    if (input_meta(ctx, i).rank() != 3) return {};
+    r.inputs[i] = S(1);
+  }
+  if (spec.lse_input >= 0) r.inputs[spec.lse_input] = S(0);
+  for (size_t o = 0; o < ctx.outputs.size(); ++o) {
+    if (!ctx.outputs[o]) continue;
+    const int rank = ctx.outputs[o]->rank();
+    r.outputs[o] = rank == 3 ? S(1) : rank == 2 ? S(0) : R();  // [T, H, D]; logsumexp [H, T]
+  }
+  return {r};
+}
+
+bool varlen_accept(const RuleContext& ctx, const VarlenSpec& spec, const std::vector<Layout>& inputs) {
+  for (size_t i = 0; i < ctx.inputs.size(); ++i)
+    if (has_empty_shard(ctx.mesh, inputs.at(i), ctx.inputs[i])) return false;
+  std::set<int64_t> heads;
+  for (int i = 0; i < spec.activations; ++i) heads.insert(ctx.inputs[i].shape[1]);
+  for (int i = 0; i < spec.activations; ++i) {
+    const int64_t n = shards_on_dim(ctx.mesh, inputs.at(i), 1);
+    for (int64_t h : heads)
+      if (!divides(h, n)) return false;
+  }
+  return true;
+}
+
+double varlen_flops(const RuleContext& ctx, const VarlenSpec& spec, const std::vector<TensorMeta>& in) {
+  const int q_at = spec.activations == 3 ? 0 : 1;  // the backward reads grad_out first
+  const TensorMeta& q = in.at(q_at);
+  const int cu = tensor_input_index(ctx, spec.cu_seq_arg);
+  if (q.rank() != 3 || cu < 0 || in.at(cu).rank() != 1) return 0;
+  const double tokens = q.shape[0], documents = std::max<int64_t>(in.at(cu).shape[0] - 1, 1);
+  const bool causal = bool_arg(ctx, spec.causal_arg, "is_causal", false);
+  const double dense = 4.0 * tokens * (tokens / documents) * q.shape[1] * q.shape[2];
+  return spec.flop_factor * dense * (causal ? 0.5 : 1.0);
+}
+
+OpRule varlen_rule(VarlenSpec spec) {
+  OpRule r;
+  r.rows = [spec](const RuleContext& ctx) { return varlen_rows(ctx, spec); };
+  r.accept = [spec](const RuleContext& ctx, const std::vector<Layout>&, const std::vector<Layout>& ins) {
+    return varlen_accept(ctx, spec, ins);
+  };
+  r.flops = [spec](const RuleContext& ctx, const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&) {
+    return varlen_flops(ctx, spec, in);
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_varlen_attention_rules() {
+  add_rule("torch_attn._varlen_attn.default", varlen_rule({3, -1, 7, 3, 1.0}));
+  // grad_out, q, k, v, out are [T, H, D]; logsumexp is tensor input 5
+  add_rule("torch_attn._varlen_attn_backward.default", varlen_rule({5, 5, 10, 6, 2.5}));
+}
+
+}  // namespace autoshard

@@ -1,0 +1,105 @@
+"""Variable-length attention (torch.nn.attention.varlen, torchtitan's "varlen" backend): the CPU
+kernels of ops/varlen_attention.py against per-document SDPA, the head row of
+cpp/src/rules/varlen_attention.cpp, and (slow) a Llama with varlen attention trained on 4 gloo
+ranks with its attention split by heads, equal to the single-process model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.varlen import varlen_attn
+
+from autoshard import _core, varlen_attention_on_cpu
+from conftest import run_torchrun, trained_like_reference
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
+)
+
+T, H, HK, D = 40, 4, 2, 8
+DOCUMENTS = [(0, 15), (15, 40)]
+
+
+def _per_document_sdpa(q, k, v, causal: bool):
+    outs = []
+    for start, end in DOCUMENTS:
+        qd, kd, vd = (x[start:end].transpose(0, 1)[None] for x in (q, k, v))
+        kd, vd = (x.repeat_interleave(H // HK, dim=1) for x in (kd, vd))
+        outs.append(F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)[0])
+    return torch.cat([o.transpose(0, 1) for o in outs])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_cpu_kernels_are_per_document_attention(causal):
+    varlen_attention_on_cpu()
+    torch.manual_seed(0)
+    q = torch.randn(T, H, D, requires_grad=True)
+    k, v = (torch.randn(T, HK, D, requires_grad=True) for _ in range(2))
+    cu = torch.tensor([0, 15, 40], dtype=torch.int32)
+    window = (-1, 0) if causal else (-1, -1)
+    got = varlen_attn(q, k, v, cu, cu, 25, 25, window_size=window, enable_gqa=True)
+    want = _per_document_sdpa(q, k, v, causal)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(got)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, (q, k, v), grad), torch.autograd.grad(want, (q, k, v), grad)
+    )
+
+
+def test_cpu_kernels_refuse_window_attention():
+    varlen_attention_on_cpu()
+    q = torch.randn(T, H, D)
+    cu = torch.tensor([0, 40], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="full or causal attention only"):
+        varlen_attn(q, q, q, cu, cu, 40, 40, window_size=(8, 0))
+
+
+def test_attention_splits_by_heads_and_reads_the_offsets_whole():
+    from autoshard._testing.capture import enumerate_strategies
+    from autoshard.models import Llama, LlamaConfig
+    from autoshard.planning.graph_export import graph_dict
+    from autoshard.trace.tracer import trace_training_step
+
+    cfg = LlamaConfig(dim=32, n_heads=4, n_kv_heads=2, max_seq_len=32, attention="varlen")
+    tokens = torch.zeros(2, 32, dtype=torch.long)
+    masks = (torch.tensor([0, 10, 32, 64], dtype=torch.int32), 32)
+    step = trace_training_step(Llama(cfg), (tokens, tokens, masks), extrapolate_layers=False)
+    graph = graph_dict(step)
+    strategies = enumerate_strategies(graph, [4])["nodes"]
+    varlen = [n for n in graph["nodes"] if n["op"].startswith("torch_attn._varlen_attn")]
+    assert len(varlen) == 4  # two layers, forward and backward
+    for node in varlen:
+        rows = {st["outputs"][0][0]: st for st in strategies[node["name"]]}
+        assert sorted(rows) == ["R", "S(1)"], rows  # heads only: tokens would cut documents
+        if "backward" in node["op"]:  # grad_out, q, k, v, out; logsumexp [H, T]; offsets, rng
+            want = ["S(1)"] * 5 + ["S(0)"] + ["R"] * 3
+        else:  # q, k, v; the offsets
+            want = ["S(1)"] * 3 + ["R"] * 2
+        assert [p[0] for p in rows["S(1)"]["inputs"]] == want, (node["op"], rows["S(1)"])
+
+
+SCENARIOS = [
+    {"name": "tp4", "mesh": [4], "dims": ["tp"], "seq": 64, "documents": [[20, 44], [64]]},
+    {
+        "name": "dp2_tp2",
+        "mesh": [2, 2],
+        "dims": ["dp", "tp"],
+        "seq": 64,
+        "documents": [[20, 44], [30, 30, 4]],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return run_torchrun("varlen_worker.py", SCENARIOS, tmp_path_factory.mktemp("varlen"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
+def test_varlen_llama_trains_like_single_process_with_heads_split(results, name):
+    attention = trained_like_reference(results, name)[0]["attention"]
+    tp = len(attention["_varlen_attn"]["inputs"][0]) - 1
+    for node, e in attention.items():
+        assert e["inputs"][0][tp] == "S(1)" and e["outputs"][0][tp] == "S(1)", (node, e)
