@@ -5,7 +5,9 @@ every rank (cp = the world), the same gloo ranks.
 
 - autoshard: the model planned by AutoParallel with its tokens and labels ``Shard(1)`` over
   ``cp``, attention in its sequence row (q sharded, k / v gathered) and the residual stream
-  sequence-sharded; run as the lowered per-rank program.
+  sequence-sharded; run as the lowered per-rank program. ``recompute="reshard"`` (--recompute)
+  as FSDP2 reshards after the forward on the torch side: gathered weights, and the keys and
+  values gathered to the whole sequence, are gathered again in the backward, not kept.
 - torch_cp: what a torchtitan user writes: FSDP2 (``fully_shard`` per layer and on the
   model) over the cp ranks and ``torch.distributed.tensor.experimental.context_parallel``
   around each step, with the tokens, labels and rotary tables as its buffers (its default
@@ -55,6 +57,12 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--recompute",
+        default="reshard",
+        help="autoshard's recompute mode (default reshard: gathered weights and activations "
+        "gathered again in the backward, as FSDP2's default reshard_after_forward does)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -116,6 +124,7 @@ def autoshard_variant(a, mesh, state: dict):
         time_limit_s=30.0,
         plan_cache=False,
         optimizer="sgd",
+        recompute=a.recompute,
     ) as autop:
         autop.add_input_constraints([(Shard(1),), (Shard(1),)])
         _pin_sequence_split(autop, cfg, a.seq)
@@ -287,7 +296,7 @@ def launch(a) -> None:
         f"model: Llama-style, dim {a.dim}, {a.layers} layers, {a.heads} heads "
         f"({a.kv_heads} KV), causal SDPA, vocab {a.vocab}; one sequence of {a.seq} tokens "
         f"split over cp={a.ranks} gloo ranks, one thread each; mean of {a.steps} steps "
-        f"after {a.warmup}, best of {a.rounds} rounds\n"
+        f"after {a.warmup}, best of {a.rounds} rounds; autoshard recompute={a.recompute}\n"
     )
     print("| variant | step (s) | peak MiB (rank 0) | build (s) | first step's loss |")
     print("|---|---:|---:|---:|---|")

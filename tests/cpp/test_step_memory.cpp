@@ -61,7 +61,7 @@ TEST(StepMemory, RecomputedBlocksKeepLessAndNeverTheirOutputs) {
   Graph g = read_graph_file(test_data("layers4_fwd_bwd.json"));
   PlanningResult r = run_planner(g, planner_options({1}));
   const StepMemory none = step_memory(r.sharding, r.plan.choice, {});
-  const std::vector<char> full3 = recompute_flags(r.sharding, {{"layers.3", RecomputeLevel::Full}});
+  const std::vector<char> full3 = recompute_flags(r.sharding, r.plan.choice, {{"layers.3", RecomputeLevel::Full}});
   const StepMemory one = step_memory(r.sharding, r.plan.choice, {}, full3);
   EXPECT_EQ(none.saved_activations - one.saved_activations, 32 * 16 * 4);
   EXPECT_LE(one.step_peak, none.step_peak);
@@ -72,7 +72,7 @@ TEST(StepMemory, RecomputedBlocksKeepLessAndNeverTheirOutputs) {
   EXPECT_TRUE(full3[g.index_by_name.at("mm_3")]);
   EXPECT_FALSE(full3[g.index_by_name.at("relu_2")]);  // another block
   // Selective keeps the matmul; nothing in the backward's own nodes is ever flagged.
-  const std::vector<char> sel = recompute_flags(r.sharding, {{"layers.3", RecomputeLevel::Selective}});
+  const std::vector<char> sel = recompute_flags(r.sharding, r.plan.choice, {{"layers.3", RecomputeLevel::Selective}});
   EXPECT_FALSE(sel[g.index_by_name.at("mm_3")]);
   EXPECT_TRUE(sel[g.index_by_name.at("relu_3")]);
   for (size_t i = 0; i < g.nodes.size(); ++i)

@@ -4,10 +4,14 @@
 //
 // Each block takes one of four levels, each holding the one before it:
 //   None       every value the backward reads is kept (the default where the plan fits);
-//   Reshard    the block's early nodes (backward nodes that read no gradient: a weight's
-//              transpose, a norm's saved statistics) run in the backward, not the forward,
-//              and its forward views of parameters are recomputed: a gathered weight is
-//              gathered again instead of kept (FSDP's reshard after forward, ZeRO-3);
+//   Reshard    no gathered copy is kept: the block's early nodes (backward nodes that read
+//              no gradient: a weight's transpose, a norm's saved statistics) run in the
+//              backward, not the forward, its forward views of parameters are recomputed (a
+//              gathered weight is gathered again instead of kept: FSDP's reshard after
+//              forward, ZeRO-3), and so are the ops other than matmuls and attention that
+//              read an activation the plan gathers, or their results, where the backward
+//              reads them: the backward keeps the shard and gathers it again (context
+//              parallelism's whole-sequence keys and values);
 //   Selective  and every forward node but the matmuls and attention is recomputed (their
 //              outputs are kept: the costly FLOPs run once; torchtitan's "op" policy);
 //   Full       and every forward node is recomputed from the block's inputs (activation
@@ -35,10 +39,11 @@ const char* recompute_level_name(RecomputeLevel level);
 enum class RecomputeMode {
   Auto,       // the cheapest levels that fit the memory limit; none where the plan fits
   Off,        // never: the report says when the plan does not fit
+  Reshard,    // every block at Reshard (FSDP2's default reshard_after_forward)
   Selective,  // every block at Selective
   Full,       // every block at Full
 };
-// "auto" / "none" / "selective" / "full"; throws std::invalid_argument naming `what`.
+// "auto" / "none" / "reshard" / "selective" / "full"; throws std::invalid_argument naming `what`.
 RecomputeMode parse_recompute_mode(const std::string& name, const std::string& what);
 
 struct BlockRecompute {
@@ -67,7 +72,10 @@ RecomputeDecision choose_recompute(const ShardingModel& sm, const std::vector<in
                                    const OptimizerConfig& optimizer, RecomputeMode mode, int64_t limit_bytes,
                                    RedistributionCache& cache, const OverlapModel& overlap);
 
-// The nodes each level recomputes in `block` (recompute.h's levels), as flags per graph node.
-std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<BlockRecompute>& blocks);
+// The nodes each level recomputes in `block` (recompute.h's levels), as flags per graph node,
+// under the layouts `choice` (one strategy per graph node: where the plan gathers; throws
+// std::invalid_argument otherwise).
+std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<int32_t>& choice,
+                                  const std::vector<BlockRecompute>& blocks);
 
 }  // namespace autoshard

@@ -62,8 +62,9 @@ void define(CLI::App& app, PlanArgs& a) {
       ->type_name("BYTES");
   app.add_option("--recompute", a.recompute,
                  "what the backward recomputes: auto (only what the memory limit needs; default),\n"
-                 "none, selective (every block keeps matmul and attention outputs) or full")
-      ->type_name("auto|none|selective|full");
+                 "none, reshard (every block gathers its gathered weights and activations again),\n"
+                 "selective (every block keeps matmul and attention outputs) or full")
+      ->type_name("auto|none|reshard|selective|full");
   app.add_option("--time-limit", a.time_limit, "seconds for building the problem and solving it (default 20)")
       ->type_name("SECONDS");
   app.add_option("--gap-tolerance", a.gap_tolerance,

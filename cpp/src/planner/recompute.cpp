@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -27,10 +28,13 @@ const char* recompute_level_name(RecomputeLevel level) {
 RecomputeMode parse_recompute_mode(const std::string& name, const std::string& what) {
   if (name == "auto") return RecomputeMode::Auto;
   if (name == "none") return RecomputeMode::Off;
+  if (name == "reshard") return RecomputeMode::Reshard;
   if (name == "selective") return RecomputeMode::Selective;
   if (name == "full") return RecomputeMode::Full;
   throw std::invalid_argument(what + ": unknown recompute mode \"" + name +
-                              "\" (expected auto: recompute only what the memory limit needs; none; selective: "
+                              "\" (expected auto: recompute only what the memory limit needs; none; reshard: every "
+                              "block gathers its gathered weights and activations again instead of keeping them; "
+                              "selective: "
                               "every block keeps its matmul and attention outputs and recomputes the rest; full: "
                               "every block recomputed from its inputs)");
 }
@@ -86,6 +90,83 @@ bool recomputed_at(const Graph& g, const Node& n, RecomputeLevel level, bool kep
   return level == RecomputeLevel::Selective && !kept_by_selective(n.op);
 }
 
+// Local bytes per GPU of node `c`'s outputs under the plan.
+int64_t local_output_bytes(const ShardingModel& sm, const std::vector<int32_t>& choice, size_t c) {
+  const Node& node = sm.graph->nodes[c];
+  const Strategy& s = sm.of(static_cast<int32_t>(c)).at(choice[c]);
+  int64_t bytes = 0;
+  for (size_t k = 0; k < node.outputs.size() && k < s.outputs.size(); ++k)
+    if (node.outputs[k] && s.outputs[k]) bytes += local_meta(*node.outputs[k], *s.outputs[k], sm.model->mesh).bytes();
+  return bytes;
+}
+
+// The local bytes of the shard behind activation input `a` of node `c` where the plan gathers
+// it (the layout the node reads it in holds more of the tensor per GPU than the layout its
+// producer makes it in: an all-gather or a part of one), else 0. Parameters and buffers are
+// not activations: an op of a gathered weight makes an activation of the usual size (the
+// weight's own gathers are the views Reshard recomputes).
+int64_t gathered_shard_bytes(const ShardingModel& sm, const std::vector<int32_t>& choice, size_t c, size_t a) {
+  const Graph& g = *sm.graph;
+  const TensorRef r = g.nodes[c].tensor_inputs()[a];
+  const NodeRole role = g.nodes[static_cast<size_t>(r.node)].role;
+  if (role == NodeRole::Parameter || role == NodeRole::Buffer) return 0;
+  const std::optional<Layout>& from = sm.of(r.node).at(choice[static_cast<size_t>(r.node)]).outputs[r.output];
+  if (!from) return 0;
+  const Layout& to = sm.of(static_cast<int32_t>(c)).at(choice[c]).inputs[a];
+  const int64_t shard = local_meta(g.meta(r), *from, sm.model->mesh).bytes();
+  return local_meta(g.meta(r), to, sm.model->mesh).bytes() > shard ? shard : 0;
+}
+
+// Whether Reshard may run node `i` again for its gathered inputs: a forward op of an
+// `at_reshard` block, not `kept`, that Selective would recompute too (not a matmul or
+// attention: their FLOPs run once).
+bool regather_candidate(const Node& node, bool at_reshard, bool kept) {
+  return at_reshard && !kept && node.role == NodeRole::Compute && node.recomputable &&
+         pass_of(node) == Phase::Forward && node.phase == Phase::Forward && !kept_by_selective(node.op);
+}
+
+// Whether the backward reads each flagged node's result, directly or through other flagged
+// nodes (`flags`: the levels' own; an early node flagged there runs in the backward).
+std::vector<char> read_by_backward(const Graph& g, const std::vector<char>& chain, const std::vector<char>& flags) {
+  std::vector<char> needed(g.nodes.size(), 0);
+  for (size_t u = g.nodes.size(); u-- > 0;) {
+    const Node& user = g.nodes[u];
+    const bool in_backward = pass_of(user) == Phase::Backward || (flags[u] && early(user));
+    if (!in_backward && !(chain[u] && needed[u])) continue;
+    for (const TensorRef& r : user.tensor_inputs())
+      if (chain[static_cast<size_t>(r.node)]) needed[static_cast<size_t>(r.node)] = 1;
+  }
+  return needed;
+}
+
+// Reshard's activations: the candidate ops (regather_candidate) that read a gathered
+// activation, or another such op's result, and whose result is larger per GPU than the shard
+// the gather started from, where the backward reads them: recomputed, the backward keeps the
+// shard and gathers it again, as it does a parameter (after the keys are gathered: a rotary
+// embedding, GQA's repeat, the transpose into attention's layout). An op whose result is no
+// larger (the rank's own rows picked out again, a reduction) is kept: keeping it costs no more
+// than keeping the shard, and needs no gather.
+std::vector<char> regathered_activations(const ShardingModel& sm, const std::vector<int32_t>& choice,
+                                         const std::vector<char>& at_reshard, const std::vector<char>& kept,
+                                         const std::vector<char>& flags) {
+  const Graph& g = *sm.graph;
+  const size_t n = g.nodes.size();
+  std::vector<char> chain(n, 0);
+  std::vector<int64_t> shard(n, 0);  // per chain node: the largest shard its gathers started from
+  for (size_t i = 0; i < n; ++i) {
+    if (!regather_candidate(g.nodes[i], at_reshard[i] != 0, kept[i] != 0)) continue;
+    const std::vector<TensorRef> refs = g.nodes[i].tensor_inputs();
+    for (size_t a = 0; a < refs.size(); ++a) {
+      const size_t p = static_cast<size_t>(refs[a].node);
+      shard[i] = std::max(shard[i], chain[p] ? shard[p] : gathered_shard_bytes(sm, choice, i, a));
+    }
+    chain[i] = shard[i] > 0 && local_output_bytes(sm, choice, i) > shard[i];
+  }
+  const std::vector<char> needed = read_by_backward(g, chain, flags);
+  for (size_t i = 0; i < n; ++i) chain[i] = chain[i] && needed[i];
+  return chain;
+}
+
 // The blocks in forward order (the part outside numbered blocks last, as "").
 std::vector<std::string> blocks_in_order(const Graph& g) {
   std::vector<std::string> blocks;
@@ -119,8 +200,10 @@ double recompute_us(const ShardingModel& sm, const std::vector<int32_t>& choice,
 
 }  // namespace
 
-std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<BlockRecompute>& blocks) {
+std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<int32_t>& choice,
+                                  const std::vector<BlockRecompute>& blocks) {
   const Graph& g = *sm.graph;
+  if (choice.size() != g.nodes.size()) throw std::invalid_argument("recompute_flags: one choice per graph node");
   std::map<std::string, RecomputeLevel> level_of;
   for (const BlockRecompute& b : blocks) level_of[b.block] = b.level;
   std::vector<std::string> block(g.nodes.size());
@@ -131,10 +214,15 @@ std::vector<char> recompute_flags(const ShardingModel& sm, const std::vector<Blo
     for (const TensorRef& r : g.nodes[i].tensor_inputs())
       if (block[static_cast<size_t>(r.node)] != block[i]) kept[static_cast<size_t>(r.node)] = 1;
   std::vector<char> flags(g.nodes.size(), 0);
+  std::vector<char> at_reshard(g.nodes.size(), 0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const auto it = level_of.find(block[i]);
-    if (it != level_of.end()) flags[i] = recomputed_at(g, g.nodes[i], it->second, kept[i] != 0);
+    if (it == level_of.end()) continue;
+    flags[i] = recomputed_at(g, g.nodes[i], it->second, kept[i] != 0);
+    at_reshard[i] = it->second != RecomputeLevel::None;
   }
+  const std::vector<char> chain = regathered_activations(sm, choice, at_reshard, kept, flags);
+  for (size_t i = 0; i < g.nodes.size(); ++i) flags[i] = flags[i] || chain[i];
   return flags;
 }
 
@@ -149,7 +237,7 @@ RecomputeDecision choose_recompute(const ShardingModel& sm, const std::vector<in
   auto decide = [&](RecomputeLevel low, RecomputeLevel high, size_t raised) {
     RecomputeDecision d;
     for (size_t b = 0; b < names.size(); ++b) d.blocks.push_back({names[b], b < raised ? high : low});
-    d.recompute = recompute_flags(sm, d.blocks);
+    d.recompute = recompute_flags(sm, choice, d.blocks);
     d.memory = step_memory(sm, choice, optimizer, d.recompute);
     d.added_us = recompute_us(sm, choice, d.recompute, cache, overlap);
     d.limit_bytes = std::max<int64_t>(0, limit_bytes);
@@ -157,6 +245,7 @@ RecomputeDecision choose_recompute(const ShardingModel& sm, const std::vector<in
     return d;
   };
   const size_t all = names.size();
+  if (mode == RecomputeMode::Reshard) return decide(RecomputeLevel::Reshard, RecomputeLevel::Reshard, all);
   if (mode == RecomputeMode::Selective) return decide(RecomputeLevel::Selective, RecomputeLevel::Selective, all);
   if (mode == RecomputeMode::Full) return decide(RecomputeLevel::Full, RecomputeLevel::Full, all);
   RecomputeDecision none = decide(RecomputeLevel::None, RecomputeLevel::None, 0);

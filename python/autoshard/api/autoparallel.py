@@ -83,7 +83,9 @@ class AutoParallel:
     ``repeated_subgraphs=False`` means "untie".
     ``recompute``: what the backward recomputes to fit ``memory_limit_bytes`` (else the
     hardware's memory less 10 %): "auto" (default: what the limit needs), "none",
-    "selective", "full" (docs/cost_model.md 6b). AutoParallel's ``enable_ac=True`` is
+    "reshard" (every block gathers its gathered weights and activations again in the
+    backward instead of keeping them: FSDP2's reshard after forward), "selective", "full"
+    (docs/cost_model.md 6b). AutoParallel's ``enable_ac=True`` is
     "auto", ``enable_ac=False`` "none"; a stage size ``ac_stage_size_in_GiB`` is refused.
     ``dynamic=True``: the parallel module accepts inputs whose sizes differ from the
     example's (same number of dims and dtypes); each new input shape gets its own step,
@@ -154,7 +156,7 @@ class AutoParallel:
         self.repeated_layers = repeated_layers
         # what the backward recomputes to fit memory_limit_bytes (else the hardware's
         # memory less 10 %): "auto" (only what the limit needs; the default), "none",
-        # "selective", "full" (PlannerOptions.recompute). AutoParallel's activation
+        # "reshard", "selective", "full" (PlannerOptions.recompute). AutoParallel's activation
         # checkpointing keywords (older versions take them here) are routed to it:
         # enable_ac=True -> "auto", False -> "none" (keywords.py)
         self.recompute = recompute_for_enable_ac(enable_ac, ac_stage_size_in_GiB, recompute)

@@ -55,13 +55,13 @@ def check_autoparallel_keywords(
 _RECOMPUTE_KNOBS = (
     "memory_limit_bytes=BYTES on AutoParallel / auto_parallel sets the memory per GPU the "
     "planner recomputes to fit (default: the hardware's memory less 10 %), and "
-    "recompute='selective' or 'full' recomputes in every block whatever the limit"
+    "recompute='reshard', 'selective' or 'full' recomputes in every block whatever the limit"
 )
 
 log = logging.getLogger("autoshard")
 
 # the planner's recompute modes (PlannerOptions.recompute; None is its default, "auto")
-RECOMPUTE_MODES = (None, "auto", "none", "selective", "full")
+RECOMPUTE_MODES = (None, "auto", "none", "reshard", "selective", "full")
 
 
 def _check_enable_ac(enable_ac: Any, where: str) -> None:
@@ -103,7 +103,7 @@ def recompute_for_enable_ac(
     routed = "auto" if enable_ac else "none"
     if recompute is None or recompute == routed:
         return routed
-    if enable_ac and recompute in ("selective", "full"):
+    if enable_ac and recompute in ("reshard", "selective", "full"):
         return recompute  # recomputation asked for in every block: AC all the more
     meaning = "recomputes what the memory limit needs" if enable_ac else "recomputes nothing"
     raise ValueError(

@@ -51,7 +51,8 @@ class PlannerOptions:
     # moments), "sgd", "sgd_momentum", "none"; None: the planner's default (adam)
     optimizer: str | None = None
     # what the backward recomputes to fit the memory limit (memory_limit_bytes, else the
-    # hardware's memory less 10 %): "auto" (only what the limit needs), "none", "selective"
+    # hardware's memory less 10 %): "auto" (only what the limit needs), "none", "reshard"
+    # (every block gathers its gathered weights and activations again), "selective"
     # (every block keeps its matmul and attention outputs), "full"; None: the planner's
     # default (auto). cpp/include/autoshard/recompute.h
     recompute: str | None = None
