@@ -49,7 +49,8 @@ TEST(RulesAttention, VarlenSplitsHeadsAndPricesTheMeanDocument) {
   const std::vector<TensorSpec> out = {{{40, 4, 8}}, {{4, 40}}, {{2}, "uint64"}};
   auto c = make_case("torch_attn._varlen_attn.default", in, "[$0, $1, $2, $3, $4, 25, 25, true, null, [-1, 0]]",
                      out, "{}", {2});
-  EXPECT_EQ(row_set(c->rows()), (std::set<std::string>{"S(1),S(0),R|S(1),S(1),S(1),R,R"}));
+  EXPECT_EQ(row_set(c->rows()),
+            (std::set<std::string>{"S(1),S(0),R|S(1),S(1),S(1),R,R", "S(0),S(1),R|S(0),S(0),S(0),R,R"}));
   Layout h = L({"S(1)"}), r = L({"R"});
   EXPECT_TRUE(c->accept({h, L({"S(0)"}), r}, {h, h, h, r, r}));
   auto four = make_case("torch_attn._varlen_attn.default", in, "[$0, $1, $2, $3, $4, 25, 25, true, null, [-1, 0]]",
@@ -57,6 +58,13 @@ TEST(RulesAttention, VarlenSplitsHeadsAndPricesTheMeanDocument) {
   EXPECT_FALSE(four->accept({h, L({"S(0)"}), r}, {h, h, h, r, r}));  // 2 KV heads over 4 ranks
   // causal, 2 documents of 20 tokens on average: half of 4 * 40 * 20 * 4 * 8
   EXPECT_DOUBLE_EQ(c->flops({{{40, 4, 8}}, {{40, 2, 8}}, {{40, 2, 8}}, {{3}}, {{3}}}, {}), 0.5 * 4.0 * 40 * 20 * 4 * 8);
+  // a block of 20 tokens: its queries against documents of the global mean length
+  EXPECT_DOUBLE_EQ(c->flops({{{20, 4, 8}}, {{20, 2, 8}}, {{20, 2, 8}}, {{3}}, {{3}}}, {}), 0.5 * 4.0 * 20 * 20 * 4 * 8);
+  Layout t = L({"S(0)"});
+  EXPECT_TRUE(c->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));
+  auto odd = make_case("torch_attn._varlen_attn.default", {{{41, 4, 8}}, {{41, 2, 8}}, {{41, 2, 8}}, in[3], in[4]},
+                       "[$0, $1, $2, $3, $4, 25, 25, true, null, [-1, 0]]", {{{41, 4, 8}}, {{4, 41}}, out[2]}, "{}", {2});
+  EXPECT_FALSE(odd->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));  // 41 tokens over 2 ranks
 }
 
 TEST(RulesAttention, CausalPricedAtHalfExceptTheMathKernel) {

@@ -1,7 +1,8 @@
 """Variable-length attention (torch.nn.attention.varlen, torchtitan's "varlen" backend): the CPU
-kernels of ops/varlen_attention.py against per-document SDPA, the head row of
-cpp/src/rules/varlen_attention.cpp, and (slow) a Llama with varlen attention trained on 4 gloo
-ranks with its attention split by heads, equal to the single-process model."""
+kernels of ops/varlen_attention.py against per-document SDPA, the head and token rows of
+cpp/src/rules/varlen_attention.cpp, a token block's document offsets, and (slow) a Llama with
+varlen attention trained on 4 gloo ranks with its attention split by heads (tp) and by blocks
+of whole batch rows (dp), equal to the single-process model."""
 
 from __future__ import annotations
 
@@ -47,6 +48,16 @@ def test_cpu_kernels_are_per_document_attention(causal):
     )
 
 
+def test_a_token_block_gets_the_offsets_of_its_documents_and_refuses_a_cut_one():
+    from autoshard.ops.varlen_attention import local_offsets
+
+    cu = torch.tensor([0, 20, 64, 100, 128], dtype=torch.int32)
+    assert local_offsets(cu, 64, 64).tolist() == [0, 0, 0, 36, 64]  # outside: empty
+    assert local_offsets(cu, 0, 64).tolist() == [0, 20, 64, 64, 64]
+    with pytest.raises(RuntimeError, match="crosses the edge of a rank's block"):
+        local_offsets(cu, 32, 32)
+
+
 def test_cpu_kernels_refuse_window_attention():
     varlen_attention_on_cpu()
     q = torch.randn(T, H, D)
@@ -55,7 +66,7 @@ def test_cpu_kernels_refuse_window_attention():
         varlen_attn(q, q, q, cu, cu, 40, 40, window_size=(8, 0))
 
 
-def test_attention_splits_by_heads_and_reads_the_offsets_whole():
+def test_attention_splits_by_heads_or_tokens_and_reads_the_offsets_whole():
     from autoshard._testing.capture import enumerate_strategies
     from autoshard.models import Llama, LlamaConfig
     from autoshard.planning.graph_export import graph_dict
@@ -71,7 +82,9 @@ def test_attention_splits_by_heads_and_reads_the_offsets_whole():
     assert len(varlen) == 4  # two layers, forward and backward
     for node in varlen:
         rows = {st["outputs"][0][0]: st for st in strategies[node["name"]]}
-        assert sorted(rows) == ["R", "S(1)"], rows  # heads only: tokens would cut documents
+        assert sorted(rows) == ["R", "S(0)", "S(1)"], rows  # replicated, tokens, heads
+        if "backward" in node["op"]:  # the token row: the logsumexp [H, T] on its dim 1
+            assert [p[0] for p in rows["S(0)"]["inputs"]][:6] == ["S(0)"] * 5 + ["S(1)"]
         if "backward" in node["op"]:  # grad_out, q, k, v, out; logsumexp [H, T]; offsets, rng
             want = ["S(1)"] * 5 + ["S(0)"] + ["R"] * 3
         else:  # q, k, v; the offsets
@@ -88,7 +101,19 @@ SCENARIOS = [
         "seq": 64,
         "documents": [[20, 44], [30, 30, 4]],
     },
+    {
+        "name": "dp4",
+        "mesh": [4],
+        "dims": ["dp"],
+        "seq": 32,
+        "documents": [[20, 12], [32], [5, 5, 22], [16, 16]],
+    },
 ]
+ROW = {"tp": "S(1)", "dp": "S(0)"}  # the head row on tp, the token row on dp
+
+
+def by_name_scenario(name: str) -> dict:
+    return next(s for s in SCENARIOS if s["name"] == name)
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +123,8 @@ def results(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
-def test_varlen_llama_trains_like_single_process_with_heads_split(results, name):
+def test_varlen_llama_trains_like_single_process_split_by_heads_or_tokens(results, name):
     attention = trained_like_reference(results, name)[0]["attention"]
-    tp = len(attention["_varlen_attn"]["inputs"][0]) - 1
+    want = [ROW[d] for d in by_name_scenario(name)["dims"]]
     for node, e in attention.items():
-        assert e["inputs"][0][tp] == "S(1)" and e["outputs"][0][tp] == "S(1)", (node, e)
+        assert e["inputs"][0] == want and e["outputs"][0] == want, (node, e)

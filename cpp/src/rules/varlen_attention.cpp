@@ -6,14 +6,18 @@
 //   torch_attn._varlen_attn_backward(grad_out, q, k, v, out, logsumexp, cu_seq_q, cu_seq_k, max_q,
 //                                    max_k, is_causal, rng_state, scale, window_size)
 //     -> (grad_q, grad_k, grad_v)
-// Attention is independent per head: one row, every [T, H, D] tensor sharded on its head dim 1
-// and the logsumexp ([H, T]) on dim 0; the offsets, the rng state and the paging tables are read
-// whole (Replicate). The token dim has no row: a shard of it would cut documents, whose offsets
-// the kernel reads globally. `accept`: with GQA both head counts divide by the head shard count
-// (rank r's query heads use exactly the KV heads it holds); no empty block.
-// FLOPs: 4 * T * (T / N) * Hq * D (QK^T and PV for N documents of the mean length T / N; the
-// lengths are data), half of that when causal; the backward 2.5x. Both run on local shards
-// (ops/local_run.py): the kernels take any head count.
+// Two rows. Heads: every [T, H, D] tensor sharded on its head dim 1 and the logsumexp ([H, T])
+// on dim 0; the offsets, the rng state and the paging tables are read whole (Replicate).
+// Tokens (the batch row of packed documents): every [T, H, D] tensor on dim 0, the logsumexp on
+// dim 1, the offsets whole; each rank attends within the documents its even block of tokens
+// holds, its local offsets computed at run time from the global ones (ops/varlen_attention.py,
+// which refuses a document that crosses a block boundary: torchtitan packs each batch row's
+// documents apart, so a split at row boundaries never cuts one).
+// `accept`: with GQA both head counts divide by the head shard count (rank r's query heads use
+// exactly the KV heads it holds); the token dim splits evenly; no empty block.
+// FLOPs: 4 * T * (T / N) * Hq * D (QK^T and PV for N documents of the mean length T / N, the
+// lengths being data; on local shapes, so a token block is priced with the global mean length),
+// half of that when causal; the backward 2.5x. Both run on local shards (ops/local_run.py).
 #include <set>
 
 #include "autoshard/rule_helpers.h"
@@ -31,19 +35,23 @@ struct VarlenSpec {
   double flop_factor;   // 1 forward, 2.5 backward
 };
 
-std::vector<ShardingRow> varlen_rows(const RuleContext& ctx, const VarlenSpec& spec) {
+// `dim` 1 (heads) or 0 (tokens) of the [T, H, D] tensors; the [H, T] logsumexp's other dim.
+ShardingRow varlen_row(const RuleContext& ctx, const VarlenSpec& spec, int dim) {
   ShardingRow r = replicate_row(ctx);
-  for (int i = 0; i < spec.activations; ++i) {
-    if (input_meta(ctx, i).rank() != 3) return {};
-    r.inputs[i] = S(1);
-  }
-  if (spec.lse_input >= 0) r.inputs[spec.lse_input] = S(0);
+  for (int i = 0; i < spec.activations; ++i) r.inputs[i] = S(dim);
+  if (spec.lse_input >= 0) r.inputs[spec.lse_input] = S(1 - dim);
   for (size_t o = 0; o < ctx.outputs.size(); ++o) {
     if (!ctx.outputs[o]) continue;
     const int rank = ctx.outputs[o]->rank();
-    r.outputs[o] = rank == 3 ? S(1) : rank == 2 ? S(0) : R();  // [T, H, D]; logsumexp [H, T]
+    r.outputs[o] = rank == 3 ? S(dim) : rank == 2 ? S(1 - dim) : R();
   }
-  return {r};
+  return r;
+}
+
+std::vector<ShardingRow> varlen_rows(const RuleContext& ctx, const VarlenSpec& spec) {
+  for (int i = 0; i < spec.activations; ++i)
+    if (input_meta(ctx, i).rank() != 3) return {};  // a paged KV cache: replicated
+  return {varlen_row(ctx, spec, 1), varlen_row(ctx, spec, 0)};
 }
 
 bool varlen_accept(const RuleContext& ctx, const VarlenSpec& spec, const std::vector<Layout>& inputs) {
@@ -52,6 +60,7 @@ bool varlen_accept(const RuleContext& ctx, const VarlenSpec& spec, const std::ve
   std::set<int64_t> heads;
   for (int i = 0; i < spec.activations; ++i) heads.insert(ctx.inputs[i].shape[1]);
   for (int i = 0; i < spec.activations; ++i) {
+    if (!divides(ctx.inputs[i].shape[0], shards_on_dim(ctx.mesh, inputs.at(i), 0))) return false;
     const int64_t n = shards_on_dim(ctx.mesh, inputs.at(i), 1);
     for (int64_t h : heads)
       if (!divides(h, n)) return false;
@@ -64,9 +73,10 @@ double varlen_flops(const RuleContext& ctx, const VarlenSpec& spec, const std::v
   const TensorMeta& q = in.at(q_at);
   const int cu = tensor_input_index(ctx, spec.cu_seq_arg);
   if (q.rank() != 3 || cu < 0 || in.at(cu).rank() != 1) return 0;
-  const double tokens = q.shape[0], documents = std::max<int64_t>(in.at(cu).shape[0] - 1, 1);
+  const double documents = std::max<int64_t>(in.at(cu).shape[0] - 1, 1);
+  const double mean_length = ctx.inputs.at(q_at).shape[0] / documents;  // the global token count
   const bool causal = bool_arg(ctx, spec.causal_arg, "is_causal", false);
-  const double dense = 4.0 * tokens * (tokens / documents) * q.shape[1] * q.shape[2];
+  const double dense = 4.0 * q.shape[0] * mean_length * q.shape[1] * q.shape[2];
   return spec.flop_factor * dense * (causal ? 0.5 : 1.0);
 }
 

@@ -57,20 +57,24 @@ def q_input(op: str) -> int:
     return 0 if op in FLEX_ATTENTION_OPS else CAUSAL_SEQUENCE_OPS[op][0]
 
 
-def _sharded_mesh_dims(layout: Sequence[str] | None) -> list[int]:
-    return [d for d, p in enumerate(layout or ()) if p == f"S({SEQ_DIM})"]
+def _sharded_mesh_dims(layout: Sequence[str] | None, dim: int = SEQ_DIM) -> list[int]:
+    return [d for d, p in enumerate(layout or ()) if p == f"S({dim})"]
 
 
 def query_offset(
-    layout: Sequence[str], mesh_shape: Sequence[int], coordinate: Callable[[int], Any], length: int
+    layout: Sequence[str],
+    mesh_shape: Sequence[int],
+    coordinate: Callable[[int], Any],
+    length: int,
+    dim: int = SEQ_DIM,
 ):
-    """The global position of this rank's first query: q (``length`` queries) in ``layout``
-    (one placement string per mesh dim), split evenly mesh dim by mesh dim in order (as
-    DTensor chunks nested shards; the C++ rule accepts even splits only). ``coordinate(d)``
-    is the rank's index on mesh dim ``d`` (an int, or a symbol for one program for every
-    rank)."""
+    """The global position of this rank's first query: q (``length`` queries along ``dim``)
+    in ``layout`` (one placement string per mesh dim), split evenly mesh dim by mesh dim in
+    order (as DTensor chunks nested shards; the C++ rules accept even splits only).
+    ``coordinate(d)`` is the rank's index on mesh dim ``d`` (an int, or a symbol for one
+    program for every rank)."""
     offset, block = 0, length
-    for d in _sharded_mesh_dims(layout):
+    for d in _sharded_mesh_dims(layout, dim):
         block //= mesh_shape[d]
         offset = offset + coordinate(d) * block
     return offset

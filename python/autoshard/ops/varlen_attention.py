@@ -1,9 +1,12 @@
 """Variable-length attention (``torch.nn.attention.varlen.varlen_attn``, torchtitan's "varlen"
-backend) on CPU.
+backend): a block of the packed tokens, and the ops on CPU.
 
 The two ops it traces to, ``torch_attn._varlen_attn`` and ``torch_attn._varlen_attn_backward``,
-are planned by cpp/src/rules/varlen_attention.cpp (the head row) and run on local shards
-(ops/local_run.py). torch 2.13 implements them with CUDA kernels only (flash or cuDNN
+are planned by cpp/src/rules/varlen_attention.cpp (a head row and a token row) and run on local
+shards (ops/local_run.py). In the token row each rank holds an even block of the packed tokens
+and the whole offsets; ``local_offsets`` gives the offsets of the documents inside the block,
+counted from its start, and refuses a document that crosses the block's edges (a split at batch
+rows never cuts one: torchtitan packs each row's documents apart). torch 2.13 implements them with CUDA kernels only (flash or cuDNN
 attention over packed documents). ``varlen_attention_on_cpu()`` registers CPU kernels for both:
 each document attends to itself (causal or not) through the CPU flash kernel, one call per
 document, so a model with varlen attention runs on CPU, planned or as the single-device
@@ -12,9 +15,19 @@ reference, with the same math. Window attention and paged KV caches are refused.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 import torch
 
+from autoshard.ops import context_parallel
+
 aten = torch.ops.aten
+# op -> (index of q among the tensor inputs, positional indices of cu_seq_q and cu_seq_k)
+VARLEN_OPS = {
+    "torch_attn._varlen_attn.default": (0, (3, 4)),
+    "torch_attn._varlen_attn_backward.default": (1, (6, 7)),
+}
+TOKEN_DIM = 0  # q is [T, H, D]
 _FORWARD = "torch_attn::_varlen_attn"
 _BACKWARD = "torch_attn::_varlen_attn_backward"
 _registered = False
@@ -32,12 +45,63 @@ def varlen_attention_on_cpu() -> None:
     _registered = True
 
 
+def needs_local_offsets(op: str, input_layouts: Sequence[Any] | None) -> bool:
+    """Whether ``op`` in these input layouts (the plan's) holds a block of the tokens."""
+    spec = VARLEN_OPS.get(op)
+    if spec is None or input_layouts is None:
+        return False
+    return any(p == f"S({TOKEN_DIM})" for p in input_layouts[spec[0]] or ())
+
+
+def local_offsets(cu_seq: torch.Tensor, start, length: int) -> torch.Tensor:
+    """The offsets of the documents in packed tokens ``start .. start + length``, counted from
+    ``start``, the documents outside the block empty; a document crossing either edge is
+    refused when the call runs."""
+    end = start + length
+    crossed = ~((cu_seq == start).any() & (cu_seq == end).any())
+    torch._assert_async(
+        ~crossed,
+        "autoshard: a varlen attention document crosses the edge of a rank's block of packed "
+        "tokens (the plan splits the token dim evenly); pack the documents so that each batch "
+        "row holds whole documents, or keep the token dim of attention unsplit",
+    )
+    # every document kept, those outside the block empty (a static shape: the lowered program
+    # records no data-dependent size)
+    return (cu_seq - start).clamp(0, length)
+
+
+def call_on_token_block(
+    op: str,
+    args: Sequence[Any],
+    kwargs: dict,
+    input_layouts: Sequence[Any],
+    mesh_shape: Sequence[int],
+    coordinate: Callable[[int], Any],
+    tokens: int,
+    call: Callable,
+) -> Any:
+    """``call`` (the op on local shards) with the offsets of the documents in this rank's block
+    of the ``tokens`` packed tokens (layouts: the plan's, one list per tensor input)."""
+    q_at, offset_args = VARLEN_OPS[op]
+    start = context_parallel.query_offset(
+        input_layouts[q_at], mesh_shape, coordinate, tokens, dim=TOKEN_DIM
+    )
+    args = list(args)
+    length = args[0].shape[TOKEN_DIM]  # q, or the backward's grad_out: the block's tokens
+    for at in offset_args:
+        if args[at] is not None:
+            args[at] = local_offsets(args[at], start, length)
+    return call(*args, **kwargs)
+
+
 def _documents(cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor | None):
     """(query range, key range) of each packed document."""
     q_at = cu_seq_q.tolist()
     k_at = q_at if cu_seq_k is None else cu_seq_k.tolist()
-    return [
-        (slice(q_at[i], q_at[i + 1]), slice(k_at[i], k_at[i + 1])) for i in range(len(q_at) - 1)
+    return [  # empty documents (a token block's offsets keep those outside it) skipped
+        (slice(q_at[i], q_at[i + 1]), slice(k_at[i], k_at[i + 1]))
+        for i in range(len(q_at) - 1)
+        if q_at[i + 1] > q_at[i]
     ]
 
 

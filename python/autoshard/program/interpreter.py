@@ -31,7 +31,7 @@ import torch.utils._pytree as pytree
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
-from autoshard.ops import context_parallel
+from autoshard.ops import context_parallel, varlen_attention
 from autoshard.ops.local_run import OUTPUT_SIZE_ARGS, local_impl, runs_locally
 from autoshard.placements import layout_from_strs, layout_to_strs, local_shape, normalize_placements
 from autoshard.trace.step_schedule import BACKWARD, FORWARD
@@ -533,6 +533,13 @@ class StepRunner:
             # the head-tail order): block kernels, or FlexAttention's mods at those
             # positions (ops/context_parallel.py)
             out = self._local_call_at_positions(node, op, args, kwargs, entry, balanced)
+        elif varlen_attention.needs_local_offsets(op, entry.get("inputs")):
+            # varlen attention on a block of the packed tokens: the block's documents
+            tokens = int(tensor_refs(node.args, node.kwargs)[0].meta["val"].shape[0])
+            out = varlen_attention.call_on_token_block(
+                op, args, kwargs, entry["inputs"], self.mesh.shape,
+                self.mesh._sym_get_coordinate, tokens, local_impl(node.target),
+            )  # fmt: skip
         else:
             out = local_impl(node.target)(*args, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]

@@ -1,7 +1,8 @@
 """torchrun worker: variable-length attention. A Llama-style model with varlen attention
 (``torch.nn.attention.varlen``: the batch packed into one token dim, causal attention within
 each document, documents delimited by int32 offsets) planned with its attention calls pinned
-to their head row on ``tp``, trained 3 SGD steps on every rank (gloo, the CPU kernels of
+to their head row on ``tp`` and their token row (a block of whole batch rows, with the offsets
+of its documents) on ``dp``, trained 3 SGD steps on every rank (gloo, the CPU kernels of
 ops/varlen_attention.py) and compared with the single-process model (the same kernels).
 
 Usage: torchrun --standalone --nproc-per-node 4 varlen_worker.py CONFIG.json OUT_DIR
@@ -54,10 +55,11 @@ def run_one(sc: dict, rank: int) -> dict:
         time_limit_s=20.0,
         strict=True,
     ) as autop:
-        heads = tuple(Shard(1) if d == "tp" else Replicate() for d in dims)
+        rows = {"tp": Shard(1), "dp": Shard(0)}  # [T, H, D]: heads on tp, tokens on dp
+        pinned = tuple(rows.get(d, Replicate()) for d in dims)
         for n in autop.gm.graph.nodes:
-            if VARLEN in str(n.target):  # out / grad_q [T, H, D]: the head row on tp
-                autop.add_node_constraint(n.name, heads)
+            if VARLEN in str(n.target):  # out / grad_q
+                autop.add_node_constraint(n.name, pinned)
         result = autop.optimize_placement()
         parallel = autop.apply_placement(result)
     parallel.to_empty(device="cpu")
