@@ -61,10 +61,21 @@ TEST(RulesAttention, VarlenSplitsHeadsAndPricesTheMeanDocument) {
   // a block of 20 tokens: its queries against documents of the global mean length
   EXPECT_DOUBLE_EQ(c->flops({{{20, 4, 8}}, {{20, 2, 8}}, {{20, 2, 8}}, {{3}}, {{3}}}, {}), 0.5 * 4.0 * 20 * 20 * 4 * 8);
   Layout t = L({"S(0)"});
-  EXPECT_TRUE(c->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));
+  EXPECT_FALSE(c->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));  // blocks of 20, max_q 25
   auto odd = make_case("torch_attn._varlen_attn.default", {{{41, 4, 8}}, {{41, 2, 8}}, {{41, 2, 8}}, in[3], in[4]},
                        "[$0, $1, $2, $3, $4, 25, 25, true, null, [-1, 0]]", {{{41, 4, 8}}, {{4, 41}}, out[2]}, "{}", {2});
   EXPECT_FALSE(odd->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));  // 41 tokens over 2 ranks
+  // rows of 10 tokens (max_q 10): blocks of 20 hold whole rows, blocks of 10 on 4 ranks too;
+  // rows of 20 split over 4 ranks would not
+  auto rows = [&](int64_t max_q, int64_t ranks) {
+    return make_case("torch_attn._varlen_attn.default", in,
+                     "[$0, $1, $2, $3, $4, " + std::to_string(max_q) + ", " + std::to_string(max_q) +
+                         ", true, null, [-1, 0]]",
+                     out, "{}", {ranks});
+  };
+  EXPECT_TRUE(rows(10, 2)->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));
+  EXPECT_TRUE(rows(10, 4)->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));
+  EXPECT_FALSE(rows(20, 4)->accept({t, L({"S(1)"}), r}, {t, t, t, r, r}));
 }
 
 TEST(RulesAttention, CausalPricedAtHalfExceptTheMathKernel) {

@@ -14,7 +14,9 @@
 // which refuses a document that crosses a block boundary: torchtitan packs each batch row's
 // documents apart, so a split at row boundaries never cuts one).
 // `accept`: with GQA both head counts divide by the head shard count (rank r's query heads use
-// exactly the KV heads it holds); the token dim splits evenly; no empty block.
+// exactly the KV heads it holds); the token dim splits evenly into blocks of whole max_q spans
+// (with max_q the row length, as the fixed bound the trace needs: whole batch rows); no empty
+// block.
 // FLOPs: 4 * T * (T / N) * Hq * D (QK^T and PV for N documents of the mean length T / N, the
 // lengths being data; on local shapes, so a token block is priced with the global mean length),
 // half of that when causal; the backward 2.5x. Both run on local shards (ops/local_run.py).
@@ -32,6 +34,7 @@ struct VarlenSpec {
   int lse_input;        // tensor-input index of the logsumexp, -1 when the op reads none
   int causal_arg;       // positional index of is_causal
   int cu_seq_arg;       // positional index of cu_seq_q
+  int max_q_arg;        // positional index of max_q (the longest document, an upper bound)
   double flop_factor;   // 1 forward, 2.5 backward
 };
 
@@ -59,8 +62,13 @@ bool varlen_accept(const RuleContext& ctx, const VarlenSpec& spec, const std::ve
     if (has_empty_shard(ctx.mesh, inputs.at(i), ctx.inputs[i])) return false;
   std::set<int64_t> heads;
   for (int i = 0; i < spec.activations; ++i) heads.insert(ctx.inputs[i].shape[1]);
+  const int64_t max_q = int_arg(ctx, spec.max_q_arg, "max_q", 0);
   for (int i = 0; i < spec.activations; ++i) {
-    if (!divides(ctx.inputs[i].shape[0], shards_on_dim(ctx.mesh, inputs.at(i), 0))) return false;
+    const int64_t blocks = shards_on_dim(ctx.mesh, inputs.at(i), 0);
+    if (!divides(ctx.inputs[i].shape[0], blocks)) return false;
+    // blocks of whole max_q-token spans: with max_q the batch row's length (the fixed bound the
+    // trace needs), blocks of whole rows, which never cut a document
+    if (blocks > 1 && max_q > 0 && (ctx.inputs[i].shape[0] / blocks) % max_q != 0) return false;
     const int64_t n = shards_on_dim(ctx.mesh, inputs.at(i), 1);
     for (int64_t h : heads)
       if (!divides(h, n)) return false;
@@ -95,9 +103,9 @@ OpRule varlen_rule(VarlenSpec spec) {
 }  // namespace
 
 void register_varlen_attention_rules() {
-  add_rule("torch_attn._varlen_attn.default", varlen_rule({3, -1, 7, 3, 1.0}));
+  add_rule("torch_attn._varlen_attn.default", varlen_rule({3, -1, 7, 3, 5, 1.0}));
   // grad_out, q, k, v, out are [T, H, D]; logsumexp is tensor input 5
-  add_rule("torch_attn._varlen_attn_backward.default", varlen_rule({5, 5, 10, 6, 2.5}));
+  add_rule("torch_attn._varlen_attn_backward.default", varlen_rule({5, 5, 10, 6, 8, 2.5}));
 }
 
 }  // namespace autoshard
