@@ -6,12 +6,17 @@ of whole batch rows (dp), equal to the single-process model."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.varlen import varlen_attn
 
-from autoshard import _core, varlen_attention_on_cpu
+from torch.distributed.tensor import Replicate, Shard
+
+from autoshard import AutoParallel, _core, varlen_attention_on_cpu
+from autoshard.trace.fake_pg import fake_world
 from conftest import run_torchrun, trained_like_reference
 
 pytestmark = pytest.mark.skipif(
@@ -90,6 +95,34 @@ def test_attention_splits_by_heads_or_tokens_and_reads_the_offsets_whole():
         else:  # q, k, v; the offsets
             want = ["S(1)"] * 3 + ["R"] * 2
         assert [p[0] for p in rows["S(1)"]["inputs"]] == want, (node["op"], rows["S(1)"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None, reason="torchtitan missing")
+def test_torchtitan_llama3_varlen_debug_model_plans_on_a_virtual_8x8_mesh():
+    """torchtitan's varlen model, called as its trainer calls it (tokens, positions, the
+    packed documents' VarlenMetadata, with the row length as the fixed bound): attention is
+    split, by tokens (whole batch rows) or heads, on some mesh dim."""
+    from torchtitan.models.llama3 import llama3_configs
+
+    cfg = llama3_configs["debugmodel"]("varlen")
+    cfg.layers = cfg.layers[:2]
+    with torch.device("meta"):
+        model = cfg.build()
+    batch, seq = 16, 256
+    positions = (torch.arange(seq) % 100).repeat(batch, 1)  # documents of 100 tokens
+    found = model.get_attention_masks(positions)  # data-dependent: built outside the trace
+    masks = type(found)(found.cu_seq_q, found.cu_seq_k, seq, seq)
+    inputs = (torch.randint(0, 2048, (batch, seq)), positions, masks)
+    n_inputs = len(torch.utils._pytree.tree_leaves(inputs))
+    with fake_world((8, 8), ("dp", "tp")) as mesh:
+        with AutoParallel(model, inputs, mesh) as autop:
+            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * (n_inputs - 1))
+            plan = autop.optimize_placement().plan
+    varlen = {n: e for n, e in plan["nodes"].items() if n.startswith("_varlen_attn")}
+    assert len(varlen) == 4  # forward and backward of 2 layers
+    for name, entry in varlen.items():
+        q = entry["inputs"][0]
+        assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
 
 
 SCENARIOS = [
