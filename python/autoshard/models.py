@@ -3,8 +3,9 @@ convolutional net with BatchNorm.
 
 Every model's ``forward`` returns a scalar training loss, so one traced step holds the whole
 forward and backward pass. Attention is written with plain matmul + softmax (``attention=
-"manual"``, default), with ``F.scaled_dot_product_attention`` (``attention="sdpa"``) or with
-FlexAttention and a caller's BlockMask (``attention="flex"``).
+"manual"``, default), with ``F.scaled_dot_product_attention`` (``attention="sdpa"``), with
+FlexAttention and a caller's BlockMask (``attention="flex"``) or with variable-length attention
+over packed documents (``attention="varlen"``).
 """
 
 from __future__ import annotations
@@ -90,13 +91,17 @@ class RMSNorm(nn.Module):
         return x * norm * self.weight
 
 
-def rope_tables(head_dim: int, seq_len: int, theta: float, device=None):
-    """cos/sin tables [seq, head_dim/2] of rotary embeddings (real arithmetic, no complex)."""
+def rope_tables(head_dim: int, seq_len: int, theta: float, device=None, positions=None):
+    """cos/sin tables [seq, head_dim/2] of rotary embeddings (real arithmetic, no complex);
+    [batch, seq, head_dim/2] at ``positions`` ([batch, seq]) where given. The positions'
+    angles are computed from them, not read from a table of ``arange(seq)``: in a step traced
+    in head-tail order that arange means the permuted positions (trace/load_balance.py)."""
     inv = 1.0 / (
         theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
     )
-    pos = torch.arange(seq_len, dtype=torch.float32, device=device)
-    ang = torch.outer(pos, inv)
+    if positions is None:
+        positions = torch.arange(seq_len, dtype=torch.float32, device=device)
+    ang = positions.to(torch.float32).unsqueeze(-1) * inv  # the outer product, any batch dims
     return torch.cos(ang), torch.sin(ang)
 
 
@@ -209,10 +214,12 @@ class Llama(nn.Module):
             )
         b, s = tokens.shape
         cos, sin = rope_tables(
-            self.cfg.dim // self.cfg.n_heads, s, self.cfg.rope_theta, device=tokens.device
+            self.cfg.dim // self.cfg.n_heads,
+            s,
+            self.cfg.rope_theta,
+            device=tokens.device,
+            positions=positions,
         )
-        if positions is not None:  # each token's row of the tables: [b, s, d/2]
-            cos, sin = F.embedding(positions, cos), F.embedding(positions, sin)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h, cos, sin, attention_masks)

@@ -105,12 +105,15 @@ def _run_by_positions(gm, balanced: int, seq: int, *inputs):
     return ByPositions(gm).run(*inputs)
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "manual"])
-def test_the_head_tail_trace_computes_the_model(attention):
+@pytest.mark.parametrize(
+    "attention,positions", [("sdpa", False), ("manual", False), ("sdpa", True)]
+)
+def test_the_head_tail_trace_computes_the_model(attention, positions):
     """A Llama traced with the sequence in head-tail order (inputs permuted, rotary tables
     from permuted positions, causal attention over positions: SDPA's causal call run by the
     runtime's local call on the positions it holds, or the hand-built triu) computes the
-    model's loss; with the positions left in storage order it does not."""
+    model's loss; with the positions left in storage order it does not. With a positions
+    input (permuted like the tokens) the rotary angles come from it."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autoshard.models import Llama, LlamaConfig
@@ -128,18 +131,19 @@ def test_the_head_tail_trace_computes_the_model(attention):
     )
     torch.manual_seed(0)
     model = Llama(cfg)
-    tokens, labels = (torch.randint(0, 64, (2, 32)) for _ in range(2))
+    inputs = tuple(torch.randint(0, 64, (2, 32)) for _ in range(2))
+    if positions:
+        inputs += (None, torch.arange(32).expand(2, 32))  # no attention_masks; positions
     lb = LoadBalance(4)
-    seq = lb.sequence_length((tokens, labels), {})
+    seq = lb.sequence_length(inputs[:2], {})
     wrapped = lb.wrap(model, seq)
-    traced = make_fx(wrapped, decomposition_table=lb.decompositions(seq))(tokens, labels)
+    traced = make_fx(wrapped, decomposition_table=lb.decompositions(seq))(*inputs)
     targets = {str(n.target) for n in traced.graph.nodes}
     assert "aten.index_select.default" in targets
-    torch.testing.assert_close(
-        _run_by_positions(traced, 4, seq, tokens, labels), model(tokens, labels)
-    )
-    permuted_only = make_fx(wrapped)(tokens, labels)  # positions not permuted: wrong
-    assert not torch.allclose(permuted_only(tokens, labels), model(tokens, labels))
+    torch.testing.assert_close(_run_by_positions(traced, 4, seq, *inputs), model(*inputs))
+    if not positions:
+        permuted_only = make_fx(wrapped)(*inputs)  # positions not permuted: wrong
+        assert not torch.allclose(permuted_only(*inputs), model(*inputs))
 
 
 def test_load_balance_errors_and_fallback(caplog):
