@@ -6,11 +6,13 @@ are planned by cpp/src/rules/varlen_attention.cpp (a head row and a token row) a
 shards (ops/local_run.py). In the token row each rank holds an even block of the packed tokens
 and the whole offsets; ``local_offsets`` gives the offsets of the documents inside the block,
 counted from its start, and refuses a document that crosses the block's edges (a split at batch
-rows never cuts one: torchtitan packs each row's documents apart). torch 2.13 implements them with CUDA kernels only (flash or cuDNN
-attention over packed documents). ``varlen_attention_on_cpu()`` registers CPU kernels for both:
-each document attends to itself (causal or not) through the CPU flash kernel, one call per
-document, so a model with varlen attention runs on CPU, planned or as the single-device
-reference, with the same math. Window attention and paged KV caches are refused.
+rows never cuts one: torchtitan packs each row's documents apart).
+
+torch 2.13 implements the ops with CUDA kernels only (flash or cuDNN attention over packed
+documents). ``varlen_attention_on_cpu()`` registers CPU kernels for both: each document
+attends to itself (causal or not) through the CPU flash kernel, one call per document, so a
+model with varlen attention runs on CPU, planned or as the single-device reference, with the
+same math. Window attention and paged KV caches are refused.
 """
 
 from __future__ import annotations
@@ -58,9 +60,9 @@ def local_offsets(cu_seq: torch.Tensor, start, length: int) -> torch.Tensor:
     ``start``, the documents outside the block empty; a document crossing either edge is
     refused when the call runs."""
     end = start + length
-    crossed = ~((cu_seq == start).any() & (cu_seq == end).any())
+    edges_are_boundaries = (cu_seq == start).any() & (cu_seq == end).any()
     torch._assert_async(
-        ~crossed,
+        edges_are_boundaries,
         "autoshard: a varlen attention document crosses the edge of a rank's block of packed "
         "tokens (the plan splits the token dim evenly); pack the documents so that each batch "
         "row holds whole documents, or keep the token dim of attention unsplit",
