@@ -97,11 +97,12 @@ def document_head_tail_order(document_lengths, n: int, device=None) -> torch.Ten
             f"{2 * n} chunks; pad each document to a multiple of {2 * n}"
         )
     starts = list(itertools.accumulate(lengths, initial=0))
-    chunks = []
-    for rank in range(n):
-        for start, length in zip(starts, lengths):
-            size = length // (2 * n)
-            chunks += [(start + rank * size, size), (start + (2 * n - 1 - rank) * size, size)]
+    chunks = [
+        (start + pos, size)  # the document's own head-tail chunks for this rank
+        for rank in range(n)
+        for start, length in zip(starts, lengths)
+        for pos, size in attention_blocks.rank_chunks(length, n, rank, load_balanced=True)
+    ]
     return attention_blocks.chunk_positions(chunks, device=device)
 
 
