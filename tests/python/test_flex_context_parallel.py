@@ -13,7 +13,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from autoshard.ops import attention_blocks
 from autoshard.ops import context_parallel as cp
-from autoshard.ops.flex_attention import FlexAttentionCall, local_block_mask
+from autoshard.ops.flex_attention import FlexAttentionCall, LocalBlockMasks, local_block_mask
 
 B, H, S, D = 2, 2, 64, 8
 FWD, BWD = cp.FLEX_ATTENTION_OPS
@@ -138,3 +138,37 @@ def test_block_tensors_rebuilt_for_the_positions_a_gpu_kernel_reads():
             assert torch.equal(got, want)
         else:
             assert got == want
+
+
+def test_a_rebuilt_block_mask_serves_the_calls_with_the_same_inputs():
+    """The block tensors rebuilt for a rank's positions are kept for the next calls (every
+    layer, forward and backward) with the same mask buffers and positions, and rebuilt when a
+    buffer is another tensor or was written in place, or the positions differ."""
+    torch.manual_seed(0)
+    doc = _documents()
+    q, k, v = (torch.randn(B, H, S, D, dtype=torch.float64) for _ in range(3))
+    forward, _ = _calls()
+    block_mask = _block_mask(doc)
+    stored = cp.storage_chunks(S, 2)
+    order = attention_blocks.chunk_positions(stored)
+    masks = LocalBlockMasks()
+
+    def call(doc, start, cache=masks):
+        args = (q[:, :, start : start + S // 2], k, v, "score_mod", block_mask, 0.3, None, (), (doc,))  # fmt: skip
+        pos = order[start : start + S // 2]
+        key = (tuple(stored), start, 0)
+        return forward.call_at_positions(
+            args, pos, order, rebuild_blocks=True, block_masks=cache, positions_key=key
+        )[0]
+
+    uncached = call(doc, 0, cache=None)
+    for _ in range(3):  # the layers' calls
+        torch.testing.assert_close(call(doc, 0), uncached)
+    assert masks.built == 1
+    call(doc.clone(), 0)  # the next step's document table
+    assert masks.built == 2
+    call(doc, S // 2)  # the other rank's positions
+    assert masks.built == 3
+    doc[1, 40:] = 2  # written in place: its blocks may change
+    torch.testing.assert_close(call(doc, 0), call(doc, 0, cache=None))
+    assert masks.built == 4

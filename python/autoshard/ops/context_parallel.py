@@ -156,13 +156,16 @@ def local_call_at_positions(
     q_start,
     k_start,
     call: Callable,
+    block_masks=None,
 ) -> Any:
     """Run ``op`` on local shards at their positions: q holds storage elements ``q_start ..``
     and k ``k_start ..`` of a sequence of ``seq`` stored in natural order, or head-tail order
     for ``balanced`` ranks. A FlexAttention call (``call``, its FlexAttentionCall) calls its
-    mods at those positions. A causal call: block-causal kernels when the starts are ints and
-    the call has no mask or dropout of its own; otherwise ``call`` (the op's local
-    implementation) with the explicit positions mask, the same function."""
+    mods at those positions, its block mask rebuilt for them off the CPU and kept in
+    ``block_masks`` (a flex_attention.LocalBlockMasks, or None). A causal call: block-causal
+    kernels when the starts are ints and the call has no mask or dropout of its own;
+    otherwise ``call`` (the op's local implementation) with the explicit positions mask, the
+    same function."""
     q_at = q_input(op)
     q, k = args[q_at], args[q_at + 1]
     stored = storage_chunks(seq, balanced)
@@ -177,7 +180,10 @@ def local_call_at_positions(
     q_pos = _positions(stored, q_start, q.shape[SEQ_DIM], q.device)
     k_pos = _positions(stored, k_start, k.shape[SEQ_DIM], q.device)
     if op in FLEX_ATTENTION_OPS:
-        return call.call_at_positions(tuple(args), q_pos, k_pos)
+        key = (tuple(stored), q_start, k_start) if concrete else None
+        return call.call_at_positions(
+            tuple(args), q_pos, k_pos, block_masks=block_masks, positions_key=key
+        )
     args, kwargs = causal_positions_call(op, args, kwargs, q_pos, k_pos)
     return call(*args, **kwargs)
 

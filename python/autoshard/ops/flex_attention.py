@@ -232,14 +232,21 @@ class FlexAttentionCall:
         return hop(*self.hop_args(args))
 
     def call_at_positions(
-        self, args: tuple, q_pos: torch.Tensor, k_pos: torch.Tensor, rebuild_blocks=None
+        self,
+        args: tuple,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        rebuild_blocks=None,
+        block_masks: LocalBlockMasks | None = None,
+        positions_key: Any = None,
     ) -> Any:
         """The call with its queries at global positions ``q_pos`` and its keys at
         ``k_pos`` (one per local index, any order): the mods see those positions as
         ``q_idx`` / ``kv_idx`` (a shard of a sequence-split call, or the head-tail order).
         ``rebuild_blocks`` (default: off the CPU, whose dense math reads ``mask_mod`` only)
         recomputes the block mask's tensors for these positions, which the GPU kernels read
-        to skip blocks."""
+        to skip blocks; ``block_masks`` keeps them for the calls that follow at the same
+        positions, named by ``positions_key`` (hashable; None: not kept)."""
         full = at_positions(self.hop_name, self.hop_args(args), q_pos, k_pos)
         q, k = full[0], full[1]
         if rebuild_blocks is None:
@@ -247,7 +254,15 @@ class FlexAttentionCall:
         if rebuild_blocks:
             mask_at = _BLOCK_MASK_ARG[self.hop_name]
             buffers = full[_MASK_BUFFERS_ARG[self.hop_name]]
-            full[mask_at] = local_block_mask(full[mask_at], buffers, q, k)
+            if block_masks is None or positions_key is None:
+                full[mask_at] = local_block_mask(full[mask_at], buffers, q, k)
+            else:
+                own = len(args[_MASK_BUFFERS_ARG[self.hop_name]])  # the model's, not the positions
+                mask_mod = self.graphs[_MASK_MOD]  # layers' graphs differ in name only
+                full[mask_at] = block_masks.get(
+                    getattr(mask_mod, "code", mask_mod), full[mask_at], buffers, own, q, k,
+                    positions_key,
+                )  # fmt: skip
         out = getattr(torch.ops.higher_order, self.hop_name)(*full)
         if self.hop_name == _BACKWARD:  # no gradients for the positions
             out = (*out[:3], list(out[3])[: len(args[_SCORE_BUFFERS_ARG[_BACKWARD]])])
@@ -371,6 +386,68 @@ def at_positions(hop_name: str, full: list, q_pos: torch.Tensor, k_pos: torch.Te
     full[score_at] = (*full[score_at], q_pos, k_pos)
     full[mask_buffers_at] = (*full[mask_buffers_at], q_pos, k_pos)
     return full
+
+
+class LocalBlockMasks:
+    """Block masks rebuilt for a rank's positions (``local_block_mask``), kept for the calls
+    that follow: every layer's forward and backward call of a step reads the same mask at the
+    same positions, and each rebuild evaluates ``mask_mod`` over all local query x key pairs.
+    An entry serves a call with the same mask code, block sizes, shapes, device, positions key
+    and the very same mask buffer tensors, compared by identity and version (a tensor written
+    in place is a new key); the entry holds those tensors, so their ids cannot pass to others.
+    The oldest entries go beyond ``capacity``; nothing is kept while tracing (the values
+    there are graph values, not tensors to reuse in a later run)."""
+
+    def __init__(self, capacity: int = 8):
+        self.capacity = capacity
+        self.built = 0  # rebuilds done, for tests and reports
+        self._entries: dict[tuple, tuple[tuple, tuple]] = {}  # key -> (buffers held, mask)
+
+    def get(
+        self,
+        mask_code: Any,
+        block_mask: tuple,
+        buffers: tuple,
+        own: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions_key: Any,
+    ) -> tuple:
+        """``local_block_mask(block_mask, buffers, q, k)``, from an earlier call when one
+        matches; ``buffers[:own]`` are the mask's own tensors, the rest its positions, which
+        ``positions_key`` names."""
+        if _tracing(q):
+            return local_block_mask(block_mask, buffers, q, k)
+        held = tuple(buffers[:own])
+        key = (
+            mask_code,
+            block_mask[-3],
+            block_mask[-2],
+            tuple(q.shape),
+            tuple(k.shape),
+            q.device,
+            positions_key,
+            tuple((id(t), getattr(t, "_version", None)) for t in held),
+        )
+        hit = self._entries.pop(key, None)
+        if hit is None:
+            self.built += 1
+            hit = (held, local_block_mask(block_mask, buffers, q, k))
+        self._entries[key] = hit  # most recently used last
+        while len(self._entries) > self.capacity:
+            del self._entries[next(iter(self._entries))]
+        return (*hit[1][:-1], block_mask[-1])  # the call's own mask_mod, at its positions
+
+
+def _tracing(t: torch.Tensor) -> bool:
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return (
+        detect_fake_mode((t,)) is not None
+        or get_proxy_mode() is not None
+        or torch.compiler.is_compiling()
+    )
 
 
 def local_block_mask(block_mask: tuple, buffers: tuple, q: torch.Tensor, k: torch.Tensor):

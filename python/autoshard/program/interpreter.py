@@ -32,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
 from autoshard.ops import context_parallel, varlen_attention
+from autoshard.ops.flex_attention import LocalBlockMasks
 from autoshard.ops.local_run import OUTPUT_SIZE_ARGS, local_impl, runs_locally
 from autoshard.placements import layout_from_strs, layout_to_strs, local_shape, normalize_placements
 from autoshard.trace.step_schedule import BACKWARD, FORWARD
@@ -122,7 +123,8 @@ def _node_source(node: fx.Node) -> str:
 
 
 class StepRunner:
-    """Executes one traced step under one plan on one mesh. Stateless between steps."""
+    """Executes one traced step under one plan on one mesh. Stateless between steps, but for
+    caches whose entries serve only the very same inputs."""
 
     def __init__(
         self,
@@ -142,6 +144,9 @@ class StepRunner:
         self.warnings: Counter = Counter()
         self.recorded: dict[str, dict] = {}
         self._layout_cache: dict = {}
+        # FlexAttention block masks rebuilt for this rank's positions, shared by the layers'
+        # calls (a cache: an entry serves only the very same mask inputs)
+        self.block_masks = LocalBlockMasks()
         # the forward / backward split and the values crossing it: the step's schedule, the
         # same one the planner priced (trace/step_schedule.py)
         # with the plan's recomputed nodes, which the backward runs again (step_schedule.py)
@@ -490,8 +495,9 @@ class StepRunner:
             op, entry.get("inputs") or (), self.mesh.shape, self.mesh._sym_get_coordinate, seq
         )
         return context_parallel.local_call_at_positions(
-            op, args, kwargs, seq, balanced, q_start, k_start, local_impl(node.target)
-        )
+            op, args, kwargs, seq, balanced, q_start, k_start, local_impl(node.target),
+            self.block_masks,
+        )  # fmt: skip
 
     def _run_local(self, node: fx.Node, entry: dict, args, kwargs):
         """No DTensor rule, but the op needs no global sizes: run it on the local shards the
