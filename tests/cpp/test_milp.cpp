@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "autoshard/clock.h"
 #include "autoshard/problem.h"
@@ -159,6 +162,26 @@ TEST(Milp, StartsFromAGivenPlan) {
     const SolveResult r = milp_of(p, p.usage_limit, true, o, &b.plan);
     expect_matches_brute_force(p, b, r, trial);
   }
+}
+
+TEST(Milp, WritesHighsLogToTheGivenFileOnly) {
+  // --milp-log: HiGHS's own log goes to the file (appended by every run), the result is the
+  // same as without it.
+  std::mt19937_64 rng(11);
+  Problem p = random_problem(rng, 6, 4, false);
+  while (!brute_force(p).feasible) p = random_problem(rng, 6, 4, false);
+  const Brute b = brute_force(p);
+  const std::filesystem::path log = std::filesystem::temp_directory_path() / "autoshard_test_milp.log";
+  std::filesystem::remove(log);
+  SolveOptions o;
+  o.time_limit_s = 10;
+  o.milp_log = log.string();
+  const SolveResult r = milp_of(p, p.usage_limit, true, o, nullptr);
+  expect_matches_brute_force(p, b, r, 0);
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  EXPECT_NE(text.str().find("HiGHS"), std::string::npos) << text.str();
+  std::filesystem::remove(log);
 }
 
 TEST(Milp, DispatcherProvesADenseProblemOptimal) {

@@ -203,3 +203,5 @@ def test_missing_file_and_bad_options(tmp_path):
     assert proc.returncode == 2 and "unknown option '--frobnicate'" in proc.stderr
     proc = run(["solve", "--help"])
     assert proc.returncode == 0 and "--time-limit" in proc.stdout
+    proc = run(["solve", "x.json", "--milp-log", str(tmp_path / "no_dir" / "milp.log")])
+    assert proc.returncode == 2 and "--milp-log" in proc.stderr and "does not exist" in proc.stderr

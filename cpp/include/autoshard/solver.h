@@ -44,6 +44,9 @@ struct SolveOptions {
   bool exact = false;  // prove optimality (no time-limit shortcut unless time runs out)
   uint64_t seed = 0;
   bool verbose = false;  // progress lines on stderr
+  // Non-empty: HiGHS's own log of every MILP run (presolve, root LP, cuts, branch and bound)
+  // is appended to this file. A diagnostic: the plan and the solver's choices do not change.
+  std::string milp_log;
 };
 
 struct SolveResult {

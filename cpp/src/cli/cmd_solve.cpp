@@ -66,6 +66,8 @@ void define(CLI::App& app, SolveArgs& a) {
   app.add_flag("--exact", a.opt.exact, "prove optimality (branch and bound) within the time limit");
   app.add_option("--seed", a.seed, "seed for randomised search (default 0)")->type_name("N");
   app.add_flag("--verbose", a.opt.verbose, "progress on stderr");
+  app.add_option("--milp-log", a.opt.milp_log, "append HiGHS's own log of the MILP runs to PATH (diagnostics)")
+      ->type_name("PATH");
 }
 
 // The option texts into SolveOptions; every error is a UsageError naming the option.
@@ -95,6 +97,7 @@ void convert(const CLI::App& app, SolveArgs& a) {
     }
     if (a.path.empty()) throw std::invalid_argument("missing PROBLEM file");
     if (!a.out_path.empty()) check_output_path(a.path, a.out_path, "--out");
+    if (!a.opt.milp_log.empty()) check_output_path(a.path, a.opt.milp_log, "--milp-log");
   } catch (const std::invalid_argument& e) {
     throw cli::UsageError{e.what()};
   }

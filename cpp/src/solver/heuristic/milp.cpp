@@ -553,7 +553,11 @@ SolveResult solve_milp(const GraphView& g, const Clusters& cl, int64_t usage_lim
 
   Highs h;
   // HiGHS logs to stdout, where `autoshard solve` writes its plan; the dispatcher reports it.
-  h.setOptionValue("output_flag", false);
+  h.setOptionValue("output_flag", !o.milp_log.empty());
+  if (!o.milp_log.empty()) {  // to the file only: never onto stdout
+    h.setOptionValue("log_to_console", false);
+    h.setOptionValue("log_file", o.milp_log);
+  }
   h.setOptionValue("threads", 1);
   h.setOptionValue("random_seed", static_cast<HighsInt>(o.seed % 2147483647));
   h.setOptionValue("mip_rel_gap", o.gap_tolerance);
