@@ -377,51 +377,62 @@ def structure(p):
     )
 
 
-def local_lp(p, rows=False, time_limit=300.0):
+class LocalLP:
     """The local-polytope LP of a problem (node and edge marginals; with `rows`, one memory
-    row per maximal live set), solved by scipy's HiGHS: the value the search's TRW-S bound
-    can reach at best without the reduction. Returns (value or None, message, a count of the
-    fractional nodes by (support size, largest share))."""
-    import numpy as np  # only this diagnostic needs numpy and scipy
-    import scipy.sparse as sp
-    from scipy.optimize import linprog
+    row per maximal live set above each node's least usage), as scipy arrays: `col[i, s]` is
+    node i's strategy s, `edge_col[k][a, b]` edge k's pair (a, b), finite entries only."""
 
-    costs, usages = p["nodes"]["costs"], p["nodes"]["usages"]
-    col, c = {}, []
-    for i, r in enumerate(costs):
-        for s, x in enumerate(r):
-            if x < INFEASIBLE:
-                col[i, s] = len(c)
-                c.append(float(x))
-    ri, rj, rv, rhs = [], [], [], []
-    for i, r in enumerate(costs):  # one strategy per node
-        for s in range(len(r)):
-            if (i, s) in col:
-                ri.append(len(rhs))
-                rj.append(col[i, s])
-                rv.append(1.0)
-        rhs.append(1.0)
-    for (u, v), m in zip(p["edges"]["nodes"], p["edges"]["costs"]):
-        su, sv, first = len(costs[u]), len(costs[v]), len(rhs)
-        for a in range(su):  # the edge's marginals sum to its ends' choices
-            for b in range(sv):
-                x = m[a * sv + b]
-                if (u, a) in col and (v, b) in col and x < INFEASIBLE:
-                    ri += [first + a, first + su + b]
-                    rj += [len(c), len(c)]
-                    rv += [1.0, 1.0]
+    def __init__(self, p, rows=False):
+        import numpy as np  # only the LP diagnostics need numpy and scipy
+        import scipy.sparse as sp
+
+        costs = p["nodes"]["costs"]
+        self.p, self.col, self.edge_col, c = p, {}, [], []
+        for i, r in enumerate(costs):
+            for s, x in enumerate(r):
+                if x < INFEASIBLE:
+                    self.col[i, s] = len(c)
                     c.append(float(x))
-        for k, node, n in ((first, u, su), (first + su, v, sv)):
-            for s in range(n):
-                if (node, s) in col:
-                    ri.append(k + s)
-                    rj.append(col[node, s])
-                    rv.append(-1.0)
-        rhs += [0.0] * (su + sv)
-    a_eq = sp.csr_matrix((rv, (ri, rj)), shape=(len(rhs), len(c)))
-    a_ub = b_ub = None
-    if rows and p["usage_limit"] is not None and p["usage_limit"] >= 0:
-        iv = p["nodes"]["intervals"]
+        ri, rj, rv, rhs = [], [], [], []
+        for i, r in enumerate(costs):  # one strategy per node
+            for s in range(len(r)):
+                if (i, s) in self.col:
+                    ri.append(len(rhs))
+                    rj.append(self.col[i, s])
+                    rv.append(1.0)
+            rhs.append(1.0)
+        for (u, v), m in zip(p["edges"]["nodes"], p["edges"]["costs"]):
+            su, sv, first, pairs = len(costs[u]), len(costs[v]), len(rhs), {}
+            for a in range(su):  # the edge's marginals sum to its ends' choices
+                for b in range(sv):
+                    x = m[a * sv + b]
+                    if (u, a) in self.col and (v, b) in self.col and x < INFEASIBLE:
+                        ri += [first + a, first + su + b]
+                        rj += [len(c), len(c)]
+                        rv += [1.0, 1.0]
+                        pairs[a, b] = len(c)
+                        c.append(float(x))
+            self.edge_col.append(pairs)
+            for k, node, n in ((first, u, su), (first + su, v, sv)):
+                for s in range(n):
+                    if (node, s) in self.col:
+                        ri.append(k + s)
+                        rj.append(self.col[node, s])
+                        rv.append(-1.0)
+            rhs += [0.0] * (su + sv)
+        self.c = np.array(c)
+        self.a_eq = sp.csr_matrix((rv, (ri, rj)), shape=(len(rhs), len(c)))
+        self.b_eq = np.array(rhs)
+        self.a_ub = self.b_ub = None
+        if rows and p["usage_limit"] is not None and p["usage_limit"] >= 0:
+            self.a_ub, self.b_ub = self._memory_rows()
+
+    def _memory_rows(self):
+        import numpy as np
+        import scipy.sparse as sp
+
+        p, col = self.p, self.col
+        costs, usages, iv = p["nodes"]["costs"], p["nodes"]["usages"], p["nodes"]["intervals"]
         live = [[] for _ in range(max(b for _, b in iv))]
         for i, (a, b) in enumerate(iv):
             for t in range(a, b):
@@ -442,26 +453,44 @@ def local_lp(p, rows=False, time_limit=300.0):
                         uj.append(col[i, s])
                         uv.append(float(usages[i][s] - least))
             ub.append(float(p["usage_limit"] - base))
-        a_ub, b_ub = sp.csr_matrix((uv, (ui, uj)), shape=(len(ub), len(c))), np.array(ub)
-    res = linprog(
-        np.array(c),
-        A_ub=a_ub,
-        b_ub=b_ub,
-        A_eq=a_eq,
-        b_eq=np.array(rhs),
-        bounds=(0, None),
-        method="highs",
-        options={"time_limit": time_limit},
-    )
+        return sp.csr_matrix((uv, (ui, uj)), shape=(len(ub), len(self.c))), np.array(ub)
+
+    def solve(self, a_ub=None, b_ub=None, time_limit=300.0):
+        """scipy's HiGHS on the LP, with `a_ub x <= b_ub` added to its own rows."""
+        import numpy as np
+        import scipy.sparse as sp
+        from scipy.optimize import linprog
+
+        if a_ub is not None and self.a_ub is not None:
+            a_ub, b_ub = sp.vstack([self.a_ub, a_ub]), np.concatenate([self.b_ub, b_ub])
+        elif a_ub is None:
+            a_ub, b_ub = self.a_ub, self.b_ub
+        return linprog(
+            self.c, A_ub=a_ub, b_ub=b_ub, A_eq=self.a_eq, b_eq=self.b_eq, bounds=(0, None),
+            method="highs", options={"time_limit": time_limit},
+        )  # fmt: skip
+
+    def fractional_shape(self, x):
+        """The fractional nodes of solution x, counted by (support size, largest share)."""
+        shape = {}
+        for i, r in enumerate(self.p["nodes"]["costs"]):
+            share = sorted((x[self.col[i, s]] for s in range(len(r)) if (i, s) in self.col))
+            share.reverse()
+            if share[0] < 0.999:
+                key = (int(sum(v > 1e-6 for v in share)), round(float(share[0]), 2))
+                shape[key] = shape.get(key, 0) + 1
+        return shape
+
+
+def local_lp(p, rows=False, time_limit=300.0):
+    """The local-polytope LP of a problem (LocalLP), solved by scipy's HiGHS: the value the
+    search's TRW-S bound can reach at best without the reduction. Returns (value or None,
+    message, a count of the fractional nodes by (support size, largest share))."""
+    lp = LocalLP(p, rows)
+    res = lp.solve(time_limit=time_limit)
     if res.status != 0:
         return None, res.message, {}
-    shape = {}
-    for i, r in enumerate(costs):
-        share = sorted((res.x[col[i, s]] for s in range(len(r)) if (i, s) in col), reverse=True)
-        if share[0] < 0.999:
-            key = (int(sum(x > 1e-6 for x in share)), round(float(share[0]), 2))
-            shape[key] = shape.get(key, 0) + 1
-    return float(res.fun), res.message, shape
+    return float(res.fun), res.message, lp.fractional_shape(res.x)
 
 
 def entry(p, family, seed, limit, note):

@@ -112,18 +112,36 @@ def test_dense_generator_writes_well_formed_problems(tmp_path, mesh, sub):
     assert derived_dense.synthetic(src, mesh, (1.0, 4.0, 4.0), 0.5, 3, 100, 0.5, sub) == q
 
 
+# Three nodes, two labels, every edge free only where its ends differ: no plan avoids paying
+# one edge (an odd cycle).
+FRUSTRATED_TRIANGLE = {
+    "nodes": {"intervals": [[0, 1]] * 3, "costs": [[0, 0]] * 3, "usages": [[1, 1]] * 3},
+    "edges": {"nodes": [[0, 1], [1, 2], [0, 2]], "costs": [[1, 0, 0, 1]] * 3},
+    "usage_limit": 3,
+}
+
+
 def test_local_lp_pays_nothing_on_a_frustrated_triangle():
-    # Three nodes, two labels, every edge free only where its ends differ: no plan avoids
-    # paying one edge (an odd cycle), but the local polytope mixes each node 50/50 and pays
-    # nothing, the half-integral shape the LP takes on the mesh3d-4x4x4 problems.
+    # The local polytope mixes each node 50/50 and pays nothing, the half-integral shape the
+    # LP takes on the mesh3d-4x4x4 problems.
     pytest.importorskip("scipy")
     import derived_dense
 
-    p = {
-        "nodes": {"intervals": [[0, 1]] * 3, "costs": [[0, 0]] * 3, "usages": [[1, 1]] * 3},
-        "edges": {"nodes": [[0, 1], [1, 2], [0, 2]], "costs": [[1, 0, 0, 1]] * 3},
-        "usage_limit": 3,
-    }
-    value, _, shape = derived_dense.local_lp(p, rows=True)
+    value, _, shape = derived_dense.local_lp(FRUSTRATED_TRIANGLE, rows=True)
     assert value == pytest.approx(0.0, abs=1e-9)
     assert shape == {(2, 0.5): 3}
+
+
+def test_cycle_cuts_close_the_frustrated_triangle():
+    # One round of cycle inequalities (bench/cycle_cuts.py) finds a cycle
+    # the LP violates by the whole unit, and with its cuts the LP pays the one edge every
+    # plan pays (the optimum, 1).
+    pytest.importorskip("scipy")
+    import cycle_cuts
+    import derived_dense
+
+    lp = derived_dense.LocalLP(FRUSTRATED_TRIANGLE)
+    found = cycle_cuts.separate(lp, lp.solve().x, max_cuts=10)
+    assert found and max(v for _, v in found) == pytest.approx(1.0, abs=1e-6)
+    cuts = [cycle_cuts.cut_row(lp, walk) for walk, _ in found]
+    assert lp.solve(*cycle_cuts.cut_matrix(lp, cuts)).fun == pytest.approx(1.0, abs=1e-6)
