@@ -172,3 +172,25 @@ def test_a_rebuilt_block_mask_serves_the_calls_with_the_same_inputs():
     doc[1, 40:] = 2  # written in place: its blocks may change
     torch.testing.assert_close(call(doc, 0), call(doc, 0, cache=None))
     assert masks.built == 4
+
+
+def test_mask_graphs_are_one_mask_by_code_and_the_constants_they_read():
+    """Layers' mask graphs share kept block masks when their code and the tensors they read
+    as attributes are the same; the same code reading another tensor is another mask."""
+    from autoshard.ops.flex_attention import _mask_identity
+
+    class Mask(torch.nn.Module):
+        def __init__(self, keep: torch.Tensor):
+            super().__init__()
+            self.keep = keep
+
+        def forward(self, b, h, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & self.keep[kv_idx]
+
+    keep = torch.ones(S, dtype=torch.bool)
+    first, again = (torch.fx.symbolic_trace(Mask(keep)) for _ in range(2))
+    other = torch.fx.symbolic_trace(Mask(keep.clone()))
+    assert first is not again and first.code == other.code
+    assert _mask_identity(first) == _mask_identity(again)
+    assert _mask_identity(first) != _mask_identity(other)
+    assert _mask_identity(_mask_mod) is _mask_mod  # a plain function is itself

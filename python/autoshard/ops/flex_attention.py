@@ -258,9 +258,8 @@ class FlexAttentionCall:
                 full[mask_at] = local_block_mask(full[mask_at], buffers, q, k)
             else:
                 own = len(args[_MASK_BUFFERS_ARG[self.hop_name]])  # the model's, not the positions
-                mask_mod = self.graphs[_MASK_MOD]  # layers' graphs differ in name only
                 full[mask_at] = block_masks.get(
-                    getattr(mask_mod, "code", mask_mod), full[mask_at], buffers, own, q, k,
+                    _mask_identity(self.graphs[_MASK_MOD]), full[mask_at], buffers, own, q, k,
                     positions_key,
                 )  # fmt: skip
         out = getattr(torch.ops.higher_order, self.hop_name)(*full)
@@ -392,9 +391,10 @@ class LocalBlockMasks:
     """Block masks rebuilt for a rank's positions (``local_block_mask``), kept for the calls
     that follow: every layer's forward and backward call of a step reads the same mask at the
     same positions, and each rebuild evaluates ``mask_mod`` over all local query x key pairs.
-    An entry serves a call with the same mask code, block sizes, shapes, device, positions key
-    and the very same mask buffer tensors, compared by identity and version (a tensor written
-    in place is a new key); the entry holds those tensors, so their ids cannot pass to others.
+    An entry serves a call with the same mask (``_mask_identity``), block sizes, shapes,
+    device, positions key and the very same mask buffer tensors, compared by identity and
+    version (a tensor written in place is a new key); the entry holds those tensors, so their
+    ids cannot pass to others.
     The oldest entries go beyond ``capacity``; nothing is kept while tracing (the values
     there are graph values, not tensors to reuse in a later run)."""
 
@@ -405,7 +405,7 @@ class LocalBlockMasks:
 
     def get(
         self,
-        mask_code: Any,
+        mask_identity: Any,
         block_mask: tuple,
         buffers: tuple,
         own: int,
@@ -420,7 +420,7 @@ class LocalBlockMasks:
             return local_block_mask(block_mask, buffers, q, k)
         held = tuple(buffers[:own])
         key = (
-            mask_code,
+            mask_identity,
             block_mask[-3],
             block_mask[-2],
             tuple(q.shape),
@@ -437,6 +437,16 @@ class LocalBlockMasks:
         while len(self._entries) > self.capacity:
             del self._entries[next(iter(self._entries))]
         return (*hit[1][:-1], block_mask[-1])  # the call's own mask_mod, at its positions
+
+
+def _mask_identity(mask_mod: Any) -> Any:
+    """What makes two mask graphs the same mask: their code (the layers' graphs differ in
+    name only) and the tensors it reads as attributes (the same code may read another
+    layer's constants; the graph holds them, so their ids stay theirs)."""
+    if not isinstance(mask_mod, fx.GraphModule):
+        return mask_mod
+    constants = mask_mod.graph.find_nodes(op="get_attr")
+    return mask_mod.code, tuple(id(getattr(mask_mod, n.target)) for n in constants)
 
 
 def _tracing(t: torch.Tensor) -> bool:
