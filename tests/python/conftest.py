@@ -110,6 +110,32 @@ def ok_on_every_rank(results: list[list[dict]], name: str) -> list[dict]:
     return out
 
 
+def assert_attention_split_on_virtual_8x8(model, inputs, op_prefix: str, n_calls: int) -> int:
+    """Plans ``model`` on ``inputs`` (a tuple or a function returning one) on a virtual 8x8
+    (dp, tp) mesh with the batch on dp, and checks that every attention node (``op_prefix``,
+    ``n_calls`` of them) takes q split on some mesh dim (by batch or heads), not replicated.
+    Returns the number of input tensors, as the trace flattens the inputs."""
+    import torch
+    from torch.distributed.tensor import Replicate, Shard
+
+    from autoshard import AutoParallel
+    from autoshard.ops.flex_attention import register_block_mask_pytree
+    from autoshard.trace.fake_pg import fake_world
+
+    register_block_mask_pytree()  # as the trace does: a BlockMask input is its tensors
+    leaves = torch.utils._pytree.tree_leaves(inputs() if callable(inputs) else inputs)
+    with fake_world((8, 8), ("dp", "tp")) as mesh:
+        with AutoParallel(model, inputs, mesh) as autop:
+            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * (len(leaves) - 1))
+            plan = autop.optimize_placement().plan
+    calls = {n: e for n, e in plan["nodes"].items() if n.startswith(op_prefix)}
+    assert len(calls) == n_calls, sorted(calls)
+    for name, entry in calls.items():
+        q = entry["inputs"][0]
+        assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
+    return len(leaves)
+
+
 def trained_like_reference(results: list[list[dict]], name: str) -> list[dict]:
     """Scenario ``name``'s result on each rank, failing unless every rank completed it with
     each step's loss and parameters close to the single-process reference's (the workers'

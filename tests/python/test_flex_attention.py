@@ -12,13 +12,12 @@ import importlib.util
 import pytest
 import torch
 import torch.nn as nn
-from torch.distributed.tensor import Replicate, Shard
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from autoshard import AutoParallel, _core, dense_flex_attention_on_cpu
+from autoshard import _core, dense_flex_attention_on_cpu
 from autoshard.planning.graph_export import graph_dict
-from autoshard.trace.fake_pg import fake_world
 from autoshard.trace.tracer import UnsupportedModelError, trace_training_step
+from conftest import assert_attention_split_on_virtual_8x8
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -200,17 +199,9 @@ def test_torchtitan_llama3_debug_model_plans_on_a_virtual_8x8_mesh(mask):
                 block_mask = model.get_attention_masks(positions)
         return torch.randint(0, 2048, (batch, seq)), positions, block_mask
 
-    n_inputs = len(torch.utils._pytree.tree_leaves(input_fn()))
+    # forward and backward of 2 layers
+    n_inputs = assert_attention_split_on_virtual_8x8(model, input_fn, "flex_attention", n_calls=4)
     assert n_inputs == (10 if mask == "causal" else 11)  # + the document-end table
-    with fake_world((8, 8), ("dp", "tp")) as mesh:
-        with AutoParallel(model, input_fn, mesh) as autop:
-            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * (n_inputs - 1))
-            plan = autop.optimize_placement().plan
-    flex = {n: e for n, e in plan["nodes"].items() if n.startswith("flex_attention")}
-    assert len(flex) == 4  # forward and backward of 2 layers
-    for name, entry in flex.items():
-        q = entry["inputs"][0]
-        assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
 
 
 def test_compile_is_refused_clearly_for_a_program_with_flex_attention():

@@ -13,11 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.varlen import varlen_attn
 
-from torch.distributed.tensor import Replicate, Shard
-
-from autoshard import AutoParallel, _core, varlen_attention_on_cpu
-from autoshard.trace.fake_pg import fake_world
-from conftest import run_torchrun, trained_like_reference
+from autoshard import _core, varlen_attention_on_cpu
+from conftest import assert_attention_split_on_virtual_8x8, run_torchrun, trained_like_reference
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_core, "plan_graph"), reason="the C++ planner (_core.plan_graph) is not built"
@@ -113,16 +110,8 @@ def test_torchtitan_llama3_varlen_debug_model_plans_on_a_virtual_8x8_mesh():
     found = model.get_attention_masks(positions)  # data-dependent: built outside the trace
     masks = type(found)(found.cu_seq_q, found.cu_seq_k, seq, seq)
     inputs = (torch.randint(0, 2048, (batch, seq)), positions, masks)
-    n_inputs = len(torch.utils._pytree.tree_leaves(inputs))
-    with fake_world((8, 8), ("dp", "tp")) as mesh:
-        with AutoParallel(model, inputs, mesh) as autop:
-            autop.add_input_constraints([(Shard(0), Replicate())] + [None] * (n_inputs - 1))
-            plan = autop.optimize_placement().plan
-    varlen = {n: e for n, e in plan["nodes"].items() if n.startswith("_varlen_attn")}
-    assert len(varlen) == 4  # forward and backward of 2 layers
-    for name, entry in varlen.items():
-        q = entry["inputs"][0]
-        assert set(q) <= {"R", "S(0)", "S(1)"} and q != ["R", "R"], (name, q)
+    # forward and backward of 2 layers
+    assert_attention_split_on_virtual_8x8(model, inputs, "_varlen_attn", n_calls=4)
 
 
 SCENARIOS = [
