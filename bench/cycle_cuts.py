@@ -61,7 +61,9 @@ def separate(lp: LocalLP, x, max_cuts: int, all_labels=False):
     labels = {}
     for i, s in node:
         labels.setdefault(i, []).append(s)
-    rows, cols, weights, arcs = [], [], [], []
+    # one arc per (x0, x1) pair of the doubled graph, the cheapest (a sparse matrix would sum
+    # duplicates), which also names the inequality term the path takes there
+    best = {}
     for k, (u, v) in enumerate(ends):
         for s in labels.get(u, ()):
             for t in labels.get(v, ()):
@@ -69,19 +71,12 @@ def separate(lp: LocalLP, x, max_cuts: int, all_labels=False):
                 d = min(max(d, 0.0), 1.0)
                 a, b = index[u, s], index[v, t]
                 for flips, w in ((False, d), (True, 1.0 - d)):
+                    w += 1e-9  # no zero weights: the sparse graph would drop them
                     for pa in (0, 1):  # both directions, both parities
                         pb = pa ^ flips
-                        for x0, x1 in ((a + pa * n, b + pb * n), (b + pa * n, a + pb * n)):
-                            rows.append(x0)
-                            cols.append(x1)
-                            weights.append(w + 1e-9)  # no zero weights: sparse keeps them
-                            arcs.append((k, s, t, flips))
-    # one arc per (x0, x1) pair, the cheapest (a sparse matrix would sum duplicates), which
-    # also names the inequality term the path takes there
-    best = {}
-    for x0, x1, w, arc in zip(rows, cols, weights, arcs):
-        if (x0, x1) not in best or w < best[x0, x1][0]:
-            best[x0, x1] = (w, arc)
+                        for arc in ((a + pa * n, b + pb * n), (b + pa * n, a + pb * n)):
+                            if arc not in best or w < best[arc][0]:
+                                best[arc] = (w, (k, s, t, flips))
     r2, c2, w2 = zip(*((x0, x1, w) for (x0, x1), (w, _) in best.items()))
     graph = sp.csr_matrix((w2, (r2, c2)), shape=(2 * n, 2 * n))
     sources = [index[key] for key, mu in node.items() if EPS < mu < 1 - 1e-6]
