@@ -6,11 +6,17 @@ when every loss was right. This runs one small training script (TinyGPT, hidden 
 by autoshard with the default parameter budget, gloo ranks, SGD) ``--runs`` times in a row
 under torchrun and counts the runs that end with rc 0, whose losses also match the
 single-process model's (rtol 1e-5) on every step. Each run ends as a user's script does:
-only rank 0 reads and prints the losses, then ``dist.destroy_process_group()``.
+only rank 0 reads and prints the losses, then ``dist.destroy_process_group()``. With
+``--gather-at-end`` every rank first gathers the full parameters (``full_tensor()``, as a
+script that saves a full checkpoint does), so the last collectives complete a few
+milliseconds before the interpreter ends: the window of the exit abort that
+runtime/clean_exit.py closes. ``--exit-wait both`` alternates runs with autoshard's exit
+hook and runs whose worker unregisters it, and counts each kind.
 
     python3 bench/clean_exit.py --ranks 2 --runs 20 --steps 3
     python3 bench/clean_exit.py --ranks 3 --runs 20 --steps 3
     python3 bench/clean_exit.py --ranks 2 --runs 10 --steps 200
+    python3 bench/clean_exit.py --ranks 2 --runs 60 --steps 1 --gather-at-end --exit-wait both
 
 The plan is solved in the first run and read from a plan cache (a temporary folder) after
 that, unless ``--solve-every-run``.
@@ -77,12 +83,21 @@ def worker(a) -> None:
             ref_opt.zero_grad()
             got, want = float(loss), float(ref_loss)
             worst = max(worst, abs(got - want) / max(abs(want), 1e-12))
+    if a.gather_at_end:  # the full state, as a script that saves a full checkpoint
+        for p in parallel.parameters():
+            p.full_tensor()
+    if not a.exit_wait_on:  # what the hook prevents: measured with it removed
+        import atexit
+
+        from autoshard.runtime.clean_exit import wait_for_gloo_workers
+
+        atexit.unregister(wait_for_gloo_workers)
     if rank == 0:
         print(f"RESULT worst_rel_loss_err={worst:.3e}", flush=True)
     dist.destroy_process_group()
 
 
-def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
+def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, float | None]:
     # a rank killed by a signal prints every thread's Python stack (kept with --logs)
     env = dict(os.environ, OMP_NUM_THREADS="1", AUTOSHARD_CACHE_DIR=cache, PYTHONFAULTHANDLER="1")
     cmd = [
@@ -95,6 +110,8 @@ def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
         "--worker",
         "--steps",
         str(a.steps),
+        *(["--gather-at-end"] if a.gather_at_end else []),
+        *([] if exit_wait else ["--exit-wait-off"]),
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
@@ -119,23 +136,30 @@ def _one_run(a, cache: str) -> tuple[int, float, str, float | None]:
 
 
 def launch(a) -> int:
-    rows, clean = [], 0
+    kinds = {"on": [True], "off": [False], "both": [True, False]}[a.exit_wait]
+    clean = {kind: 0 for kind in kinds}
+    runs = {kind: 0 for kind in kinds}
     with tempfile.TemporaryDirectory() as cache:
         for k in range(a.runs):
+            exit_wait = kinds[k % len(kinds)]
             run_cache = tempfile.mkdtemp(dir=cache) if a.solve_every_run else cache
-            rc, seconds, why, err = _one_run(a, run_cache)
+            rc, seconds, why, err = _one_run(a, run_cache, exit_wait)
             exact = err is not None and err <= 1e-5
-            clean += rc == 0 and exact
-            rows.append((k + 1, rc, seconds, err, why))
+            clean[exit_wait] += rc == 0 and exact
+            runs[exit_wait] += 1
             print(
-                f"run {k + 1:3d}: rc {rc}, {seconds:6.1f} s, worst loss error "
+                f"run {k + 1:3d} ({'with' if exit_wait else 'without'} exit hook): rc {rc}, "
+                f"{seconds:6.1f} s, worst loss error "
                 f"{'-' if err is None else f'{err:.1e}'}{'  ' + why if why else ''}",
                 flush=True,
             )
-    print(
-        f"\n{a.ranks} ranks, {a.steps} steps: {clean} of {a.runs} runs ended with rc 0 "
-        f"and losses equal to one process's"
-    )
+    print()
+    for kind in kinds:
+        print(
+            f"{a.ranks} ranks, {a.steps} steps{', gather at end' if a.gather_at_end else ''}, "
+            f"{'with' if kind else 'without'} autoshard's exit hook: {clean[kind]} of "
+            f"{runs[kind]} runs ended with rc 0 and losses equal to one process's"
+        )
     return 0
 
 
@@ -153,8 +177,21 @@ def main() -> int:
     p.add_argument(
         "--logs", default="", metavar="DIR", help="write each failed run's output to DIR"
     )
+    p.add_argument(
+        "--gather-at-end",
+        action="store_true",
+        help="every rank gathers the full parameters just before the script ends",
+    )
+    p.add_argument(
+        "--exit-wait",
+        choices=("on", "off", "both"),
+        default="on",
+        help="autoshard's exit hook (runtime/clean_exit.py) kept, removed, or alternated",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--exit-wait-off", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
+    a.exit_wait_on = not a.exit_wait_off
     if a.ranks < 1 or a.runs < 1 or a.steps < 1:
         p.error("--ranks, --runs and --steps must be at least 1")
     if a.worker:

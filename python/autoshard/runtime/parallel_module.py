@@ -35,6 +35,7 @@ from autoshard.ops.attention_kernels import match_attention_kernels
 from autoshard.placements import layout_to_strs
 from autoshard.program.interpreter import StepRunner, contiguous_stride
 from autoshard.program.local_program import joint_graph
+from autoshard.runtime.clean_exit import guard_process_exit
 from autoshard.runtime.executors import executor_for
 from autoshard.runtime.inputs import check_inputs, dynamic_input_shapes
 from autoshard.runtime.modes import module_modes, step_for_current_mode
@@ -144,6 +145,7 @@ def build_parallel_module(
     # a plan made on another host may name another attention kernel than this trace's
     plan = match_attention_kernels(plan, step.gm)
     runner = StepRunner(step, plan, mesh, strict=strict)
+    guard_process_exit()  # gloo: the process ends only once gloo's workers are done
     placeholder_of_fqn = {fqn: ph for ph, fqn in step.param_fqns.items()}
     buffer_ph_of_fqn = {fqn: ph for ph, fqn in step.buffer_fqns.items()}
 
