@@ -18,6 +18,13 @@ hook and runs whose worker unregisters it, and counts each kind.
     python3 bench/clean_exit.py --ranks 2 --runs 10 --steps 200
     python3 bench/clean_exit.py --ranks 2 --runs 60 --steps 1 --gather-at-end --exit-wait both
 
+``--trainer ARGS`` runs the example trainer instead (examples/train.py on
+examples/llama_tiny.toml, ``--steps`` steps, a DCP checkpoint after the last one, ARGS
+added, e.g. ``"--parallel.pp 2"`` for two pipeline stages); a run counts when it ends with
+rc 0 after saving that checkpoint:
+
+    python3 bench/clean_exit.py --trainer "--parallel.pp 2" --runs 20 --steps 2 --exit-wait both
+
 The plan is solved in the first run and read from a plan cache (a temporary folder) after
 that, unless ``--solve-every-run``.
 """
@@ -30,10 +37,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 DIM, HEADS, VOCAB, SEQ = 32, 4, 64, 8
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def worker(a) -> None:
@@ -86,20 +95,46 @@ def worker(a) -> None:
     if a.gather_at_end:  # the full state, as a script that saves a full checkpoint
         for p in parallel.parameters():
             p.full_tensor()
-    if not a.exit_wait_on:  # what the hook prevents: measured with it removed
-        import atexit
-
-        from autoshard.runtime.clean_exit import wait_for_gloo_workers
-
-        atexit.unregister(wait_for_gloo_workers)
+    if not a.exit_wait_on:
+        _remove_exit_hook()
     if rank == 0:
         print(f"RESULT worst_rel_loss_err={worst:.3e}", flush=True)
     dist.destroy_process_group()
 
 
-def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, float | None]:
+def trainer_worker(a) -> int:
+    """The example trainer's main, run in this process; without the exit hook when asked."""
+    import shlex
+
+    sys.path.insert(0, str(EXAMPLES))
+    import train
+
+    argv = ["--config", str(EXAMPLES / "llama_tiny.toml"), "--training.steps", str(a.steps)]
+    argv += ["--checkpoint.interval", str(a.steps), "--checkpoint.folder", a.folder]
+    rc = train.main(argv + shlex.split(a.trainer))
+    if not a.exit_wait_on:
+        _remove_exit_hook()
+    return rc
+
+
+def _remove_exit_hook() -> None:
+    """What the hook prevents is measured with it removed."""
+    import atexit
+
+    from autoshard.runtime.clean_exit import wait_for_gloo_workers
+
+    atexit.unregister(wait_for_gloo_workers)
+
+
+def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, bool, str]:
+    """rc, seconds, why it failed, whether its numbers were right, and what they were."""
     # a rank killed by a signal prints every thread's Python stack (kept with --logs)
     env = dict(os.environ, OMP_NUM_THREADS="1", AUTOSHARD_CACHE_DIR=cache, PYTHONFAULTHANDLER="1")
+    job = ["--worker", "--steps", str(a.steps)]
+    job += ["--gather-at-end"] if a.gather_at_end else []
+    job += [] if exit_wait else ["--exit-wait-off"]
+    if a.trainer:  # its checkpoint goes to a folder of its own
+        job += [f"--trainer={a.trainer}", f"--folder={tempfile.mkdtemp(dir=cache)}"]
     cmd = [
         sys.executable,
         "-m",
@@ -107,19 +142,23 @@ def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, float | N
         "--standalone",
         f"--nproc-per-node={a.ranks}",
         __file__,
-        "--worker",
-        "--steps",
-        str(a.steps),
-        *(["--gather-at-end"] if a.gather_at_end else []),
-        *([] if exit_wait else ["--exit-wait-off"]),
+        *job,
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
     seconds = time.perf_counter() - t0
-    err = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT worst_rel_loss_err="):
-            err = float(line.split("=")[1])
+    if a.trainer:  # the trainer ran every step when it saved the last step's checkpoint
+        done = f"checkpoint: saved step {a.steps} " in proc.stdout + proc.stderr
+        numbers = (done, "all steps" if done else "steps missing")
+    else:
+        err = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT worst_rel_loss_err="):
+                err = float(line.split("=")[1])
+        numbers = (
+            err is not None and err <= 1e-5,
+            f"worst loss error {'-' if err is None else f'{err:.1e}'}",
+        )
     why = ""
     if proc.returncode != 0:
         if a.logs:
@@ -132,7 +171,7 @@ def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, float | N
             if any(k in ln for k in ("terminate", "Error", "Signal", "signal", "exitcode"))
         ]
         why = lines[0][:160] if lines else proc.stderr.strip().splitlines()[-1][:160]
-    return proc.returncode, seconds, why, err
+    return proc.returncode, seconds, why, *numbers
 
 
 def launch(a) -> int:
@@ -143,22 +182,22 @@ def launch(a) -> int:
         for k in range(a.runs):
             exit_wait = kinds[k % len(kinds)]
             run_cache = tempfile.mkdtemp(dir=cache) if a.solve_every_run else cache
-            rc, seconds, why, err = _one_run(a, run_cache, exit_wait)
-            exact = err is not None and err <= 1e-5
-            clean[exit_wait] += rc == 0 and exact
+            rc, seconds, why, right, numbers = _one_run(a, run_cache, exit_wait)
+            clean[exit_wait] += rc == 0 and right
             runs[exit_wait] += 1
             print(
                 f"run {k + 1:3d} ({'with' if exit_wait else 'without'} exit hook): rc {rc}, "
-                f"{seconds:6.1f} s, worst loss error "
-                f"{'-' if err is None else f'{err:.1e}'}{'  ' + why if why else ''}",
+                f"{seconds:6.1f} s, {numbers}{'  ' + why if why else ''}",
                 flush=True,
             )
     print()
     for kind in kinds:
+        job = f"train.py {a.trainer}" if a.trainer else "TinyGPT"
+        job += ", gather at end" if a.gather_at_end else ""
         print(
-            f"{a.ranks} ranks, {a.steps} steps{', gather at end' if a.gather_at_end else ''}, "
-            f"{'with' if kind else 'without'} autoshard's exit hook: {clean[kind]} of "
-            f"{runs[kind]} runs ended with rc 0 and losses equal to one process's"
+            f"{job}, {a.ranks} ranks, {a.steps} steps, {'with' if kind else 'without'} "
+            f"autoshard's exit hook: {clean[kind]} of {runs[kind]} runs ended with rc 0 and "
+            + ("every step and checkpoint" if a.trainer else "losses equal to one process's")
         )
     return 0
 
@@ -188,12 +227,21 @@ def main() -> int:
         default="on",
         help="autoshard's exit hook (runtime/clean_exit.py) kept, removed, or alternated",
     )
+    p.add_argument(
+        "--trainer",
+        default="",
+        metavar="ARGS",
+        help='run examples/train.py with these extra arguments (e.g. "--parallel.pp 2")',
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--exit-wait-off", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--folder", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
     a.exit_wait_on = not a.exit_wait_off
     if a.ranks < 1 or a.runs < 1 or a.steps < 1:
         p.error("--ranks, --runs and --steps must be at least 1")
+    if a.worker and a.trainer:
+        return trainer_worker(a)
     if a.worker:
         worker(a)
         return 0
