@@ -11,12 +11,16 @@ only rank 0 reads and prints the losses, then ``dist.destroy_process_group()``. 
 script that saves a full checkpoint does), so the last collectives complete a few
 milliseconds before the interpreter ends: the window of the exit abort that
 runtime/clean_exit.py closes. ``--exit-wait both`` alternates runs with autoshard's exit
-hook and runs whose worker unregisters it, and counts each kind.
+hook and runs whose worker unregisters it, and counts each kind. ``--load N`` keeps N busy
+processes running beside the runs, as on a machine that also runs a test suite (the abort
+needs a worker thread left unscheduled for a few milliseconds).
 
     python3 bench/clean_exit.py --ranks 2 --runs 20 --steps 3
     python3 bench/clean_exit.py --ranks 3 --runs 20 --steps 3
     python3 bench/clean_exit.py --ranks 2 --runs 10 --steps 200
     python3 bench/clean_exit.py --ranks 2 --runs 60 --steps 1 --gather-at-end --exit-wait both
+    python3 bench/clean_exit.py --ranks 2 --runs 60 --steps 1 --gather-at-end --exit-wait both \
+        --load 2
 
 ``--trainer ARGS`` runs the example trainer instead (examples/train.py on
 examples/llama_tiny.toml, ``--steps`` steps, a DCP checkpoint after the last one, ARGS
@@ -121,9 +125,9 @@ def _remove_exit_hook() -> None:
     """What the hook prevents is measured with it removed."""
     import atexit
 
-    from autoshard.runtime.clean_exit import wait_for_gloo_workers
+    from autoshard.runtime.clean_exit import wait_at_exit
 
-    atexit.unregister(wait_for_gloo_workers)
+    atexit.unregister(wait_at_exit)
 
 
 def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, bool, str]:
@@ -178,6 +182,29 @@ def launch(a) -> int:
     kinds = {"on": [True], "off": [False], "both": [True, False]}[a.exit_wait]
     clean = {kind: 0 for kind in kinds}
     runs = {kind: 0 for kind in kinds}
+    # busy processes beside the runs: a machine that also runs a test suite or a build
+    burn = "import time\nwhile True: time.perf_counter()"
+    load = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(a.load)]
+    try:
+        _runs(a, kinds, clean, runs)
+    finally:
+        for proc in load:
+            proc.kill()
+            proc.wait()
+    print()
+    for kind in kinds:
+        job = f"train.py {a.trainer}" if a.trainer else "TinyGPT"
+        job += ", gather at end" if a.gather_at_end else ""
+        job += f", {a.load} busy processes beside" if a.load else ""
+        print(
+            f"{job}, {a.ranks} ranks, {a.steps} steps, {'with' if kind else 'without'} "
+            f"autoshard's exit hook: {clean[kind]} of {runs[kind]} runs ended with rc 0 and "
+            + ("every step and checkpoint" if a.trainer else "losses equal to one process's")
+        )
+    return 0
+
+
+def _runs(a, kinds: list[bool], clean: dict, runs: dict) -> None:
     with tempfile.TemporaryDirectory() as cache:
         for k in range(a.runs):
             exit_wait = kinds[k % len(kinds)]
@@ -190,16 +217,6 @@ def launch(a) -> int:
                 f"{seconds:6.1f} s, {numbers}{'  ' + why if why else ''}",
                 flush=True,
             )
-    print()
-    for kind in kinds:
-        job = f"train.py {a.trainer}" if a.trainer else "TinyGPT"
-        job += ", gather at end" if a.gather_at_end else ""
-        print(
-            f"{job}, {a.ranks} ranks, {a.steps} steps, {'with' if kind else 'without'} "
-            f"autoshard's exit hook: {clean[kind]} of {runs[kind]} runs ended with rc 0 and "
-            + ("every step and checkpoint" if a.trainer else "losses equal to one process's")
-        )
-    return 0
 
 
 def main() -> int:
@@ -233,13 +250,16 @@ def main() -> int:
         metavar="ARGS",
         help='run examples/train.py with these extra arguments (e.g. "--parallel.pp 2")',
     )
+    p.add_argument(
+        "--load", type=int, default=0, metavar="N", help="N busy processes run beside the runs"
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--exit-wait-off", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--folder", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
     a.exit_wait_on = not a.exit_wait_off
-    if a.ranks < 1 or a.runs < 1 or a.steps < 1:
-        p.error("--ranks, --runs and --steps must be at least 1")
+    if a.ranks < 1 or a.runs < 1 or a.steps < 1 or a.load < 0:
+        p.error("--ranks, --runs and --steps must be at least 1, --load at least 0")
     if a.worker and a.trainer:
         return trainer_worker(a)
     if a.worker:

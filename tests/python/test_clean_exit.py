@@ -45,3 +45,13 @@ def test_hook_sees_idle_gloo_workers_of_a_real_process_group():
     _, states, waited = line.split()
     assert states and set(states) <= set("RS"), line  # gloo's worker threads, by name
     assert waited == "True"
+
+
+def test_a_wait_that_runs_out_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(clean_exit, "wait_for_gloo_workers", lambda: False)
+    clean_exit.wait_at_exit()
+    err = capsys.readouterr().err
+    assert "gloo worker threads were still busy" in err and "never waited for" in err
+    monkeypatch.setattr(clean_exit, "wait_for_gloo_workers", lambda: True)
+    clean_exit.wait_at_exit()
+    assert capsys.readouterr().err == ""

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 
-_WORKER_THREAD_NAME = "pt_gloo_runloop"  # torch names gloo's worker threads so
+_WORKER_THREAD_NAME = "pt_gloo_runloop"  # the name torch gives gloo's worker threads
 _SLICE_S = 0.002  # each check follows a sleep this long (the GIL released)
 _QUIET_CHECKS = 3  # consecutive checks with no gloo worker runnable
 _MAX_WAIT_S = 2.0  # a worker still busy then (a collective never waited for) is left
@@ -49,8 +50,19 @@ def guard_process_exit() -> None:
     global _registered
     with _lock:
         if not _registered:
-            atexit.register(wait_for_gloo_workers)
+            atexit.register(wait_at_exit)
             _registered = True
+
+
+def wait_at_exit() -> None:
+    """The exit hook: the wait, and a line on stderr when it ran out (the abort may follow,
+    and its message alone would not say why)."""
+    if not wait_for_gloo_workers():
+        sys.stderr.write(
+            f"autoshard: gloo worker threads were still busy {_MAX_WAIT_S:g} s after the "
+            "script ended (a collective issued and never waited for?); the process may "
+            "abort at exit with 'terminate called without an active exception'\n"
+        )
 
 
 def wait_for_gloo_workers() -> bool:
