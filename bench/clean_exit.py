@@ -99,7 +99,7 @@ def worker(a) -> None:
     if a.gather_at_end:  # the full state, as a script that saves a full checkpoint
         for p in parallel.parameters():
             p.full_tensor()
-    if not a.exit_wait_on:
+    if a.exit_wait_off:
         _remove_exit_hook()
     if rank == 0:
         print(f"RESULT worst_rel_loss_err={worst:.3e}", flush=True)
@@ -116,7 +116,7 @@ def trainer_worker(a) -> int:
     argv = ["--config", str(EXAMPLES / "llama_tiny.toml"), "--training.steps", str(a.steps)]
     argv += ["--checkpoint.interval", str(a.steps), "--checkpoint.folder", a.folder]
     rc = train.main(argv + shlex.split(a.trainer))
-    if not a.exit_wait_on:
+    if a.exit_wait_off:
         _remove_exit_hook()
     return rc
 
@@ -180,13 +180,11 @@ def _one_run(a, cache: str, exit_wait: bool) -> tuple[int, float, str, bool, str
 
 def launch(a) -> int:
     kinds = {"on": [True], "off": [False], "both": [True, False]}[a.exit_wait]
-    clean = {kind: 0 for kind in kinds}
-    runs = {kind: 0 for kind in kinds}
     # busy processes beside the runs: a machine that also runs a test suite or a build
     burn = "import time\nwhile True: time.perf_counter()"
     load = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(a.load)]
     try:
-        _runs(a, kinds, clean, runs)
+        clean, runs = _runs(a, kinds)
     finally:
         for proc in load:
             proc.kill()
@@ -204,7 +202,11 @@ def launch(a) -> int:
     return 0
 
 
-def _runs(a, kinds: list[bool], clean: dict, runs: dict) -> None:
+def _runs(a, kinds: list[bool]) -> tuple[dict, dict]:
+    """``--runs`` runs, cycling through ``kinds`` (with / without the exit hook); per kind,
+    the runs that ended clean and the runs made."""
+    clean = {kind: 0 for kind in kinds}
+    runs = {kind: 0 for kind in kinds}
     with tempfile.TemporaryDirectory() as cache:
         for k in range(a.runs):
             exit_wait = kinds[k % len(kinds)]
@@ -217,6 +219,7 @@ def _runs(a, kinds: list[bool], clean: dict, runs: dict) -> None:
                 f"{seconds:6.1f} s, {numbers}{'  ' + why if why else ''}",
                 flush=True,
             )
+    return clean, runs
 
 
 def main() -> int:
@@ -257,9 +260,10 @@ def main() -> int:
     p.add_argument("--exit-wait-off", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--folder", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
-    a.exit_wait_on = not a.exit_wait_off
     if a.ranks < 1 or a.runs < 1 or a.steps < 1 or a.load < 0:
         p.error("--ranks, --runs and --steps must be at least 1, --load at least 0")
+    if a.trainer and a.gather_at_end:
+        p.error("--gather-at-end is for the TinyGPT job; the trainer ends with its checkpoint")
     if a.worker and a.trainer:
         return trainer_worker(a)
     if a.worker:
